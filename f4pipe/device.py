@@ -1,0 +1,88 @@
+"""The Device protocol: what the host-side GEMM code needs from whatever runs a kernel.
+
+The same host code (operands, shuffles, kernarg, grid) drives a real gfx950 GPU through
+hip-python or the gfx950 functional emulator; only the Device differs. Buffers are addressed by
+integer device addresses because the kernarg block carries raw pointers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DeviceBuffer:
+    """A device allocation: `addr` is what goes into the kernarg block."""
+
+    addr: int
+    nbytes: int
+
+
+@runtime_checkable
+class Kernel(Protocol):
+    """A kernel loaded from a code object, ready to launch."""
+
+    symbol: str
+    co_path: Path
+
+
+@runtime_checkable
+class Device(Protocol):
+    """A launch backend.
+
+    `device_id` keys artifact sets (e.g. "AMD_Instinct_MI355X-gfx950" or "emulator");
+    `can_time` is True only for hardware: only hardware produces throughput numbers.
+    """
+
+    device_id: str
+    arch: str
+    num_cu: int
+    can_time: bool
+
+    def load(self, co_path: Path, symbol: str) -> Kernel: ...
+
+    def alloc(self, nbytes: int) -> DeviceBuffer: ...
+
+    def free(self, buf: DeviceBuffer) -> None: ...
+
+    def upload(self, buf: DeviceBuffer, data: np.ndarray) -> None:
+        """Copy `data`'s bytes to the start of `buf` (data.nbytes <= buf.nbytes)."""
+        ...
+
+    def download(self, buf: DeviceBuffer, nbytes: int | None = None) -> np.ndarray:
+        """The first `nbytes` (default all) bytes of `buf` as a uint8 array."""
+        ...
+
+    def memset(self, buf: DeviceBuffer, value: int, nbytes: int | None = None) -> None: ...
+
+    def launch(
+        self,
+        kernel: Kernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernarg: bytes,
+    ) -> None:
+        """Run one launch to completion (grid in workgroups, block in work-items)."""
+        ...
+
+    def time_launches(
+        self,
+        kernel: Kernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernarg: bytes,
+        iters: int,
+        warmup: int,
+        zero_before_each: DeviceBuffer | None,
+    ) -> float:
+        """Mean microseconds per launch over `iters` timed launches after `warmup` untimed
+        ones; when `zero_before_each` is set, every launch is preceded by a memset of it
+        (splitK kernels accumulate atomically) and the memset is inside the timed region,
+        as in the seed driver. Hardware only: other devices raise NoDeviceError."""
+        ...
+
+    def close(self) -> None: ...

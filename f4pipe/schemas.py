@@ -1,0 +1,120 @@
+"""Parquet schemas of every f4pipe result table, and the one way to write them.
+
+Every row carries the artifact-set keys (aiter id, toolchain id, device id, f4pipe version) so
+tables from different sets can be concatenated and compared. Schemas are explicit pyarrow
+schemas: a column with the wrong type is an error at write time, not a surprise at read time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from f4pipe import __version__
+from f4pipe.errors import InputError
+from f4pipe.fsio import atomic_path
+
+
+@dataclass(frozen=True)
+class ArtifactKeys:
+    """What produced a result: the aiter release, the toolchain, the device, f4pipe itself."""
+
+    aiter_id: str
+    toolchain_id: str
+    device_id: str
+    f4pipe_version: str = __version__
+
+    def as_row(self) -> dict[str, str]:
+        return {
+            "aiter_id": self.aiter_id,
+            "toolchain_id": self.toolchain_id,
+            "device_id": self.device_id,
+            "f4pipe_version": self.f4pipe_version,
+        }
+
+
+KEY_FIELDS: list[pa.Field] = [
+    pa.field("aiter_id", pa.string(), nullable=False),
+    pa.field("toolchain_id", pa.string(), nullable=False),
+    pa.field("device_id", pa.string(), nullable=False),
+    pa.field("f4pipe_version", pa.string(), nullable=False),
+]
+
+
+def with_keys(*fields: pa.Field) -> pa.Schema:
+    return pa.schema([*KEY_FIELDS, *fields])
+
+
+KERNELS = with_keys(
+    pa.field("kernel", pa.string(), nullable=False),  # .co stem, the pipeline's wildcard
+    pa.field("tile_m", pa.int32(), nullable=False),
+    pa.field("tile_n", pa.int32(), nullable=False),
+    pa.field("splitk", pa.bool_(), nullable=False),
+    pa.field("bpreshuffle", pa.bool_(), nullable=False),
+    pa.field("symbol", pa.string(), nullable=False),
+    pa.field("co_name", pa.string(), nullable=False),
+    pa.field("sha256", pa.string(), nullable=False),
+    pa.field("size", pa.int64(), nullable=False),
+    pa.field("arch", pa.string(), nullable=False),
+    pa.field("code_object_version", pa.int32(), nullable=False),
+)
+
+ROUNDTRIP = with_keys(
+    pa.field("kernel", pa.string(), nullable=False),
+    pa.field("co_name", pa.string(), nullable=False),
+    pa.field("equivalent", pa.bool_(), nullable=False),
+    pa.field("header_ok", pa.bool_(), nullable=False),
+    pa.field("descriptor_ok", pa.bool_(), nullable=False),
+    pa.field("text_disasm_ok", pa.bool_(), nullable=False),
+    pa.field("notes_ok", pa.bool_(), nullable=False),
+    pa.field("symbols_ok", pa.bool_(), nullable=False),
+    pa.field("sections_ok", pa.bool_(), nullable=False),
+    pa.field("text_bytes_differing", pa.int64(), nullable=False),
+    pa.field("text_bytes_explained", pa.int64(), nullable=False),
+    pa.field("text_bytes_unexplained", pa.int64(), nullable=False),
+    pa.field("num_instructions", pa.int64(), nullable=False),
+    pa.field("original_size", pa.int64(), nullable=False),
+    pa.field("rebuilt_size", pa.int64(), nullable=False),
+    pa.field("original_sha256", pa.string(), nullable=False),
+    pa.field("rebuilt_sha256", pa.string(), nullable=False),
+    pa.field("co2asm_seconds", pa.float64(), nullable=False),
+    pa.field("assemble_seconds", pa.float64(), nullable=False),
+    pa.field("check_seconds", pa.float64(), nullable=False),
+    pa.field("detail", pa.string(), nullable=False),
+)
+
+
+def table_from_rows(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Build a table, failing loudly on a missing or extra column."""
+    names = set(schema.names)
+    for i, row in enumerate(rows):
+        missing, extra = names - row.keys(), row.keys() - names
+        if missing or extra:
+            raise InputError(
+                f"row {i} does not match schema: missing {sorted(missing)}, extra {sorted(extra)}"
+            )
+    columns = {name: [row[name] for row in rows] for name in schema.names}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def write_rows(
+    path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]], schema: pa.Schema
+) -> None:
+    write_table(path, table_from_rows(rows, schema))
+
+
+def write_table(path: str | os.PathLike[str], table: pa.Table) -> None:
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_table(path: str | os.PathLike[str], schema: pa.Schema | None = None) -> pa.Table:
+    table = pq.read_table(path)
+    if schema is not None and not table.schema.equals(schema, check_metadata=False):
+        raise InputError(f"{path}: schema differs from f4pipe's:\n{table.schema}\nexpected:\n{schema}")
+    return table
