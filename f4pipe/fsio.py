@@ -17,6 +17,12 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `target`; on success rename it over `target`."""
@@ -25,6 +31,8 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    # mkstemp creates 0600; give the file the mode an ordinary open() would.
+    tmp_path.chmod(0o666 & ~_umask())
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
@@ -53,6 +61,7 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp creates 0700
     try:
         yield tmp
         if target.exists():

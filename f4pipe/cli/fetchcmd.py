@@ -1,0 +1,79 @@
+"""`f4pipe fetch`: bring aiter's f4gemm code objects into resources/aiter/<aiter-id>/."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from f4pipe.errors import ConfigError
+from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter, read_provenance
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "fetch",
+        help="fetch aiter's f4gemm code objects (PyPI wheel, git revision or local directory)",
+        description="Copy the f4gemm manifest and the code objects it lists into "
+        "RESOURCES/aiter/<aiter-id>/ with a provenance.json; a re-run with nothing changed "
+        "does nothing, and changed bytes are an error, never a silent refetch.",
+    )
+    p.add_argument("--source", choices=("pypi", "git", "local"), default="pypi")
+    p.add_argument("--package", help=f"pypi: distribution name (default {DEFAULT_PACKAGE})")
+    p.add_argument("--version", help=f"pypi: exact version (default {DEFAULT_VERSION})")
+    p.add_argument("--sha256", help="pypi: the wheel's sha256; local: the content sha256")
+    p.add_argument("--url", help="git: repository URL (file:// works)")
+    p.add_argument("--rev", help="git: branch, tag or full 40-hex commit")
+    p.add_argument("--path", help="local: f4gemm directory or AITER_ASM_DIR (either meaning)")
+    p.add_argument("--resources", type=Path, default=Path("resources"), help="default: resources")
+    p.add_argument("--cache-dir", type=Path, help="wheel cache (default: <f4pipe cache>/wheels)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+_OPTIONS = {
+    "pypi": ("package", "version", "sha256"),
+    "git": ("url", "rev"),
+    "local": ("path", "sha256"),
+}
+
+
+def source_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The source dict the options describe; an option of another source kind is an error."""
+    given = {k for k in ("package", "version", "sha256", "url", "rev", "path") if getattr(args, k)}
+    foreign = sorted(given - set(_OPTIONS[args.source]))
+    if foreign:
+        raise ConfigError(
+            f"--source {args.source} takes {['--' + o for o in _OPTIONS[args.source]]}, "
+            f"not {['--' + o for o in foreign]}"
+        )
+    source: dict[str, Any] = {"kind": args.source}
+    for key in _OPTIONS[args.source]:
+        if getattr(args, key):
+            source[key] = getattr(args, key)
+    if args.source == "git" and not (args.url and args.rev):
+        raise ConfigError("--source git needs --url and --rev")
+    if args.source == "local" and not args.path:
+        raise ConfigError("--source local needs --path")
+    return source
+
+
+def run(args: argparse.Namespace) -> int:
+    result = fetch_aiter(source_from_args(args), args.resources, cache_dir=args.cache_dir)
+    record = read_provenance(result.f4gemm_dir.parent)
+    if args.json:
+        out = {
+            "aiter_id": result.aiter_id,
+            "f4gemm_dir": str(result.f4gemm_dir),
+            "provenance": str(result.provenance),
+            "fetched": result.fetched,
+            "source": record["source"],
+            "content_sha256": record["content_sha256"],
+        }
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        state = "fetched" if result.fetched else "already present, verified"
+        used = record["source"]["f4gemm_dir"]
+        print(f"{result.aiter_id}\t{result.f4gemm_dir}\t({state}; from {used})")
+    return 0

@@ -1,0 +1,192 @@
+"""Spine sub-commands: toolchain, co2asm, assemble, roundtrip, kernels, rebuilt-dir, gather."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from f4pipe.assemble import assemble
+from f4pipe.co2asm import co2asm
+from f4pipe.codeobject import CodeObject
+from f4pipe.errors import InputError
+from f4pipe.fsio import atomic_dir, sha256_file, write_text
+from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
+from f4pipe.roundtrip import roundtrip
+from f4pipe.schemas import KERNELS, ROUNDTRIP, ArtifactKeys, read_table, write_rows, write_table
+from f4pipe.toolchain import Toolchain, find_toolchain, write_toolchain_json
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def _add_toolchain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--toolchain-bin",
+        metavar="DIR",
+        help="LLVM bin directory to use (default: search ROCm, PATH, /usr/lib/llvm-N, "
+        "then provision Debian's LLVM 22 into ~/.cache/f4pipe)",
+    )
+
+
+def _toolchain(args: argparse.Namespace) -> Toolchain:
+    if getattr(args, "toolchain_json", None):
+        data = json.loads(Path(args.toolchain_json).read_text())
+        return find_toolchain(data["bin_dir"], provision=False)
+    return find_toolchain(args.toolchain_bin)
+
+
+def _keys(args: argparse.Namespace, toolchain_id: str) -> ArtifactKeys:
+    return ArtifactKeys(aiter_id=args.aiter_id, toolchain_id=toolchain_id, device_id="none")
+
+
+def cmd_toolchain(args: argparse.Namespace) -> int:
+    tc = find_toolchain(args.toolchain_bin, provision=not args.no_provision)
+    if args.output:
+        write_toolchain_json(tc, Path(args.output))
+    print(f"{tc.toolchain_id} ({tc.vendor}, found by {tc.found_by}) in {tc.bin_dir}")
+    return EXIT_OK
+
+
+def cmd_co2asm(args: argparse.Namespace) -> int:
+    src = Path(args.code_object)
+    out = Path(args.output) if args.output else src.with_suffix(".s")
+    write_text(out, co2asm(src, _toolchain(args)))
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
+def cmd_assemble(args: argparse.Namespace) -> int:
+    out = assemble(args.assembly, args.output, _toolchain(args))
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
+def cmd_roundtrip(args: argparse.Namespace) -> int:
+    tc = _toolchain(args)
+    out_dir = Path(args.out) if args.out else Path(args.code_object).parent / "rebuilt"
+    rt = roundtrip(args.code_object, out_dir, tc)
+    eq = rt.equivalence
+    if args.row:
+        write_rows(args.row, [rt.row(_keys(args, tc.toolchain_id))], ROUNDTRIP)
+    if args.json:
+        print(json.dumps(rt.row(_keys(args, tc.toolchain_id)), sort_keys=True))
+    else:
+        print(f"{rt.original.name}: {'EQUIVALENT' if eq.equivalent else 'NOT EQUIVALENT'}")
+        print(eq.summary(), end="")
+        print(f"assembly: {rt.asm}\nrebuilt:  {rt.rebuilt}\ndiff:     {rt.diff}")
+    return EXIT_OK if eq.equivalent else EXIT_FAILED
+
+
+def cmd_kernels(args: argparse.Namespace) -> int:
+    """kernels.parquet: the manifest joined with what each code object's header says."""
+    manifest = read_manifest(args.co_dir)
+    toolchain_id = json.loads(Path(args.toolchain_json).read_text())["toolchain_id"]
+    keys = _keys(args, toolchain_id)
+    rows = []
+    for e in manifest:
+        path = manifest.co_path(e)
+        co = CodeObject.read(path)
+        symbols = {k.name for k in co.kernel_symbols()}
+        if e.symbol not in symbols:
+            raise InputError(f"{path}: has no kernel {e.symbol} (the manifest's knl_name); it has {sorted(symbols)}")
+        rows.append(
+            {
+                **keys.as_row(),
+                "kernel": e.name,
+                "tile_m": e.tile_m,
+                "tile_n": e.tile_n,
+                "splitk": e.splitk,
+                "bpreshuffle": e.bpreshuffle,
+                "symbol": e.symbol,
+                "co_name": e.co_name,
+                "sha256": sha256_file(path),
+                "size": path.stat().st_size,
+                "arch": co.arch,
+                "code_object_version": co.code_object_version,
+            }
+        )
+    write_rows(args.output, rows, KERNELS)
+    print(f"{len(rows)} kernels from {manifest.csv_path} -> {args.output}")
+    return EXIT_OK
+
+
+def cmd_gather(args: argparse.Namespace) -> int:
+    """Concatenate per-kernel roundtrip rows into one table (schema-checked)."""
+    import pyarrow as pa
+
+    tables = [read_table(p, ROUNDTRIP) for p in args.rows]
+    table = pa.concat_tables(tables) if tables else ROUNDTRIP.empty_table()
+    write_table(args.output, table.sort_by("kernel"))
+    eq = sum(table.column("equivalent").to_pylist())
+    print(f"{eq} of {table.num_rows} code objects equivalent -> {args.output}")
+    return EXIT_OK
+
+
+def cmd_rebuilt_dir(args: argparse.Namespace) -> int:
+    """A directory of rebuilt objects with its own manifest, so later stages treat it like aiter's."""
+    manifest = read_manifest(args.co_dir)
+    rebuilt = Path(args.rebuilt)
+    with atomic_dir(args.output) as out:
+        for e in manifest:
+            src = rebuilt / e.co_name
+            if not src.is_file():
+                raise InputError(f"no rebuilt object {src}; run the roundtrip stage first")
+            shutil.copy2(src, out / e.co_name)
+        (out / MANIFEST_NAME).write_text(manifest_text(manifest.entries))
+    print(f"{len(manifest)} rebuilt kernels -> {args.output}")
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("toolchain", help="find or provision an LLVM that knows gfx950")
+    _add_toolchain_args(p)
+    p.add_argument("--no-provision", action="store_true", help="only search, never download")
+    p.add_argument("-o", "--output", help="write toolchain.json here")
+    p.set_defaults(func=cmd_toolchain)
+
+    p = subparsers.add_parser("co2asm", help="code object -> reassemblable assembly")
+    p.add_argument("code_object", help="an AMDGPU code object (.co / .hsaco), v3+")
+    p.add_argument("-o", "--output", help="output .s (default: beside the input)")
+    _add_toolchain_args(p)
+    p.set_defaults(func=cmd_co2asm)
+
+    p = subparsers.add_parser("assemble", help="assembly -> code object (llvm-mc + ld.lld)")
+    p.add_argument("assembly", help=".s with an .amdgcn_target directive (as co2asm writes)")
+    p.add_argument("-o", "--output", required=True, help="output code object")
+    _add_toolchain_args(p)
+    p.set_defaults(func=cmd_assemble)
+
+    p = subparsers.add_parser(
+        "roundtrip",
+        help="co2asm + assemble + equivalence proof",
+        description="Disassemble, reassemble and compare a code object. Exit 0 iff every check "
+        "holds and no .text byte is unexplained; 1 if not equivalent; 2 on an error.",
+    )
+    p.add_argument("code_object")
+    p.add_argument("--out", help="directory for the .s, rebuilt .co and diff (default: ./rebuilt beside it)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    p.add_argument("--row", help="also write the result as a one-row roundtrip Parquet file")
+    p.add_argument("--aiter-id", default="unknown", help="artifact key recorded in --row/--json")
+    p.add_argument("--toolchain-json", help="use the toolchain recorded in this toolchain.json")
+    _add_toolchain_args(p)
+    p.set_defaults(func=cmd_roundtrip)
+
+    p = subparsers.add_parser("kernels", help="manifest + code object headers -> kernels.parquet")
+    p.add_argument("--co-dir", required=True, help="f4gemm directory (or an AITER_ASM_DIR)")
+    p.add_argument("--toolchain-json", required=True)
+    p.add_argument("--aiter-id", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_kernels)
+
+    p = subparsers.add_parser("gather-roundtrip", help="concatenate per-kernel roundtrip rows")
+    p.add_argument("rows", nargs="*")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_gather)
+
+    p = subparsers.add_parser("rebuilt-dir", help="collect rebuilt objects + a manifest CSV")
+    p.add_argument("--co-dir", required=True, help="the original f4gemm directory (for its manifest)")
+    p.add_argument("--rebuilt", required=True, help="directory holding the rebuilt .co files")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_rebuilt_dir)
+

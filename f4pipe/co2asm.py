@@ -1,0 +1,290 @@
+"""co2asm: any AMDGPU HSA code object (v3+) -> assembly that LLVM reassembles into the same object.
+
+A code object holds three things the assembler needs, each recovered with a different tool:
+instructions and labels (`llvm-objdump -d` of .text), the 64-byte kernel descriptor
+(`llvm-objdump -d -j .rodata`, rendered as `.amdhsa_kernel` directives) and the msgpack metadata
+note (`llvm-readelf --notes`, re-emitted as YAML between `.amdgpu_metadata` directives).
+What objdump prints is not reassemblable as is; this module is that delta:
+
+- every instruction's `// addr: encoding` comment is dropped; bytes objdump cannot decode
+  become `.long` words so the layout never shifts;
+- labels, kernels and their binding/visibility come from the ELF symbol table, not from names
+  (not every non-`label_` symbol is a kernel); branch targets without a symbol get a synthesized
+  local label computed from the branch encoding;
+- `.amdhsa_next_free_sgpr` is inverted from the descriptor's granulated SGPR count with the
+  assembler's extra-SGPR rule (see `invert_next_free_sgpr`);
+- the target id and code object version come from the ELF header and are written into the
+  file (`.amdgcn_target`, `.amdhsa_code_object_version`), so the .s assembles with no flags
+  beyond the processor, which `assemble` reads back from the file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from f4pipe.codeobject import CodeObject, Symbol, granulated_wavefront_sgpr_count
+from f4pipe.errors import CodeObjectError
+from f4pipe.toolchain import Toolchain
+
+GENERATOR_TAG = "f4pipe co2asm"
+
+_SYMBOL_LINE = re.compile(r"^([0-9a-fA-F]{8,16}) <(.+)>:$")
+_INSN_LINE = re.compile(r"^\s+(?P<text>.*?)\s*// (?P<addr>[0-9A-Fa-f]{8,16}): (?P<enc>[0-9A-Fa-f ]+?)(?: <[^>]*>)?$")
+_BRANCHES = re.compile(r"^(s_branch|s_cbranch_\w+)\s+(?P<target>\S+)")
+_SGPR_LINE = re.compile(r"^(\s*)\.amdhsa_next_free_sgpr\s+(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One disassembled instruction: its address, text (no comment) and encoding dwords."""
+
+    addr: int
+    text: str
+    words: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return 4 * len(self.words)
+
+
+def parse_objdump_text(listing: str) -> list[Instruction]:
+    """Instructions of an `llvm-objdump -d` listing, in address order."""
+    out = []
+    for line in listing.splitlines():
+        m = _INSN_LINE.match(line)
+        if m:
+            words = tuple(int(w, 16) for w in m.group("enc").split())
+            out.append(Instruction(addr=int(m.group("addr"), 16), text=m.group("text"), words=words))
+    return out
+
+
+def disassemble_text(co: CodeObject, toolchain: Toolchain) -> list[Instruction]:
+    proc = toolchain.run("llvm-objdump", ["-d", f"--mcpu={co.arch}", "-j", ".text", co.path])
+    insns = parse_objdump_text(proc.stdout.decode(errors="replace"))
+    _check_coverage(co, insns)
+    return insns
+
+
+def _check_coverage(co: CodeObject, insns: list[Instruction]) -> None:
+    """The listing must cover .text exactly: a gap would silently shift every later byte."""
+    text = co.sections[".text"]
+    pos = text.addr
+    for insn in insns:
+        if insn.addr != pos:
+            raise CodeObjectError(
+                f"{co.path}: disassembly of .text has a gap at 0x{pos:x} (next instruction at "
+                f"0x{insn.addr:x}); cannot reproduce the layout"
+            )
+        pos += insn.size
+    if pos != text.addr + text.size:
+        raise CodeObjectError(
+            f"{co.path}: disassembly covers .text up to 0x{pos:x}, section ends at "
+            f"0x{text.addr + text.size:x}"
+        )
+
+
+def branch_target(insn: Instruction) -> int | None:
+    """Target address of a SOPP branch: pc + 4 + 4 * simm16 (AMDGPU ISA, SOPP branches)."""
+    if not _BRANCHES.match(insn.text):
+        return None
+    simm16 = insn.words[0] & 0xFFFF
+    if simm16 & 0x8000:
+        simm16 -= 0x10000
+    return insn.addr + 4 + 4 * simm16
+
+
+def extra_sgprs(arch: str) -> int:
+    """SGPRs the assembler adds to `.amdhsa_next_free_sgpr` before granulating (GFX8-GFX9).
+
+    AMDGPUUsage, "compute_pgm_rsrc1" (GRANULATED_WAVEFRONT_SGPR_COUNT): VCC, FLAT_SCRATCH and
+    XNACK_MASK are counted on top of the user's SGPRs. On gfx940+ flat scratch is architected,
+    which always counts 6 (it covers VCC and XNACK_MASK too); f4pipe supports only GFX9 targets.
+    """
+    if arch.startswith("gfx9"):
+        return 6
+    raise CodeObjectError(f"extra-SGPR rule for {arch} is not implemented (GFX9 only)")
+
+
+MAX_ADDRESSABLE_SGPRS_GFX9 = 102
+
+
+def invert_next_free_sgpr(granulated: int, arch: str) -> int:
+    """A `.amdhsa_next_free_sgpr` value that the assembler encodes back to `granulated`.
+
+    The assembler stores ceil(max(1, next_free_sgpr + extra) / 8) - 1 and rejects values above
+    the addressable 102. objdump prints the top of the granule assuming no extras (8*(G+1)),
+    which the assembler either rejects or shifts one granule up. Any value in the granule
+    works; we take the highest addressable one.
+    """
+    extra = extra_sgprs(arch)
+    nfs = min(8 * (granulated + 1) - extra, MAX_ADDRESSABLE_SGPRS_GFX9)
+    if nfs < 0 or encode_granulated_sgpr(nfs, arch) != granulated:
+        raise CodeObjectError(
+            f"no .amdhsa_next_free_sgpr encodes to granulated SGPR count {granulated} on {arch}"
+        )
+    return nfs
+
+
+def encode_granulated_sgpr(next_free_sgpr: int, arch: str) -> int:
+    """What the assembler stores for `next_free_sgpr` (the forward rule we invert)."""
+    total = next_free_sgpr + extra_sgprs(arch)
+    return math.ceil(max(1, total) / 8) - 1
+
+
+def descriptor_directives(co: CodeObject, toolchain: Toolchain) -> dict[str, str]:
+    """kernel name -> its `.amdhsa_kernel ... .end_amdhsa_kernel` block, fixed to reassemble."""
+    proc = toolchain.run("llvm-objdump", ["-d", f"--mcpu={co.arch}", "-j", ".rodata", co.path])
+    blocks: dict[str, str] = {}
+    current: list[str] | None = None
+    name = ""
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        stripped = line.strip()
+        if stripped.startswith(".amdhsa_kernel "):
+            name = stripped.split(None, 1)[1]
+            current = [stripped]
+        elif current is not None:
+            current.append("\t" + stripped if not stripped.startswith(".end_amdhsa_kernel") else stripped)
+            if stripped.startswith(".end_amdhsa_kernel"):
+                blocks[name] = _fix_descriptor(co, name, current)
+                current = None
+    return blocks
+
+
+def _fix_descriptor(co: CodeObject, name: str, lines: list[str]) -> str:
+    granulated = granulated_wavefront_sgpr_count(co.kernel_descriptor(name))
+    out = []
+    for line in lines:
+        m = _SGPR_LINE.match(line)
+        if m:
+            nfs = invert_next_free_sgpr(granulated, co.arch)
+            out.append(f"{m.group(1)}.amdhsa_next_free_sgpr {nfs}")
+            continue
+        if line.strip().startswith(".amdhsa_reserve_xnack_mask") and co.target.xnack not in ("on", "off"):
+            # Only legal when the target id names xnack; with xnack "any" the extra-SGPR count
+            # is driven by architected flat scratch, so dropping it changes no byte.
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def metadata_yaml(co: CodeObject, toolchain: Toolchain) -> str:
+    """The metadata note as the YAML document llvm-readelf prints (LLVM's own rendering)."""
+    proc = toolchain.run("llvm-readelf", ["--notes", co.path])
+    lines = proc.stdout.decode(errors="replace").splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "---")
+        end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "...")
+    except StopIteration:
+        raise CodeObjectError(f"{co.path}: no AMDGPU metadata note (code object v3+ expected)") from None
+    return "\n".join(["---", *lines[start + 1 : end], "..."])
+
+
+def _symbol_directives(sym: Symbol, visibility: str) -> list[str]:
+    """Binding, visibility and type directives for one symbol."""
+    out = []
+    if sym.bind == "STB_GLOBAL":
+        out.append(f"\t.globl\t{sym.name}")
+    elif sym.bind == "STB_WEAK":
+        out.append(f"\t.weak\t{sym.name}")
+    if visibility == "STV_PROTECTED":
+        out.append(f"\t.protected\t{sym.name}")
+    elif visibility == "STV_HIDDEN":
+        out.append(f"\t.hidden\t{sym.name}")
+    if sym.type == "STT_FUNC":
+        out.append(f"\t.type\t{sym.name},@function")
+    elif sym.type == "STT_OBJECT":
+        out.append(f"\t.type\t{sym.name},@object")
+    return out
+
+
+def co2asm(path: str | Path, toolchain: Toolchain) -> str:
+    """Reassemblable assembly for the code object at `path`."""
+    co = CodeObject.read(path)
+    target = co.target
+    cov = co.code_object_version
+    if cov < 3:
+        raise CodeObjectError(f"{co.path}: code object v{cov} is not supported (v3+ only)")
+    if co.metadata() is None:
+        raise CodeObjectError(f"{co.path}: no AMDGPU metadata note")
+    insns = disassemble_text(co, toolchain)
+    descriptors = descriptor_directives(co, toolchain)
+    kernels = co.kernel_symbols()
+    missing = [k.name for k in kernels if k.name not in descriptors]
+    if missing:
+        raise CodeObjectError(f"{co.path}: objdump printed no descriptor for {', '.join(missing)}")
+
+    text = co.sections[".text"]
+    by_addr: dict[int, list[Symbol]] = {}
+    for sym in co.symbols:
+        if sym.section == ".text" and sym.name not in ("", "_DYNAMIC"):
+            by_addr.setdefault(sym.value, []).append(sym)
+    labels = {addr: syms[0].name for addr, syms in by_addr.items()}
+    synthesized: dict[int, str] = {}
+    for insn in insns:
+        target_addr = branch_target(insn)
+        if target_addr is not None and target_addr not in labels:
+            synthesized.setdefault(target_addr, f".Lf4_{target_addr:x}")
+    end = text.addr + text.size
+    for addr in synthesized:
+        if not text.addr <= addr <= end:
+            raise CodeObjectError(f"{co.path}: a branch targets 0x{addr:x}, outside .text")
+
+    out = [
+        f"// Generated by {GENERATOR_TAG} from {co.path.name}",
+        f"// Reassemble: f4pipe assemble {co.path.stem}.s -o {co.path.stem}.co",
+        f"//   (llvm-mc -triple=amdgcn-amd-amdhsa -mcpu={target.arch} -filetype=obj, "
+        "then ld.lld -shared)",
+        f'\t.amdgcn_target "amdgcn-amd-amdhsa--{target}"',
+        f"\t.amdhsa_code_object_version {cov}",
+        "\t.text",
+        f"\t.p2align {int(math.log2(max(text.align, 1)))}",
+    ]
+    # `.amdhsa_kernel` copies the kernel symbol's visibility to `<kernel>.kd` and then raises a
+    # default-visibility kernel symbol to protected; so a kernel's source visibility is its
+    # descriptor symbol's.
+    kd_visibility = {s.name[:-3]: s.visibility for s in co.symbols if s.name.endswith(".kd")}
+    kernel_names = {k.name for k in kernels}
+    for syms in by_addr.values():
+        for sym in syms:
+            vis = kd_visibility[sym.name] if sym.name in kernel_names else sym.visibility
+            out.extend(_symbol_directives(sym, vis))
+    branch_names = {**synthesized, **labels}
+    for insn in insns:
+        for sym in by_addr.get(insn.addr, []):
+            out.append(f"{sym.name}:")
+        if insn.addr in synthesized:
+            out.append(f"{synthesized[insn.addr]}:")
+        out.append("\t" + _render(insn, branch_names))
+    for sym in by_addr.get(end, []):
+        out.append(f"{sym.name}:")
+    if end in synthesized:
+        out.append(f"{synthesized[end]}:")
+    for sym in (s for syms in by_addr.values() for s in syms):
+        if sym.size:
+            out.append(f"\t.size\t{sym.name}, {sym.size}")
+    out.append("")
+    out.append("\t.rodata")
+    for k in kernels:
+        out.append("\t.p2align 6")
+        out.append(descriptors[k.name])
+    out.append("")
+    out.append("\t.amdgpu_metadata")
+    out.append(metadata_yaml(co, toolchain))
+    out.append("\t.end_amdgpu_metadata")
+    out.append("")
+    return "\n".join(out)
+
+
+def _render(insn: Instruction, branch_names: dict[int, str]) -> str:
+    """Instruction text with an exact, reassemblable form for branches and unknown words."""
+    if insn.text.startswith("<unknown>") or insn.text.startswith(".long"):
+        return "\n\t".join(f".long 0x{w:08x}" for w in insn.words)
+    target = branch_target(insn)
+    if target is not None:
+        m = _BRANCHES.match(insn.text)
+        assert m is not None
+        return f"{m.group(1)} {branch_names[target]}"
+    return insn.text

@@ -1,0 +1,89 @@
+"""The round-trip stage: code object -> .s -> rebuilt code object -> equivalence verdict.
+
+Per kernel it writes `<out>/<stem>.s`, `<out>/<stem>.co` (rebuilt) and `<out>/<stem>.diff.txt`
+(the readable verdict), and returns one roundtrip.parquet row.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from f4pipe.assemble import assemble
+from f4pipe.co2asm import co2asm, disassemble_text
+from f4pipe.codeobject import CodeObject
+from f4pipe.equivalence import Equivalence, compare
+from f4pipe.fsio import sha256_file, write_text
+from f4pipe.schemas import ArtifactKeys
+from f4pipe.toolchain import Toolchain
+
+
+@dataclass
+class RoundTrip:
+    original: Path
+    asm: Path
+    rebuilt: Path
+    diff: Path
+    equivalence: Equivalence
+    co2asm_seconds: float
+    assemble_seconds: float
+    check_seconds: float
+
+    def row(self, keys: ArtifactKeys) -> dict[str, Any]:
+        eq = self.equivalence
+        return {
+            **keys.as_row(),
+            "kernel": self.original.stem,
+            "co_name": self.original.name,
+            "equivalent": eq.equivalent,
+            "header_ok": eq.header_ok,
+            "descriptor_ok": eq.descriptor_ok,
+            "text_disasm_ok": eq.text_disasm_ok,
+            "notes_ok": eq.notes_ok,
+            "symbols_ok": eq.symbols_ok,
+            "sections_ok": eq.sections_ok,
+            "text_bytes_differing": len(eq.byte_diffs),
+            "text_bytes_explained": eq.explained,
+            "text_bytes_unexplained": eq.unexplained,
+            "num_instructions": eq.num_instructions,
+            "original_size": self.original.stat().st_size,
+            "rebuilt_size": self.rebuilt.stat().st_size,
+            "original_sha256": sha256_file(self.original),
+            "rebuilt_sha256": sha256_file(self.rebuilt),
+            "co2asm_seconds": self.co2asm_seconds,
+            "assemble_seconds": self.assemble_seconds,
+            "check_seconds": self.check_seconds,
+            "detail": "; ".join(eq.problems),
+        }
+
+
+def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) -> RoundTrip:
+    """Disassemble, reassemble and compare one code object."""
+    co_path, out_dir = Path(co_path), Path(out_dir)
+    stem = co_path.stem
+    asm_path = out_dir / f"{stem}.s"
+    rebuilt = out_dir / f"{stem}.co"
+    diff_path = out_dir / f"{stem}.diff.txt"
+
+    t0 = time.perf_counter()
+    write_text(asm_path, co2asm(co_path, toolchain))
+    t1 = time.perf_counter()
+    assemble(asm_path, rebuilt, toolchain)
+    t2 = time.perf_counter()
+    original_insns = disassemble_text(CodeObject.read(co_path), toolchain)
+    eq = compare(co_path, rebuilt, toolchain, original_insns=original_insns)
+    t3 = time.perf_counter()
+    header = f"original: {co_path}\nrebuilt:  {rebuilt}\ntoolchain: {toolchain.toolchain_id}\n"
+    write_text(diff_path, header + eq.summary())
+    return RoundTrip(
+        original=co_path,
+        asm=asm_path,
+        rebuilt=rebuilt,
+        diff=diff_path,
+        equivalence=eq,
+        co2asm_seconds=t1 - t0,
+        assemble_seconds=t2 - t1,
+        check_seconds=t3 - t2,
+    )

@@ -1,0 +1,34 @@
+"""Session fixtures: the real aiter code objects and a real LLVM toolchain that knows gfx950.
+
+Both come from the same places the pipeline uses (PyPI's amd-aiter wheel, a found or
+provisioned LLVM) and are cached under f4pipe's cache (~/.cache/f4pipe, or $F4PIPE_CACHE), so
+only the first test run of a machine downloads anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from f4pipe.fetch import PypiSource, extract_wheel_tree, fetch_aiter
+from f4pipe.toolchain import Toolchain, cache_root, find_toolchain
+
+DEFAULT_SOURCE = PypiSource()
+
+
+@pytest.fixture(scope="session")
+def toolchain() -> Toolchain:
+    return find_toolchain()
+
+
+@pytest.fixture(scope="session")
+def f4gemm_dir() -> Path:
+    """The 35 f4gemm code objects and their manifest, from the pinned amd-aiter wheel."""
+    return fetch_aiter(DEFAULT_SOURCE, cache_root() / "test-resources").f4gemm_dir
+
+
+@pytest.fixture(scope="session")
+def aiter_hsa_dir() -> Path:
+    """aiter's whole hsa/ tree from the same wheel: ~2,500 gfx942/gfx950 code objects."""
+    return extract_wheel_tree(DEFAULT_SOURCE, cache_root() / "test-resources" / "hsa-tree")
