@@ -32,7 +32,7 @@ def read_target(asm: str, source: str = "<asm>") -> AsmTarget:
     m = _TARGET.search(asm)
     if not m:
         raise InputError(
-            f"{source}: no `.amdgcn_target \"amdgcn-amd-amdhsa--<gfxNNN>\"` directive; "
+            f'{source}: no `.amdgcn_target "amdgcn-amd-amdhsa--<gfxNNN>"` directive; '
             "f4pipe assemble reads the processor from it (co2asm writes one)"
         )
     arch, *feats = m.group("id").split(":")

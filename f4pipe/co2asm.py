@@ -32,7 +32,9 @@ from f4pipe.toolchain import Toolchain
 GENERATOR_TAG = "f4pipe co2asm"
 
 _SYMBOL_LINE = re.compile(r"^([0-9a-fA-F]{8,16}) <(.+)>:$")
-_INSN_LINE = re.compile(r"^\s+(?P<text>.*?)\s*// (?P<addr>[0-9A-Fa-f]{8,16}): (?P<enc>[0-9A-Fa-f ]+?)(?: <[^>]*>)?$")
+_INSN_LINE = re.compile(
+    r"^\s+(?P<text>.*?)\s*// (?P<addr>[0-9A-Fa-f]{8,16}): (?P<enc>[0-9A-Fa-f ]+?)(?: <[^>]*>)?$"
+)
 _BRANCHES = re.compile(r"^(s_branch|s_cbranch_\w+)\s+(?P<target>\S+)")
 _SGPR_LINE = re.compile(r"^(\s*)\.amdhsa_next_free_sgpr\s+(\d+)\s*$")
 
@@ -57,7 +59,9 @@ def parse_objdump_text(listing: str) -> list[Instruction]:
         m = _INSN_LINE.match(line)
         if m:
             words = tuple(int(w, 16) for w in m.group("enc").split())
-            out.append(Instruction(addr=int(m.group("addr"), 16), text=m.group("text"), words=words))
+            out.append(
+                Instruction(addr=int(m.group("addr"), 16), text=m.group("text"), words=words)
+            )
     return out
 
 
@@ -146,7 +150,9 @@ def descriptor_directives(co: CodeObject, toolchain: Toolchain) -> dict[str, str
             name = stripped.split(None, 1)[1]
             current = [stripped]
         elif current is not None:
-            current.append("\t" + stripped if not stripped.startswith(".end_amdhsa_kernel") else stripped)
+            current.append(
+                "\t" + stripped if not stripped.startswith(".end_amdhsa_kernel") else stripped
+            )
             if stripped.startswith(".end_amdhsa_kernel"):
                 blocks[name] = _fix_descriptor(co, name, current)
                 current = None
@@ -162,7 +168,10 @@ def _fix_descriptor(co: CodeObject, name: str, lines: list[str]) -> str:
             nfs = invert_next_free_sgpr(granulated, co.arch)
             out.append(f"{m.group(1)}.amdhsa_next_free_sgpr {nfs}")
             continue
-        if line.strip().startswith(".amdhsa_reserve_xnack_mask") and co.target.xnack not in ("on", "off"):
+        if line.strip().startswith(".amdhsa_reserve_xnack_mask") and co.target.xnack not in (
+            "on",
+            "off",
+        ):
             # Only legal when the target id names xnack; with xnack "any" the extra-SGPR count
             # is driven by architected flat scratch, so dropping it changes no byte.
             continue
@@ -178,7 +187,9 @@ def metadata_yaml(co: CodeObject, toolchain: Toolchain) -> str:
         start = next(i for i, line in enumerate(lines) if line.strip() == "---")
         end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "...")
     except StopIteration:
-        raise CodeObjectError(f"{co.path}: no AMDGPU metadata note (code object v3+ expected)") from None
+        raise CodeObjectError(
+            f"{co.path}: no AMDGPU metadata note (code object v3+ expected)"
+        ) from None
     return "\n".join(["---", *lines[start + 1 : end], "..."])
 
 
@@ -202,6 +213,12 @@ def _symbol_directives(sym: Symbol, visibility: str) -> list[str]:
 
 def co2asm(path: str | Path, toolchain: Toolchain) -> str:
     """Reassemblable assembly for the code object at `path`."""
+    return co2asm_with_listing(path, toolchain)[0]
+
+
+def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, list[Instruction]]:
+    """The assembly and the .text disassembly it was made from (reused by the equivalence
+    check, so the original is disassembled once)."""
     co = CodeObject.read(path)
     target = co.target
     cov = co.code_object_version
@@ -275,7 +292,7 @@ def co2asm(path: str | Path, toolchain: Toolchain) -> str:
     out.append(metadata_yaml(co, toolchain))
     out.append("\t.end_amdgpu_metadata")
     out.append("")
-    return "\n".join(out)
+    return "\n".join(out), insns
 
 
 def _render(insn: Instruction, branch_names: dict[int, str]) -> str:

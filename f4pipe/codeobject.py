@@ -261,9 +261,12 @@ class CodeObject:
 
     def kernel_symbols(self) -> list[Symbol]:
         """Kernels: the symbols that have a kernel descriptor (`<name>.kd` in .rodata)."""
-        kd = {s.name[:-3] for s in self.symbols if s.name.endswith(".kd") and s.type == "STT_OBJECT"}
+        kd = {
+            s.name[:-3] for s in self.symbols if s.name.endswith(".kd") and s.type == "STT_OBJECT"
+        }
         return sorted(
-            (s for s in self.symbols if s.name in kd and s.section == ".text"), key=lambda s: s.value
+            (s for s in self.symbols if s.name in kd and s.section == ".text"),
+            key=lambda s: s.value,
         )
 
     def kernel_descriptor(self, kernel: str) -> bytes:

@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from f4pipe.errors import NoDeviceError
+
 
 @dataclass(frozen=True)
 class DeviceBuffer:
@@ -86,3 +88,38 @@ class Device(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+DEVICE_KINDS = ("auto", "hip", "emulator")
+
+
+def open_emulator() -> Device:
+    """The gfx950 functional emulator, imported lazily (it is optional and heavy)."""
+    try:
+        from f4pipe.emu import EmulatorDevice  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise NoDeviceError(
+            f"the gfx950 emulator is not available in this f4pipe ({exc}); use --device hip on "
+            "a machine with a gfx950 GPU"
+        ) from None
+    return EmulatorDevice()
+
+
+def open_device(kind: str = "auto") -> Device:
+    """Open a launch device: `hip` (a gfx950 GPU through hip-python), `emulator`, or `auto`
+    (hip when a gfx950 GPU answers, else the emulator). Raises NoDeviceError naming why."""
+    from f4pipe.hipdevice import HipDevice
+
+    if kind == "hip":
+        return HipDevice.open()
+    if kind == "emulator":
+        return open_emulator()
+    if kind == "auto":
+        try:
+            return HipDevice.open()
+        except NoDeviceError as hip_error:
+            try:
+                return open_emulator()
+            except NoDeviceError as emu_error:
+                raise NoDeviceError(f"no gfx950 device: {hip_error}; and {emu_error}") from None
+    raise NoDeviceError(f"unknown device kind {kind!r}; choose one of {', '.join(DEVICE_KINDS)}")

@@ -79,7 +79,8 @@ class Equivalence:
             f"verdict: {'EQUIVALENT' if self.equivalent else 'NOT EQUIVALENT'}",
             f"ELF header:            {_ok(self.header_ok)}",
             f"kernel descriptors:    {_ok(self.descriptor_ok)}",
-            f".text as disassembly:  {_ok(self.text_disasm_ok)} ({self.num_instructions} instructions)",
+            f".text as disassembly:  {_ok(self.text_disasm_ok)} "
+            f"({self.num_instructions} instructions)",
             f"metadata notes:        {_ok(self.notes_ok)}",
             f"symbol tables:         {_ok(self.symbols_ok)}",
             f"sections (not .comment): {_ok(self.sections_ok)}",
@@ -197,7 +198,9 @@ def _compare_sections(a: CodeObject, b: CodeObject, eq: Equivalence) -> None:
         layout_b = (sb.type, sb.addr, sb.size, sb.flags, sb.align)
         if layout_a != layout_b:
             eq.sections_ok = False
-            eq.problems.append(f"section {name} layout (type, addr, size, flags, align): {layout_a} vs {layout_b}")
+            eq.problems.append(
+                f"section {name} layout (type, addr, size, flags, align): {layout_a} vs {layout_b}"
+            )
             continue
         if sa.flags & _NON_ALLOC_FLAG and sa.offset != sb.offset:
             eq.sections_ok = False
@@ -213,7 +216,9 @@ def _compare_disassembly(ia: list[Instruction], ib: list[Instruction], eq: Equiv
     if ta == tb:
         return
     eq.text_disasm_ok = False
-    first = next((k for k, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
+    first = next(
+        (k for k, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb))
+    )
     shown_a = ta[first] if first < len(ta) else "<end>"
     shown_b = tb[first] if first < len(tb) else "<end>"
     eq.problems.append(

@@ -78,7 +78,9 @@ def _parse_tile(value: str, column: str, line: int, path: Path) -> int:
     try:
         tile = int(value)
     except ValueError:
-        raise ManifestError(f"{path}:{line}: column {column} must be an integer, got {value!r}") from None
+        raise ManifestError(
+            f"{path}:{line}: column {column} must be an integer, got {value!r}"
+        ) from None
     if tile <= 0 or tile % 16:
         raise ManifestError(f"{path}:{line}: {column}={tile} is not a positive multiple of 16")
     return tile
@@ -90,7 +92,9 @@ def parse_manifest_text(text: str, path: Path) -> list[KernelEntry]:
     try:
         header = next(reader)
     except StopIteration:
-        raise ManifestError(f"{path}: empty manifest (expected header {','.join(COLUMNS)})") from None
+        raise ManifestError(
+            f"{path}: empty manifest (expected header {','.join(COLUMNS)})"
+        ) from None
     normalized = [h.strip().lower() for h in header]
     missing = [c for c in COLUMNS if c not in normalized]
     if missing:
@@ -144,7 +148,9 @@ def find_f4gemm_dir(path: str | os.PathLike[str]) -> Path:
         if (cand / MANIFEST_NAME).is_file():
             return cand
     if not base.exists():
-        raise ManifestError(f"{base} does not exist; point --co-dir (or AITER_ASM_DIR) at aiter's f4gemm directory")
+        raise ManifestError(
+            f"{base} does not exist; point --co-dir (or AITER_ASM_DIR) at aiter's f4gemm directory"
+        )
     raise ManifestError(
         f"no {MANIFEST_NAME} in {base}, {base}/f4gemm or {base}/gfx950/f4gemm; "
         "point --co-dir (or AITER_ASM_DIR) at aiter's hsa/gfx950/f4gemm directory"

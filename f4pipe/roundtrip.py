@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.assemble import assemble
-from f4pipe.co2asm import co2asm, disassemble_text
-from f4pipe.codeobject import CodeObject
+from f4pipe.co2asm import co2asm_with_listing
 from f4pipe.equivalence import Equivalence, compare
 from f4pipe.fsio import sha256_file, write_text
 from f4pipe.schemas import ArtifactKeys
@@ -68,11 +67,11 @@ def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) ->
     diff_path = out_dir / f"{stem}.diff.txt"
 
     t0 = time.perf_counter()
-    write_text(asm_path, co2asm(co_path, toolchain))
+    asm, original_insns = co2asm_with_listing(co_path, toolchain)
+    write_text(asm_path, asm)
     t1 = time.perf_counter()
     assemble(asm_path, rebuilt, toolchain)
     t2 = time.perf_counter()
-    original_insns = disassemble_text(CodeObject.read(co_path), toolchain)
     eq = compare(co_path, rebuilt, toolchain, original_insns=original_insns)
     t3 = time.perf_counter()
     header = f"original: {co_path}\nrebuilt:  {rebuilt}\ntoolchain: {toolchain.toolchain_id}\n"

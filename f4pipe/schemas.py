@@ -116,5 +116,66 @@ def write_table(path: str | os.PathLike[str], table: pa.Table) -> None:
 def read_table(path: str | os.PathLike[str], schema: pa.Schema | None = None) -> pa.Table:
     table = pq.read_table(path)
     if schema is not None and not table.schema.equals(schema, check_metadata=False):
-        raise InputError(f"{path}: schema differs from f4pipe's:\n{table.schema}\nexpected:\n{schema}")
+        raise InputError(
+            f"{path}: schema differs from f4pipe's:\n{table.schema}\nexpected:\n{schema}"
+        )
     return table
+
+
+# --- GEMM stages (verify / splitk / bench): one row per (variant, kernel, shape, split) ---------
+# status: "passed" | "failed" | "error" | "skipped" (verify, splitk); "measured" | "error" |
+# "skipped" (bench). `reason` says why a row is skipped or errored; metrics are null then.
+
+_GEMM_CASE_FIELDS: list[pa.Field] = [
+    pa.field("variant", pa.string(), nullable=False),  # original / rebuilt / ...
+    pa.field("kernel", pa.string(), nullable=False),  # .co stem
+    pa.field("symbol", pa.string(), nullable=False),
+    pa.field("m", pa.int64(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("log2_k_split", pa.int32(), nullable=False),
+    pa.field("gdz", pa.int32(), nullable=False),
+    pa.field("seed_a", pa.int64(), nullable=False),
+    pa.field("seed_b", pa.int64(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+]
+
+_ERROR_FIELDS: list[pa.Field] = [
+    pa.field("alpha", pa.float64(), nullable=False),
+    pa.field("passed", pa.bool_()),
+    pa.field("bad", pa.int64()),
+    pa.field("max_abs_err", pa.float64()),
+    pa.field("max_rel_err", pa.float64()),
+    pa.field("err_frac", pa.float64()),
+    pa.field("max_abs_ref", pa.float64()),
+    pa.field("atol", pa.float64()),
+    pa.field("rtol", pa.float64()),
+    pa.field("seconds", pa.float64()),  # wall time of the run (host + device)
+]
+
+VERIFY = with_keys(*_GEMM_CASE_FIELDS, *_ERROR_FIELDS)
+
+SPLITK = with_keys(
+    *_GEMM_CASE_FIELDS,
+    pa.field("k_num", pa.int32(), nullable=False),
+    pa.field("k_per_tg", pa.int64(), nullable=False),
+    *_ERROR_FIELDS,
+)
+
+BENCH = with_keys(
+    *_GEMM_CASE_FIELDS,
+    pa.field("iters", pa.int32(), nullable=False),
+    pa.field("warmup", pa.int32(), nullable=False),
+    pa.field("us", pa.float64()),
+    pa.field("tflops", pa.float64()),
+)
+
+#: Every table by the name the pipeline and `f4pipe gather` use.
+TABLE_SCHEMAS: dict[str, pa.Schema] = {
+    "kernels": KERNELS,
+    "roundtrip": ROUNDTRIP,
+    "verify": VERIFY,
+    "splitk": SPLITK,
+    "bench": BENCH,
+}

@@ -98,11 +98,15 @@ def run_tool(
     except FileNotFoundError as exc:
         raise ToolchainError(f"{exe} not found; re-run `f4pipe toolchain` to find one") from exc
     except subprocess.TimeoutExpired as exc:
-        raise ToolchainError(f"{exe.name} timed out after {TOOL_TIMEOUT_S}s: {' '.join(cmd)}") from exc
+        raise ToolchainError(
+            f"{exe.name} timed out after {TOOL_TIMEOUT_S}s: {' '.join(cmd)}"
+        ) from exc
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip()
         lines = err.splitlines()
-        shown = "\n".join(lines[:20]) + (f"\n... ({len(lines) - 20} more lines)" if len(lines) > 20 else "")
+        shown = "\n".join(lines[:20]) + (
+            f"\n... ({len(lines) - 20} more lines)" if len(lines) > 20 else ""
+        )
         raise ToolchainError(f"{exe.name} failed (exit {proc.returncode}): {shown}")
     return proc
 
@@ -129,7 +133,12 @@ def knows_gfx950(bin_dir: Path) -> bool:
     probe = b"v_permlane16_swap_b32 v0, v1\n"
     try:
         proc = subprocess.run(
-            [str(bin_dir / "llvm-mc"), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx950", "-filetype=null"],
+            [
+                str(bin_dir / "llvm-mc"),
+                "-triple=amdgcn-amd-amdhsa",
+                "-mcpu=gfx950",
+                "-filetype=null",
+            ],
             input=probe,
             capture_output=True,
             timeout=60,
@@ -203,7 +212,9 @@ def find_toolchain(config_bin: str | None = None, *, provision: bool = True) -> 
     for path, how in _candidates(config_bin):
         if not path.is_dir():
             if how == "config":
-                raise ToolchainError(f"toolchain bin directory {path} (from the config) does not exist")
+                raise ToolchainError(
+                    f"toolchain bin directory {path} (from the config) does not exist"
+                )
             continue
         result = probe_dir(path, how)
         if isinstance(result, Toolchain):
@@ -245,13 +256,18 @@ def debian_mirror() -> str:
     for f in files:
         for stanza in f.read_text(errors="replace").split("\n\n"):
             fields = dict(
-                line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith("#")
+                line.split(":", 1)
+                for line in stanza.splitlines()
+                if ":" in line and not line.startswith("#")
             )
             uris = fields.get("URIs", "").split()
             suites = fields.get("Suites", "")
             if uris and "security" not in suites and "main" in fields.get("Components", ""):
                 return uris[0]
-    legacy = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]
+    legacy = [
+        Path("/etc/apt/sources.list"),
+        *sorted(Path("/etc/apt/sources.list.d").glob("*.list")),
+    ]
     for f in legacy:
         if not f.is_file():
             continue
@@ -290,7 +306,7 @@ def _write_wrapper(root: Path, bin_dir: Path, name: str, target: Path) -> None:
     libs = ":".join(str(root / p) for p in ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"))
     script = (
         "#!/bin/sh\n"
-        f"# f4pipe: Debian {PROVISION_SUITE} LLVM {PROVISION_LLVM_MAJOR}, private loader and libraries\n"
+        f"# f4pipe: Debian {PROVISION_SUITE} LLVM {PROVISION_LLVM_MAJOR}, private loader + libs\n"
         f'exec "{loader}" --library-path "{libs}" --argv0 "{name}" "{target}" "$@"\n'
     )
     path = bin_dir / name
@@ -308,7 +324,11 @@ def provision_debian_llvm() -> Path:
             "llvm-readelf, llvm-objcopy, ld.lld) and set toolchain.bin_dir"
         )
     mirror = debian_mirror()
-    print(f"f4pipe: provisioning LLVM {PROVISION_LLVM_MAJOR} from Debian {PROVISION_SUITE} into {dest}", flush=True)
+    print(
+        f"f4pipe: provisioning LLVM {PROVISION_LLVM_MAJOR} from Debian {PROVISION_SUITE} "
+        f"into {dest}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="f4pipe-apt-") as tmp:
         state = Path(tmp)
         (state / "lists" / "partial").mkdir(parents=True)
@@ -363,3 +383,26 @@ def _run_apt(cmd: list[str], cwd: Path) -> None:
 
 def write_toolchain_json(toolchain: Toolchain, path: Path) -> None:
     write_json(path, toolchain.as_json())
+
+
+def read_toolchain_json(path: str | os.PathLike[str]) -> dict[str, str]:
+    """A toolchain.json written by write_toolchain_json; errors name the file."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ToolchainError(
+            f"{path}: no such toolchain.json; run `f4pipe toolchain -o {path}`"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ToolchainError(f"{path}: not a toolchain.json ({exc})") from None
+    if not isinstance(data, dict) or "toolchain_id" not in data or "bin_dir" not in data:
+        raise ToolchainError(
+            f"{path}: lacks toolchain_id/bin_dir; re-run `f4pipe toolchain -o {path}`"
+        )
+    return data
+
+
+def read_toolchain_id(path: str | os.PathLike[str]) -> str:
+    return read_toolchain_json(path)["toolchain_id"]

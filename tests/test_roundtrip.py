@@ -92,7 +92,9 @@ def _corpus_spread(root: Path, per_family: int = 2) -> list[Path]:
     return picked
 
 
-def test_co2asm_is_general_across_aiters_other_code_objects(aiter_hsa_dir: Path, toolchain, tmp_path) -> None:
+def test_co2asm_is_general_across_aiters_other_code_objects(
+    aiter_hsa_dir: Path, toolchain, tmp_path
+) -> None:
     objects = _corpus_spread(aiter_hsa_dir)
     archs = {CodeObject.read(p).arch for p in objects}
     versions = {CodeObject.read(p).code_object_version for p in objects}
@@ -104,7 +106,9 @@ def test_co2asm_is_general_across_aiters_other_code_objects(aiter_hsa_dir: Path,
         assert rt.equivalence.equivalent, f"{p}: {rt.equivalence.problems}"
 
 
-def test_objects_needing_13_sgpr_granules_reassemble(aiter_hsa_dir: Path, toolchain, tmp_path) -> None:
+def test_objects_needing_13_sgpr_granules_reassemble(
+    aiter_hsa_dir: Path, toolchain, tmp_path
+) -> None:
     """Where the seed's subtract-6 rule yields 106 and the assembler says 'value out of range'."""
     from f4pipe.codeobject import granulated_wavefront_sgpr_count
 
@@ -126,7 +130,9 @@ def test_local_symbols_that_are_not_kernels_stay_local(aiter_hsa_dir: Path, tool
     path = aiter_hsa_dir / "gfx942" / "flatmm_uk_gfx9_f16f8_128x256x128_1x4x1_16x16x32.co"
     co = CodeObject.read(path)
     text_syms = {s.name: s for s in co.symbols if s.section == ".text"}
-    local = [n for n, s in text_syms.items() if s.bind == "STB_LOCAL" and not n.startswith("label_")]
+    local = [
+        n for n, s in text_syms.items() if s.bind == "STB_LOCAL" and not n.startswith("label_")
+    ]
     assert local, "expected a non-label_ local symbol in this object"
     asm = co2asm(path, toolchain)
     for name in local:
@@ -172,7 +178,9 @@ def test_non_elf_and_wrong_machine_are_clean_errors(tmp_path: Path, toolchain) -
         co2asm(host, toolchain)
 
 
-def test_flipped_text_byte_is_reported_not_equivalent(f4gemm_dir: Path, tmp_path: Path, toolchain) -> None:
+def test_flipped_text_byte_is_reported_not_equivalent(
+    f4gemm_dir: Path, tmp_path: Path, toolchain
+) -> None:
     orig = f4gemm_dir / f"{KERNEL_256}.co"
     rt = roundtrip(orig, tmp_path / "rt", toolchain)
     bad = tmp_path / "bad.co"
@@ -185,7 +193,9 @@ def test_flipped_text_byte_is_reported_not_equivalent(f4gemm_dir: Path, tmp_path
     assert not eq.text_disasm_ok
 
 
-def test_flipped_mfma_scale_bit_outside_dont_care_is_unexplained(f4gemm_dir: Path, tmp_path: Path, toolchain) -> None:
+def test_flipped_mfma_scale_bit_outside_dont_care_is_unexplained(
+    f4gemm_dir: Path, tmp_path: Path, toolchain
+) -> None:
     orig = f4gemm_dir / f"{KERNEL_256}.co"
     rt = roundtrip(orig, tmp_path / "rt", toolchain)
     diff = rt.equivalence.byte_diffs[0]

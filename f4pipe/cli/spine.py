@@ -14,8 +14,22 @@ from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, sha256_file, write_text
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 from f4pipe.roundtrip import roundtrip
-from f4pipe.schemas import KERNELS, ROUNDTRIP, ArtifactKeys, read_table, write_rows, write_table
-from f4pipe.toolchain import Toolchain, find_toolchain, write_toolchain_json
+from f4pipe.schemas import (
+    KERNELS,
+    ROUNDTRIP,
+    TABLE_SCHEMAS,
+    ArtifactKeys,
+    read_table,
+    write_rows,
+    write_table,
+)
+from f4pipe.toolchain import (
+    Toolchain,
+    find_toolchain,
+    read_toolchain_id,
+    read_toolchain_json,
+    write_toolchain_json,
+)
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -31,8 +45,7 @@ def _add_toolchain_args(p: argparse.ArgumentParser) -> None:
 
 def _toolchain(args: argparse.Namespace) -> Toolchain:
     if getattr(args, "toolchain_json", None):
-        data = json.loads(Path(args.toolchain_json).read_text())
-        return find_toolchain(data["bin_dir"], provision=False)
+        return find_toolchain(read_toolchain_json(args.toolchain_json)["bin_dir"], provision=False)
     return find_toolchain(args.toolchain_bin)
 
 
@@ -75,13 +88,13 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
         print(f"{rt.original.name}: {'EQUIVALENT' if eq.equivalent else 'NOT EQUIVALENT'}")
         print(eq.summary(), end="")
         print(f"assembly: {rt.asm}\nrebuilt:  {rt.rebuilt}\ndiff:     {rt.diff}")
-    return EXIT_OK if eq.equivalent else EXIT_FAILED
+    return EXIT_OK if eq.equivalent or args.record else EXIT_FAILED
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
     """kernels.parquet: the manifest joined with what each code object's header says."""
     manifest = read_manifest(args.co_dir)
-    toolchain_id = json.loads(Path(args.toolchain_json).read_text())["toolchain_id"]
+    toolchain_id = read_toolchain_id(args.toolchain_json)
     keys = _keys(args, toolchain_id)
     rows = []
     for e in manifest:
@@ -89,7 +102,10 @@ def cmd_kernels(args: argparse.Namespace) -> int:
         co = CodeObject.read(path)
         symbols = {k.name for k in co.kernel_symbols()}
         if e.symbol not in symbols:
-            raise InputError(f"{path}: has no kernel {e.symbol} (the manifest's knl_name); it has {sorted(symbols)}")
+            raise InputError(
+                f"{path}: has no kernel {e.symbol} (the manifest's knl_name); "
+                f"it has {sorted(symbols)}"
+            )
         rows.append(
             {
                 **keys.as_row(),
@@ -112,19 +128,19 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_gather(args: argparse.Namespace) -> int:
-    """Concatenate per-kernel roundtrip rows into one table (schema-checked)."""
+    """Concatenate per-job Parquet tables of one schema into one table."""
     import pyarrow as pa
 
-    tables = [read_table(p, ROUNDTRIP) for p in args.rows]
-    table = pa.concat_tables(tables) if tables else ROUNDTRIP.empty_table()
-    write_table(args.output, table.sort_by("kernel"))
-    eq = sum(table.column("equivalent").to_pylist())
-    print(f"{eq} of {table.num_rows} code objects equivalent -> {args.output}")
+    schema = TABLE_SCHEMAS[args.table]
+    tables = [read_table(p, schema) for p in args.rows]
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    write_table(args.output, table)
+    print(f"{table.num_rows} {args.table} rows from {len(tables)} file(s) -> {args.output}")
     return EXIT_OK
 
 
 def cmd_rebuilt_dir(args: argparse.Namespace) -> int:
-    """A directory of rebuilt objects with its own manifest, so later stages treat it like aiter's."""
+    """Rebuilt objects plus their own manifest, so later stages treat them like aiter's."""
     manifest = read_manifest(args.co_dir)
     rebuilt = Path(args.rebuilt)
     with atomic_dir(args.output) as out:
@@ -164,10 +180,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "holds and no .text byte is unexplained; 1 if not equivalent; 2 on an error.",
     )
     p.add_argument("code_object")
-    p.add_argument("--out", help="directory for the .s, rebuilt .co and diff (default: ./rebuilt beside it)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
+    p.add_argument(
+        "--out", help="directory for the .s, rebuilt .co and diff (default: ./rebuilt beside it)"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the summary"
+    )
     p.add_argument("--row", help="also write the result as a one-row roundtrip Parquet file")
     p.add_argument("--aiter-id", default="unknown", help="artifact key recorded in --row/--json")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="exit 0 when the verdict was recorded, equivalent or not (for pipelines)",
+    )
     p.add_argument("--toolchain-json", help="use the toolchain recorded in this toolchain.json")
     _add_toolchain_args(p)
     p.set_defaults(func=cmd_roundtrip)
@@ -179,14 +204,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_kernels)
 
-    p = subparsers.add_parser("gather-roundtrip", help="concatenate per-kernel roundtrip rows")
-    p.add_argument("rows", nargs="*")
+    p = subparsers.add_parser("gather", help="concatenate per-job Parquet tables of one schema")
+    p.add_argument("table", choices=sorted(TABLE_SCHEMAS), help="which table the rows belong to")
+    p.add_argument("rows", nargs="*", help="Parquet files to concatenate, in order")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_gather)
 
     p = subparsers.add_parser("rebuilt-dir", help="collect rebuilt objects + a manifest CSV")
-    p.add_argument("--co-dir", required=True, help="the original f4gemm directory (for its manifest)")
+    p.add_argument(
+        "--co-dir", required=True, help="the original f4gemm directory (for its manifest)"
+    )
     p.add_argument("--rebuilt", required=True, help="directory holding the rebuilt .co files")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_rebuilt_dir)
-

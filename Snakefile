@@ -1,0 +1,22 @@
+# f4pipe: fetch aiter's gfx950 MXFP4 GEMM code objects, round-trip them through LLVM, verify and
+# benchmark originals and rebuilds, report and archive. All logic lives in the f4pipe package.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/spine.smk"
+include: "workflow/rules/gemm.smk"
+
+
+rule all:
+    input:
+        get_final_outputs,
+    default_target: True

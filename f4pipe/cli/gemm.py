@@ -1,0 +1,349 @@
+"""`f4pipe gemm` (the seed driver's options) and the GEMM stages `f4pipe verify|splitk|bench`.
+
+`gemm` runs one shape like the seed C++ driver: exit 0 if it passed (or ran with --no-verify),
+1 if verification failed, 2 on an error (bad shape, missing kernel, no device). The stage
+commands write one Parquet table each so Snakemake rules stay one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.device import DEVICE_KINDS, Device, open_device
+from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
+from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
+from f4pipe.heuristic import select_kernel
+from f4pipe.kernarg import check_shape
+from f4pipe.manifest import KernelEntry, Manifest, read_manifest
+from f4pipe.matrices import MATRICES, get_matrix, parse_case
+from f4pipe.operands import SEED_A, SEED_B
+from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, write_rows
+from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
+from f4pipe.toolchain import read_toolchain_id
+
+#: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
+SEED_B_OFFSET = SEED_B - SEED_A
+PREFIX = "[f4gemm]"
+
+
+def co_dir_from(args: argparse.Namespace) -> str:
+    co_dir = args.co_dir or os.environ.get("AITER_ASM_DIR")
+    if not co_dir:
+        raise ManifestError(
+            "no code object directory: pass --co-dir DIR or set AITER_ASM_DIR (aiter's "
+            "hsa/gfx950/f4gemm directory, or either parent)"
+        )
+    return co_dir
+
+
+def parse_seed(text: str) -> tuple[int, int]:
+    """'S' -> (S, S + 4444); 'A,B' -> (A, B)."""
+    try:
+        parts = [int(p) for p in text.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        return parts[0], parts[0] + SEED_B_OFFSET
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    raise ConfigError(f"--seed {text!r}: expected S or A,B (integers)")
+
+
+# --- f4pipe gemm -------------------------------------------------------------------------------
+
+
+def print_manifest(manifest: Manifest) -> None:
+    print(f"{PREFIX} manifest {manifest.csv_path} ({len(manifest)} kernels)")
+    print(f"{'tile_M':>6} {'tile_N':>6} {'splitK':>6} {'bpre':>4}  co_name / symbol")
+    for e in manifest:
+        print(
+            f"{e.tile_m:>6} {e.tile_n:>6} {int(e.splitk):>6} {int(e.bpreshuffle):>4}  {e.co_name}"
+        )
+        print(f"{'':>27}{e.symbol}")
+
+
+def choose(
+    manifest: Manifest, args: argparse.Namespace, num_cu: int
+) -> tuple[KernelEntry, int, str]:
+    """(kernel, log2_k_split, how it was chosen) as the seed driver does."""
+    if args.kernel:
+        entry = manifest.get(args.kernel)
+        if args.splitk == -1 and entry.splitk:
+            choice = select_kernel(
+                [entry],
+                args.m,
+                args.n,
+                bpreshuffle=entry.bpreshuffle,
+                log2_k_split=-1,
+                num_cu=num_cu,
+            )
+            return entry, choice.log2_k_split, "--kernel, split by heuristic"
+        if args.splitk > 0 and not entry.splitk:
+            raise ShapeError(
+                f"--splitk {args.splitk}: {entry.name} cannot split K; use a splitK kernel "
+                "(BpreShuffle 256x256 or 128x512) or --splitk 0"
+            )
+        return entry, max(args.splitk, 0), "--kernel"
+    choice = select_kernel(
+        manifest,
+        args.m,
+        args.n,
+        bpreshuffle=bool(args.bpreshuffle),
+        log2_k_split=args.splitk,
+        num_cu=num_cu,
+    )
+    return choice.entry, choice.log2_k_split, f"heuristic, num_cu={num_cu}"
+
+
+def result_json(result: GemmResult) -> dict[str, Any]:
+    v = result.verification
+    return {
+        "kernel": result.kernel,
+        "M": result.m,
+        "N": result.n,
+        "K": result.k,
+        "log2_k_split": result.log2_k_split,
+        "gdz": result.gdz,
+        "max_abs_err": None if v is None else v.max_abs_err,
+        "max_rel_err": None if v is None else v.max_rel_err,
+        "err_frac": None if v is None else v.err_frac,
+        "passed": None if v is None else v.passed,
+        "us": result.us,
+        "tflops": result.tflops,
+        "device": result.device_id,
+    }
+
+
+def print_result(result: GemmResult, device: Device) -> None:
+    v = result.verification
+    if v is None:
+        print(f"{PREFIX} verification skipped (--no-verify)")
+    else:
+        print(
+            f"{PREFIX} max_abs_err={v.max_abs_err:.6g} max_rel_err={v.max_rel_err:.6f} "
+            f"err_frac={v.err_frac:.4%} (atol={v.atol:.6g}, rtol={v.rtol}) bad={v.bad}"
+        )
+        print(f"{PREFIX} {'PASSED' if v.passed else 'FAILED'}")
+    if result.us is not None:
+        print(f"{PREFIX} time: {result.us:.1f} us, {result.tflops:.1f} TFLOP/s")
+    elif not device.can_time:
+        print(f"{PREFIX} time: not measured: no gfx950 device ({device.device_id})")
+    else:
+        print(f"{PREFIX} time: not measured ({result.not_timed_reason})")
+
+
+def run_gemm_command(args: argparse.Namespace) -> int:
+    if args.list:
+        print_manifest(read_manifest(co_dir_from(args)))
+        return EXIT_OK
+    if args.splitk < -1:
+        raise ConfigError(f"--splitk {args.splitk}: use -1 (heuristic) or a log2 split >= 0")
+    if args.iters < 0:
+        raise ConfigError(f"--iters {args.iters} must be >= 0")
+    check_shape(args.m, args.n, args.k, max(args.splitk, 0))
+    seed_a, seed_b = parse_seed(args.seed)
+    device = open_device(args.device)
+    try:
+        manifest = read_manifest(co_dir_from(args))
+        entry, log2, how = choose(manifest, args, device.num_cu)
+        request = GemmRequest(
+            args.m,
+            args.n,
+            args.k,
+            log2,
+            seed_a,
+            seed_b,
+            args.alpha,
+            verify=not args.no_verify,
+            iters=args.iters,
+        )
+        if not args.json:
+            print(f"{PREFIX} device: {device.device_id} ({device.arch}, {device.num_cu} CUs)")
+            print(f"{PREFIX} kernel: {entry.name} (tile {entry.tile_m}x{entry.tile_n}; {how})")
+        result = run_gemm(device, entry, manifest.co_path(entry), request)
+    finally:
+        device.close()
+    if args.json:
+        print(json.dumps(result_json(result), sort_keys=True))
+    else:
+        g = result.geometry
+        print(
+            f"{PREFIX} M={args.m} N={args.n} K={args.k} log2_k_split={result.log2_k_split} "
+            f"grid=({g.grid[0]},{g.grid[1]},{g.grid[2]}) block={g.block[0]} "
+            f"seeds={seed_a},{seed_b}"
+        )
+        print_result(result, device)
+    if result.verification is None or result.verification.passed:
+        return EXIT_OK
+    return EXIT_FAILED
+
+
+def add_device_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        choices=DEVICE_KINDS,
+        default="auto",
+        help="hip: a gfx950 GPU via hip-python; emulator: f4pipe's gfx950 emulator; "
+        "auto: hip when a gfx950 GPU answers, else the emulator (default)",
+    )
+    p.add_argument(
+        "--co-dir",
+        help="directory with the f4gemm manifest and .co files (aiter's hsa/gfx950/f4gemm or "
+        "a parent); default $AITER_ASM_DIR",
+    )
+    p.add_argument(
+        "--seed",
+        default=str(SEED_A),
+        help=f"operand seeds: S (A=S, B=S+{SEED_B_OFFSET}) or A,B (default {SEED_A} -> "
+        f"{SEED_A},{SEED_B})",
+    )
+    p.add_argument("--alpha", type=float, default=1.0, help="output scale (default 1.0)")
+
+
+def register_gemm(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "gemm",
+        help="run one MXFP4 GEMM like the seed driver (verify, time on hardware)",
+        description="Run one f4gemm kernel on a device: build random MXFP4 operands, launch, "
+        "verify against the float64 CPU reference, and time on gfx950 hardware. Exit 0 "
+        "passed (or --no-verify), 1 verification failed, 2 error.",
+    )
+    p.add_argument("-m", type=int, default=512, help="rows of A and D (default 512)")
+    p.add_argument("-n", type=int, default=1024, help="rows of B, columns of D; N %% 16 == 0")
+    p.add_argument("-k", type=int, default=2048, help="reduction length; K %% 256 == 0")
+    p.add_argument(
+        "--kernel", help="kernel by mangled symbol, .co name or stem (default: heuristic)"
+    )
+    p.add_argument(
+        "--bpreshuffle",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="heuristic picks among pre-shuffled-B (1, default) or plain-B (0) kernels",
+    )
+    p.add_argument(
+        "--splitk",
+        type=int,
+        default=0,
+        metavar="L",
+        help="log2 of the K split (splitK kernels only; default 0); -1 lets the heuristic "
+        "try 2/4/8/16",
+    )
+    p.add_argument(
+        "--iters", type=int, default=50, help="timed launches on hardware (default 50; 0 = none)"
+    )
+    p.add_argument("--no-verify", action="store_true", help="skip the CPU reference check")
+    p.add_argument("--list", action="store_true", help="print the manifest and exit")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_device_args(p)
+    p.set_defaults(func=run_gemm_command)
+
+
+# --- f4pipe verify | splitk | bench ------------------------------------------------------------
+
+STAGE_SCHEMAS = {"verify": VERIFY, "splitk": SPLITK, "bench": BENCH}
+STAGE_DEFAULT_MATRIX = {"verify": "seed", "splitk": "splitk", "bench": "throughput"}
+STAGE_HELP = {
+    "verify": "check kernels against the CPU reference over a shape matrix",
+    "splitk": "error vs K split count on the splitK kernels",
+    "bench": "throughput (us, TFLOP/s) on gfx950 hardware; skipped rows elsewhere",
+}
+
+
+def toolchain_id_from(args: argparse.Namespace) -> str:
+    if args.toolchain_id:
+        return str(args.toolchain_id)
+    return read_toolchain_id(args.toolchain_json)
+
+
+def run_stage_command(args: argparse.Namespace) -> int:
+    cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
+    manifest = read_manifest(co_dir_from(args))
+    seed_a, seed_b = parse_seed(args.seed)
+    device: Device | None
+    reason = NO_DEVICE_REASON
+    try:
+        device = open_device(args.device)
+    except NoDeviceError as exc:
+        detail = str(exc)
+        reason = detail if detail.startswith(NO_DEVICE_REASON) else f"{NO_DEVICE_REASON}: {detail}"
+        device = None
+    settings = StageSettings(
+        keys=ArtifactKeys(args.aiter_id, toolchain_id_from(args), "none"),
+        variant=args.variant,
+        kernel=args.kernel,
+        seed_a=seed_a,
+        seed_b=seed_b,
+        alpha=args.alpha,
+        iters=args.iters,
+        skip_reason=reason,
+    )
+    try:
+        rows = STAGES[args.command](device, manifest, cases, settings)
+    finally:
+        if device is not None:
+            device.close()
+    write_rows(args.output, rows, STAGE_SCHEMAS[args.command])
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"
+    print(f"f4pipe {args.command}: {len(rows)} row(s) -> {args.output} ({summary})")
+    if reason != NO_DEVICE_REASON:
+        print(f"f4pipe {args.command}: {reason}", file=sys.stderr)
+    if args.record:
+        return EXIT_OK
+    return EXIT_FAILED if counts.get("failed") or counts.get("error") else EXIT_OK
+
+
+def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
+    p = subparsers.add_parser(
+        name,
+        help=STAGE_HELP[name],
+        description=f"{STAGE_HELP[name]}; writes one Parquet table (schema f4pipe.schemas."
+        f"{name.upper()}). Without a usable device every row is recorded as skipped with the "
+        "reason. Exit 0 if no run failed or errored, 1 otherwise, 2 on an error.",
+    )
+    p.add_argument(
+        "--matrix",
+        default=STAGE_DEFAULT_MATRIX[name],
+        help=f"named shape matrix: {', '.join(MATRICES)} (default {STAGE_DEFAULT_MATRIX[name]})",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="M,N,K[,L]",
+        help="run these shapes (heuristic kernel) instead of --matrix; repeatable",
+    )
+    p.add_argument("--kernel", help="only runs of this kernel (symbol, .co name or stem)")
+    p.add_argument("--variant", default="original", help="label: original, rebuilt, ...")
+    p.add_argument("--aiter-id", required=True, help="artifact key: aiter version or git sha")
+    tc = p.add_mutually_exclusive_group(required=True)
+    tc.add_argument("--toolchain-id", help="artifact key: LLVM/ROCm version")
+    tc.add_argument(
+        "--toolchain-json", type=Path, help="read the toolchain id from this toolchain.json"
+    )
+    p.add_argument(
+        "--iters", type=int, default=100, help="timed launches per case (bench; default 100)"
+    )
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="exit 0 once the table is written, whatever the verdicts (the pipeline reports "
+        "failures instead of stopping on them); errors still exit 2",
+    )
+    p.add_argument("-o", "--output", type=Path, required=True, help="Parquet file to write")
+    add_device_args(p)
+    p.set_defaults(func=run_stage_command)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    register_gemm(subparsers)
+    for name in STAGES:
+        register_stage(subparsers, name)

@@ -1,0 +1,233 @@
+"""One f4gemm run on any Device: operands, layouts, kernarg, launch, verification, timing.
+
+This is everything the seed C++ driver did on the host, once. Hardware (hip-python) and the
+gfx950 emulator differ only in the Device they pass; the bytes a kernel sees are identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from f4pipe.device import Device, DeviceBuffer
+from f4pipe.errors import InputError, ShapeError
+from f4pipe.kernarg import BufferLayout, LaunchGeometry, gemm_kernarg, launch_geometry
+from f4pipe.manifest import KernelEntry
+from f4pipe.numerics import bf16_bits_to_float, pad_scales, shuffle_b, shuffle_scales
+from f4pipe.operands import (
+    DEFAULT_DISTRIBUTION,
+    SEED_A,
+    SEED_B,
+    MxOperand,
+    OperandDistribution,
+    generate_operand,
+)
+from f4pipe.reference import reference_gemm
+from f4pipe.verify import Verification, verify_output
+
+#: Untimed launches before the timed ones (the seed driver's).
+WARMUP_LAUNCHES = 5
+NOT_TIMED_NO_HARDWARE = "throughput is measured only on gfx950 hardware"
+
+
+@dataclass(frozen=True)
+class GemmRequest:
+    """What to run: shape, split, operands' seeds and distribution, alpha, and options."""
+
+    m: int
+    n: int
+    k: int
+    log2_k_split: int = 0
+    seed_a: int = SEED_A
+    seed_b: int = SEED_B
+    alpha: float = 1.0
+    distribution: OperandDistribution = DEFAULT_DISTRIBUTION
+    verify: bool = True
+    iters: int = 0  # timed launches (0 = do not time)
+    # D before the launch (non-splitK only): None = zeros, an int = that byte everywhere,
+    # an array = the full padded [round_up(M,32), N] uint16 bf16 bit pattern.
+    d_prefill: int | np.ndarray | None = field(default=None, repr=False)
+    keep_padded_d: bool = False  # return the whole padded D (bits) for canary checks
+
+
+@dataclass(frozen=True)
+class GemmResult:
+    """A run's outcome. `verification` is None with verify=False; `us` None when not timed."""
+
+    kernel: str  # the .co stem
+    symbol: str
+    m: int
+    n: int
+    k: int
+    log2_k_split: int
+    geometry: LaunchGeometry
+    device_id: str
+    seed_a: int
+    seed_b: int
+    alpha: float
+    verification: Verification | None
+    us: float | None
+    not_timed_reason: str | None
+    d: np.ndarray = field(repr=False)  # float64 [M, N], the kernel's output
+    d_padded_bits: np.ndarray | None = field(default=None, repr=False)  # uint16 [rows32, N]
+
+    @property
+    def gdz(self) -> int:
+        return self.geometry.gdz
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.verification is None else self.verification.passed
+
+    @property
+    def tflops(self) -> float | None:
+        return None if self.us is None else tflops(self.m, self.n, self.k, self.us)
+
+
+def tflops(m: int, n: int, k: int, us: float) -> float:
+    """TFLOP/s of an M x N x K GEMM that took `us` microseconds: 2MNK / us / 1e6."""
+    return 2.0 * m * n * k / us / 1e6
+
+
+@dataclass(frozen=True)
+class DeviceOperands:
+    """Host images of the four input buffers, exactly as uploaded (padding included)."""
+
+    a: np.ndarray  # [round_up(M,256), K/2] uint8
+    b: np.ndarray  # [round_up(N,256), K/2] uint8, pre-shuffled for BpreShuffle kernels
+    scale_a: np.ndarray  # padded + shuffled
+    scale_b: np.ndarray
+
+
+def device_images(
+    a: MxOperand, b: MxOperand, layout: BufferLayout, bpreshuffle: bool
+) -> DeviceOperands:
+    """Lay operands out as the kernels read them: rows over-allocated (zeros), B pre-shuffled
+    for BpreShuffle kernels (plain for noBpreShuffle), scales padded with 0x7F and shuffled."""
+    a_img = np.zeros((layout.a_rows, layout.k // 2), dtype=np.uint8)
+    a_img[: layout.m] = a.packed
+    b_img = np.zeros((layout.b_rows, layout.k // 2), dtype=np.uint8)
+    b_img[: layout.n] = shuffle_b(b.packed) if bpreshuffle else b.packed
+    return DeviceOperands(
+        a=a_img,
+        b=b_img,
+        scale_a=shuffle_scales(pad_scales(a.scales)),
+        scale_b=shuffle_scales(pad_scales(b.scales)),
+    )
+
+
+def _upload(device: Device, image: np.ndarray, buffers: list[DeviceBuffer]) -> DeviceBuffer:
+    buf = device.alloc(image.nbytes)
+    buffers.append(buf)
+    device.upload(buf, np.ascontiguousarray(image))
+    return buf
+
+
+def _prefill_d(device: Device, d_buf: DeviceBuffer, request: GemmRequest, layout: BufferLayout):
+    prefill = request.d_prefill
+    if prefill is None:
+        device.memset(d_buf, 0)
+    elif isinstance(prefill, int):
+        if not 0 <= prefill <= 0xFF:
+            raise InputError(f"d_prefill byte {prefill} is not in 0..255")
+        device.memset(d_buf, prefill)
+    else:
+        image = np.asarray(prefill)
+        if image.dtype != np.uint16 or image.shape != layout.d_shape:
+            raise InputError(
+                f"d_prefill array must be uint16 of shape {layout.d_shape} (padded D bits), "
+                f"got {image.dtype} {image.shape}"
+            )
+        device.upload(d_buf, np.ascontiguousarray(image))
+
+
+def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmRequest) -> GemmResult:
+    """Run `entry` from `co_path` on `device` for `request`, verify it, optionally time it.
+
+    splitK launches (gdz > 1) accumulate into D with atomics, so D is zeroed before each one
+    (the whole padded buffer, as aiter does); a d_prefill is then refused, not silently lost.
+    """
+    r = request
+    if r.log2_k_split > 0 and not entry.splitk:
+        raise ShapeError(
+            f"{entry.name} is not a splitK kernel; log2_k_split={r.log2_k_split} needs one of "
+            "the splitK kernels (BpreShuffle 256x256 or 128x512)"
+        )
+    geometry = launch_geometry(entry.tile_m, entry.tile_n, r.m, r.n, r.k, r.log2_k_split)
+    splitk = geometry.gdz > 1
+    if splitk and r.d_prefill is not None:
+        raise InputError("d_prefill is meaningless for a splitK launch: D is zeroed before it")
+    if r.iters < 0:
+        raise InputError(f"iters={r.iters} must be >= 0")
+    layout = BufferLayout(r.m, r.n, r.k)
+    a = generate_operand(r.m, r.k, r.seed_a, r.distribution)
+    b = generate_operand(r.n, r.k, r.seed_b, r.distribution)
+    images = device_images(a, b, layout, entry.bpreshuffle)
+
+    kernel = device.load(co_path, entry.symbol)
+    buffers: list[DeviceBuffer] = []
+    try:
+        a_buf = _upload(device, images.a, buffers)
+        b_buf = _upload(device, images.b, buffers)
+        sa_buf = _upload(device, images.scale_a, buffers)
+        sb_buf = _upload(device, images.scale_b, buffers)
+        d_buf = device.alloc(layout.d_nbytes)
+        buffers.append(d_buf)
+        _prefill_d(device, d_buf, r, layout)
+        kernarg = gemm_kernarg(
+            layout=layout,
+            ptr_d=d_buf.addr,
+            ptr_a=a_buf.addr,
+            ptr_b=b_buf.addr,
+            ptr_scale_a=sa_buf.addr,
+            ptr_scale_b=sb_buf.addr,
+            alpha=r.alpha,
+            log2_k_split=r.log2_k_split if entry.splitk else 0,
+        )
+        device.launch(kernel, geometry.grid, geometry.block, kernarg)
+        d_bits = device.download(d_buf).view(np.uint16).reshape(layout.d_shape).copy()
+
+        us: float | None = None
+        not_timed: str | None = None
+        if r.iters > 0 and device.can_time:
+            us = device.time_launches(
+                kernel,
+                geometry.grid,
+                geometry.block,
+                kernarg,
+                iters=r.iters,
+                warmup=WARMUP_LAUNCHES,
+                zero_before_each=d_buf if splitk else None,
+            )
+        elif r.iters > 0:
+            not_timed = NOT_TIMED_NO_HARDWARE
+        else:
+            not_timed = "not requested (iters=0)"
+    finally:
+        for buf in buffers:
+            device.free(buf)
+
+    d = bf16_bits_to_float(d_bits[: r.m])
+    verification = (
+        verify_output(d, reference_gemm(a, b, r.alpha), geometry.gdz) if r.verify else None
+    )
+    return GemmResult(
+        kernel=entry.name,
+        symbol=entry.symbol,
+        m=r.m,
+        n=r.n,
+        k=r.k,
+        log2_k_split=r.log2_k_split if entry.splitk else 0,
+        geometry=geometry,
+        device_id=device.device_id,
+        seed_a=r.seed_a,
+        seed_b=r.seed_b,
+        alpha=r.alpha,
+        verification=verification,
+        us=us,
+        not_timed_reason=not_timed,
+        d=d,
+        d_padded_bits=d_bits if r.keep_padded_d else None,
+    )

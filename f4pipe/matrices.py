@@ -1,0 +1,100 @@
+"""The default GEMM test matrices, as data, selectable by name.
+
+A Case names a shape and split and which kernel(s) run it: None = the tile heuristic's choice,
+"*" = every manifest kernel, "splitk" = every splitK-capable kernel, else one kernel name.
+"seed" is the seed driver's run_tests.sh (51 checks); "throughput" the seed README's hardware
+table; "smoke" small shapes cheap enough for the emulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from f4pipe.errors import ConfigError, ShapeError
+from f4pipe.manifest import KernelEntry, Manifest
+
+ALL_KERNELS = "*"
+SPLITK_KERNELS = "splitk"
+
+
+@dataclass(frozen=True)
+class Case:
+    m: int
+    n: int
+    k: int
+    log2_k_split: int = 0
+    kernel: str | None = None  # None: heuristic; "*": all; "splitk": splitK-capable; or a name
+
+    def label(self) -> str:
+        return f"M={self.m} N={self.n} K={self.k} log2_k_split={self.log2_k_split}"
+
+
+SEED_HEURISTIC = tuple(
+    Case(m, n, k)
+    for m, n, k in [
+        (128, 1024, 1024),
+        (256, 2048, 2048),
+        (300, 2048, 1024),
+        (1, 4096, 2048),
+        (17, 512, 256),
+        (512, 1024, 2048),
+        (2048, 8192, 1024),
+        (4096, 4096, 512),
+    ]
+)
+SEED_ALL_KERNELS = (Case(300, 2048, 1024, kernel=ALL_KERNELS),)
+SEED_SPLITK = tuple(Case(256, 1024, 4096, log2, SPLITK_KERNELS) for log2 in (1, 2, 3, 4))
+
+MATRICES: dict[str, tuple[Case, ...]] = {
+    "seed": SEED_HEURISTIC + SEED_ALL_KERNELS + SEED_SPLITK,
+    "heuristic": SEED_HEURISTIC,
+    "all-kernels": SEED_ALL_KERNELS,
+    "splitk": tuple(Case(256, 1024, 4096, log2, SPLITK_KERNELS) for log2 in range(5)),
+    "throughput": tuple(
+        Case(m, n, k)
+        for m, n, k in [
+            (8192, 8192, 8192),
+            (2048, 8192, 8192),
+            (4096, 4096, 4096),
+            (128, 16384, 16384),
+        ]
+    ),
+    "smoke": (Case(32, 256, 512, kernel=ALL_KERNELS),),
+    "smoke-splitk": tuple(Case(32, 256, 1024, log2, SPLITK_KERNELS) for log2 in range(3)),
+}
+
+
+def get_matrix(name: str) -> tuple[Case, ...]:
+    try:
+        return MATRICES[name]
+    except KeyError:
+        raise ConfigError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}") from None
+
+
+def parse_case(text: str) -> Case:
+    """'M,N,K' or 'M,N,K,L' (L = log2_k_split) -> a heuristic-kernel Case."""
+    try:
+        parts = [int(p) for p in text.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (3, 4):
+        raise ConfigError(f"shape {text!r} is not M,N,K or M,N,K,LOG2_K_SPLIT")
+    return Case(*parts)
+
+
+def expand_case(case: Case, manifest: Manifest, resolve_heuristic) -> list[tuple[KernelEntry, int]]:
+    """The (kernel, log2_k_split) runs of a case; `resolve_heuristic(case)` picks for None."""
+    if case.kernel is None:
+        return [resolve_heuristic(case)]
+    if case.kernel == ALL_KERNELS:
+        return [
+            (e, case.log2_k_split if e.splitk else 0)
+            for e in manifest
+            if e.splitk or case.log2_k_split == 0
+        ]
+    if case.kernel == SPLITK_KERNELS:
+        return [(e, case.log2_k_split) for e in manifest if e.splitk]
+    entry = manifest.get(case.kernel)
+    if case.log2_k_split > 0 and not entry.splitk:
+        raise ShapeError(f"{entry.name} cannot split K ({case.label()})")
+    return [(entry, case.log2_k_split)]

@@ -1,0 +1,214 @@
+"""The pipeline's GEMM stages: verify, splitk, bench. Each turns (device, manifest, cases) into
+rows of one Parquet schema (f4pipe.schemas VERIFY / SPLITK / BENCH).
+
+A stage never pretends: with no device that can run the kernels every row is "skipped" with the
+reason, and bench on anything but gfx950 hardware records "skipped" instead of a number. A
+device error on one case is recorded as an "error" row and the stage goes on, so one bad kernel
+does not hide the others' results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from f4pipe.device import Device
+from f4pipe.errors import DeviceError, ShapeError
+from f4pipe.gemm import NOT_TIMED_NO_HARDWARE, WARMUP_LAUNCHES, GemmRequest, run_gemm
+from f4pipe.heuristic import DEFAULT_NUM_CU, select_kernel
+from f4pipe.kernarg import launch_geometry
+from f4pipe.manifest import KernelEntry, Manifest
+from f4pipe.matrices import Case, expand_case
+from f4pipe.operands import SEED_A, SEED_B
+from f4pipe.schemas import ArtifactKeys
+
+NO_DEVICE_REASON = "no gfx950 device"
+BENCH_NOT_HARDWARE_REASON = f"skipped: {NOT_TIMED_NO_HARDWARE}"
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What every stage row records and runs with."""
+
+    keys: ArtifactKeys
+    variant: str = "original"
+    kernel: str | None = None  # restrict to this kernel (name, symbol or .co)
+    seed_a: int = SEED_A
+    seed_b: int = SEED_B
+    alpha: float = 1.0
+    iters: int = 100  # bench only
+    bpreshuffle: bool = True  # heuristic cases
+    skip_reason: str = NO_DEVICE_REASON  # used when device is None
+
+
+def plan_runs(
+    manifest: Manifest, cases: Iterable[Case], settings: StageSettings, num_cu: int
+) -> list[tuple[KernelEntry, int, Case]]:
+    """Expand cases into (kernel, log2_k_split, case) runs, restricted to settings.kernel."""
+
+    def heuristic(case: Case) -> tuple[KernelEntry, int]:
+        choice = select_kernel(
+            manifest,
+            case.m,
+            case.n,
+            bpreshuffle=settings.bpreshuffle,
+            log2_k_split=case.log2_k_split,
+            num_cu=num_cu,
+        )
+        return choice.entry, choice.log2_k_split
+
+    wanted = manifest.get(settings.kernel) if settings.kernel else None
+    runs = []
+    for case in cases:
+        for entry, log2 in expand_case(case, manifest, heuristic):
+            if wanted is None or entry == wanted:
+                runs.append((entry, log2, case))
+    return runs
+
+
+def _case_row(
+    settings: StageSettings, device_id: str, entry: KernelEntry, log2: int, case: Case
+) -> dict[str, Any]:
+    try:
+        gdz = launch_geometry(entry.tile_m, entry.tile_n, case.m, case.n, case.k, log2).gdz
+    except ShapeError:
+        gdz = 0
+    keys = ArtifactKeys(
+        settings.keys.aiter_id, settings.keys.toolchain_id, device_id, settings.keys.f4pipe_version
+    )
+    return {
+        **keys.as_row(),
+        "variant": settings.variant,
+        "kernel": entry.name,
+        "symbol": entry.symbol,
+        "m": case.m,
+        "n": case.n,
+        "k": case.k,
+        "log2_k_split": log2,
+        "gdz": gdz,
+        "seed_a": settings.seed_a,
+        "seed_b": settings.seed_b,
+        "status": "skipped",
+        "reason": "",
+    }
+
+
+_ERROR_METRICS = ("passed", "bad", "max_abs_err", "max_rel_err", "err_frac", "max_abs_ref")
+
+
+def _checked_row(
+    device: Device | None,
+    manifest: Manifest,
+    settings: StageSettings,
+    entry: KernelEntry,
+    log2: int,
+    case: Case,
+) -> dict[str, Any]:
+    device_id = device.device_id if device is not None else "none"
+    row = _case_row(settings, device_id, entry, log2, case)
+    row.update({name: None for name in (*_ERROR_METRICS, "atol", "rtol", "seconds")})
+    row["alpha"] = settings.alpha
+    if device is None:
+        row["reason"] = settings.skip_reason
+        return row
+    request = GemmRequest(
+        case.m, case.n, case.k, log2, settings.seed_a, settings.seed_b, settings.alpha
+    )
+    start = time.perf_counter()
+    try:
+        result = run_gemm(device, entry, manifest.co_path(entry), request)
+    except (DeviceError, ShapeError) as exc:
+        row.update(status="error", reason=f"{type(exc).__name__}: {exc}")
+        return row
+    v = result.verification
+    assert v is not None  # verify=True
+    row.update(
+        status="passed" if v.passed else "failed",
+        reason="" if v.passed else f"{v.bad} element(s) outside atol + rtol*|ref|",
+        passed=v.passed,
+        bad=v.bad,
+        max_abs_err=v.max_abs_err,
+        max_rel_err=v.max_rel_err,
+        err_frac=v.err_frac,
+        max_abs_ref=v.max_abs_ref,
+        atol=v.atol,
+        rtol=v.rtol,
+        seconds=time.perf_counter() - start,
+        gdz=result.gdz,
+    )
+    return row
+
+
+def verify_stage(
+    device: Device | None, manifest: Manifest, cases: Iterable[Case], settings: StageSettings
+) -> list[dict[str, Any]]:
+    """VERIFY rows: every run checked against the CPU reference (f4pipe.verify criteria)."""
+    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
+    return [
+        _checked_row(device, manifest, settings, entry, log2, case)
+        for entry, log2, case in plan_runs(manifest, cases, settings, num_cu)
+    ]
+
+
+def splitk_stage(
+    device: Device | None, manifest: Manifest, cases: Iterable[Case], settings: StageSettings
+) -> list[dict[str, Any]]:
+    """SPLITK rows: split count vs error (err_frac = max abs err / max|ref|)."""
+    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
+    rows = []
+    for entry, log2, case in plan_runs(manifest, cases, settings, num_cu):
+        row = _checked_row(device, manifest, settings, entry, log2, case)
+        geometry = launch_geometry(entry.tile_m, entry.tile_n, case.m, case.n, case.k, log2)
+        row["k_num"] = geometry.k_num
+        row["k_per_tg"] = geometry.k_per_tg
+        rows.append(row)
+    return rows
+
+
+def bench_stage(
+    device: Device | None, manifest: Manifest, cases: Iterable[Case], settings: StageSettings
+) -> list[dict[str, Any]]:
+    """BENCH rows: mean us per launch and TFLOP/s on gfx950 hardware; "skipped" elsewhere.
+
+    Timing only (verify=False): correctness is the verify stage's job, and the float64
+    reference of the large throughput shapes would dominate the stage's run time.
+    """
+    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
+    rows = []
+    for entry, log2, case in plan_runs(manifest, cases, settings, num_cu):
+        device_id = device.device_id if device is not None else "none"
+        row = _case_row(settings, device_id, entry, log2, case)
+        row.update(iters=settings.iters, warmup=WARMUP_LAUNCHES, us=None, tflops=None)
+        if device is None:
+            row["reason"] = settings.skip_reason
+        elif not device.can_time:
+            row["reason"] = BENCH_NOT_HARDWARE_REASON
+        else:
+            request = GemmRequest(
+                case.m,
+                case.n,
+                case.k,
+                log2,
+                settings.seed_a,
+                settings.seed_b,
+                settings.alpha,
+                verify=False,
+                iters=settings.iters,
+            )
+            try:
+                result = run_gemm(device, entry, manifest.co_path(entry), request)
+            except (DeviceError, ShapeError) as exc:
+                row.update(status="error", reason=f"{type(exc).__name__}: {exc}")
+            else:
+                row.update(status="measured", us=result.us, tflops=result.tflops)
+        rows.append(row)
+    return rows
+
+
+STAGES: dict[str, Callable[..., list[dict[str, Any]]]] = {
+    "verify": verify_stage,
+    "splitk": splitk_stage,
+    "bench": bench_stage,
+}

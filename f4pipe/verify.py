@@ -1,0 +1,71 @@
+"""The verification criteria (the seed driver's), defined once.
+
+rtol = 2e-2; atol = 2e-4 * max|ref|, or 2e-2 * max|ref| when the launch splits K (gdz > 1),
+because splitK reduces the K chunks with bf16 atomics and the error then scales with the
+partial sums, not the final element (seed README, "splitK accumulates in bf16"). An element is
+bad if |got - ref| > atol + rtol * |ref|; a run passes iff no element of the first M x N is bad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from f4pipe.errors import ShapeError
+
+RTOL = 2e-2
+ATOL_FRACTION = 2e-4
+ATOL_FRACTION_SPLITK = 2e-2
+
+
+@dataclass(frozen=True)
+class Verification:
+    """How a kernel's output compares with the reference."""
+
+    passed: bool
+    bad: int  # elements outside atol + rtol*|ref|
+    max_abs_err: float
+    max_rel_err: float  # over elements with |ref| > atol
+    err_frac: float  # max_abs_err / max|ref|
+    max_abs_ref: float
+    atol: float
+    rtol: float
+
+    def as_dict(self) -> dict[str, float | int | bool]:
+        return asdict(self)
+
+
+def atol_for(max_abs_ref: float, gdz: int) -> float:
+    """The absolute tolerance for a launch with `gdz` K chunks."""
+    return (ATOL_FRACTION_SPLITK if gdz > 1 else ATOL_FRACTION) * max_abs_ref
+
+
+def verify_output(got: np.ndarray, ref: np.ndarray, gdz: int) -> Verification:
+    """Compare `got` (the kernel's D, first M x N, as float64) with the reference."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        raise ShapeError(f"output shape {got.shape} differs from reference shape {ref.shape}")
+    abs_ref = np.abs(ref)
+    max_abs_ref = float(abs_ref.max()) if ref.size else 0.0
+    atol = atol_for(max_abs_ref, gdz)
+    # NaN in got counts as bad: the comparison below is False for NaN, so test "not <=".
+    err = np.abs(got - ref)
+    bad = int(np.count_nonzero(~(err <= atol + RTOL * abs_ref)))
+    finite_err = np.where(np.isnan(err), np.inf, err)
+    max_abs_err = float(finite_err.max()) if err.size else 0.0
+    significant = abs_ref > atol
+    max_rel_err = (
+        float((finite_err[significant] / abs_ref[significant]).max()) if significant.any() else 0.0
+    )
+    return Verification(
+        passed=bad == 0,
+        bad=bad,
+        max_abs_err=max_abs_err,
+        max_rel_err=max_rel_err,
+        err_frac=max_abs_err / max_abs_ref if max_abs_ref > 0 else 0.0,
+        max_abs_ref=max_abs_ref,
+        atol=atol,
+        rtol=RTOL,
+    )

@@ -1,0 +1,114 @@
+"""The verify / splitk / bench stages: rows, schemas, skipped-not-pretended, and their CLI."""
+
+from __future__ import annotations
+
+import ctypes.util
+
+import pytest
+from hostmodel import HostModelDevice
+
+import f4pipe.cli.gemm as gemm_cli
+from f4pipe.cli import main
+from f4pipe.manifest import read_manifest
+from f4pipe.matrices import MATRICES, Case, get_matrix, parse_case
+from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, read_table, table_from_rows
+from f4pipe.stages import (
+    BENCH_NOT_HARDWARE_REASON,
+    StageSettings,
+    bench_stage,
+    splitk_stage,
+    verify_stage,
+)
+
+KEYS = ArtifactKeys("aiter-test", "llvm-test", "none")
+NO_RUNTIME = ctypes.util.find_library("amdhip64") is None
+
+
+@pytest.fixture(scope="module")
+def manifest(f4gemm_dir):
+    return read_manifest(f4gemm_dir)
+
+
+def test_seed_matrix_is_the_51_checks(manifest):
+    rows = verify_stage(None, manifest, get_matrix("seed"), StageSettings(KEYS))
+    assert len(rows) == 51
+    assert {r["status"] for r in rows} == {"skipped"} and {r["reason"] for r in rows} == {
+        "no gfx950 device"
+    }
+    table_from_rows(rows, VERIFY)  # matches the schema
+    assert sum(r["log2_k_split"] > 0 for r in rows) == 8
+
+
+def test_verify_rows_on_a_device(manifest):
+    settings = StageSettings(
+        KEYS, variant="rebuilt", kernel="f4gemm_bf16_per1x32Fp4_BpreShuffle_64x256"
+    )
+    rows = verify_stage(HostModelDevice(), manifest, get_matrix("smoke"), settings)
+    (row,) = rows
+    assert row["status"] == "passed" and row["variant"] == "rebuilt"
+    assert row["device_id"] == "hostmodel" and row["kernel"].endswith("64x256")
+    assert row["max_rel_err"] <= 2.0**-8 and row["seed_a"] == 1234 and row["seed_b"] == 5678
+    table_from_rows(rows, VERIFY)
+
+
+def test_failures_and_errors_are_rows(manifest):
+    rows = verify_stage(
+        HostModelDevice(honour_b_shuffle=False),
+        manifest,
+        [Case(32, 256, 256, kernel="f4gemm_bf16_per1x32Fp4_BpreShuffle_32x256")],
+        StageSettings(KEYS),
+    )
+    assert rows[0]["status"] == "failed" and rows[0]["bad"] > 0
+
+
+def test_splitk_rows(manifest):
+    rows = splitk_stage(
+        HostModelDevice(), manifest, get_matrix("smoke-splitk"), StageSettings(KEYS)
+    )
+    assert [(r["k_num"], r["gdz"]) for r in rows] == [
+        (1, 1),
+        (1, 1),
+        (2, 2),
+        (2, 2),
+        (4, 4),
+        (4, 4),
+    ]
+    assert all(r["status"] == "passed" for r in rows)
+    table_from_rows(rows, SPLITK)
+
+
+def test_bench_never_pretends(manifest):
+    cases = get_matrix("throughput")
+    rows = bench_stage(HostModelDevice(), manifest, cases, StageSettings(KEYS))
+    assert {r["reason"] for r in rows} == {BENCH_NOT_HARDWARE_REASON}
+    assert all(r["us"] is None and r["tflops"] is None and r["status"] == "skipped" for r in rows)
+    rows = bench_stage(None, manifest, cases, StageSettings(KEYS))
+    assert {r["reason"] for r in rows} == {"no gfx950 device"}
+    table_from_rows(rows, BENCH)
+
+
+def test_matrices():
+    assert set(MATRICES) >= {"seed", "splitk", "throughput", "smoke"}
+    assert parse_case("256,1024,4096,2") == Case(256, 1024, 4096, 2)
+    with pytest.raises(Exception, match="M,N,K"):
+        parse_case("1,2")
+
+
+@pytest.mark.skipif(not NO_RUNTIME, reason="a HIP runtime is present")
+def test_stage_cli_without_device(f4gemm_dir, tmp_path, capsys):
+    out = tmp_path / "bench.parquet"
+    common = ["--co-dir", str(f4gemm_dir), "--aiter-id", "a", "--toolchain-id", "t"]
+    assert main(["bench", *common, "--device", "hip", "-o", str(out)]) == 0
+    table = read_table(out, BENCH)
+    assert table.num_rows == 4
+    assert all(r.startswith("no gfx950 device") for r in table.column("reason").to_pylist())
+    assert "no HIP runtime" in capsys.readouterr().err
+
+
+def test_stage_cli_on_model(f4gemm_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(gemm_cli, "open_device", lambda kind: HostModelDevice())
+    out = tmp_path / "verify.parquet"
+    args = ["verify", "--co-dir", str(f4gemm_dir), "--aiter-id", "a", "--toolchain-id", "t"]
+    assert main([*args, "--shape", "32,256,512", "--variant", "rebuilt", "-o", str(out)]) == 0
+    table = read_table(out, VERIFY).to_pylist()
+    assert len(table) == 1 and table[0]["status"] == "passed" and table[0]["aiter_id"] == "a"

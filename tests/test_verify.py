@@ -1,0 +1,37 @@
+"""The verification criteria (f4pipe.verify), on hand-made outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from f4pipe.verify import RTOL, atol_for, verify_output
+
+
+def test_criteria_boundaries():
+    ref = np.array([[1000.0, 100.0, 0.0, -500.0]])
+    atol = 2e-4 * 1000.0
+    assert atol_for(1000.0, 1) == atol and atol_for(1000.0, 2) == 2e-2 * 1000.0
+    inside = 0.99 * (atol + RTOL * 1000.0)
+    ok = ref + np.array([[inside, 0.0, 0.99 * atol, 0.0]])
+    v = verify_output(ok, ref, gdz=1)
+    assert v.passed and v.bad == 0
+    # max_rel_err only over |ref| > atol: the zero element (error 0.99*atol) does not count.
+    assert v.max_rel_err == pytest.approx(inside / 1000.0, rel=1e-12)
+    assert v.max_abs_err == pytest.approx(inside, rel=1e-12)
+    assert v.err_frac == v.max_abs_err / 1000.0
+    outside = ref + np.array([[1.01 * (atol + RTOL * 1000.0), 0.0, 0.0, 0.0]])
+    assert verify_output(outside, ref, gdz=1).bad == 1
+    bad = ref.copy()
+    bad[0, 2] = atol * 1.5
+    v = verify_output(bad, ref, gdz=1)
+    assert not v.passed and v.bad == 1
+    assert verify_output(bad, ref, gdz=4).passed  # splitK tolerance is 2 % of max|ref|
+
+
+def test_nan_is_bad():
+    ref = np.ones((2, 2))
+    got = ref.copy()
+    got[1, 1] = np.nan
+    v = verify_output(got, ref, gdz=1)
+    assert not v.passed and v.bad == 1 and v.max_abs_err == np.inf

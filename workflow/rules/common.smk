@@ -1,0 +1,105 @@
+# Workflow-side helpers: config validation, the artifact-set paths, and input functions.
+import json
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from f4pipe.fetch import aiter_id_for
+from f4pipe.manifest import read_manifest
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+AITER_ID = aiter_id_for(config["aiter"])
+RESOURCES = Path(config["resources_dir"])
+AITER_DIR = RESOURCES / "aiter" / AITER_ID
+RESULTS = Path(config["results_dir"]) / AITER_ID
+LOGS = Path("logs") / AITER_ID
+VARIANTS = ["original", "rebuilt"]
+GEMM_STAGES = ["verify", "splitk", "bench"]
+
+
+wildcard_constraints:
+    kernel=r"[A-Za-z0-9_]+",
+    variant="|".join(VARIANTS),
+    stage="|".join(GEMM_STAGES),
+
+
+def get_fetch_args(wildcards):
+    """The aiter source as `f4pipe fetch` options."""
+    src = config["aiter"]
+    flags = {
+        "package": "--package",
+        "version": "--version",
+        "sha256": "--sha256",
+        "url": "--url",
+        "rev": "--rev",
+        "path": "--path",
+    }
+    args = [f"--source {src['kind']}"]
+    args += [f"{flag} {json.dumps(str(src[key]))}" for key, flag in flags.items() if key in src]
+    return " ".join(args)
+
+
+def get_toolchain_args(wildcards):
+    bin_dir = config["toolchain"]["bin_dir"]
+    return f"--toolchain-bin {json.dumps(bin_dir)}" if bin_dir else ""
+
+
+def get_kernels(wildcards=None):
+    """Kernel names (.co stems) listed by the fetched manifest: known only after fetch."""
+    fetched = checkpoints.fetch.get().output[0]
+    return [e.name for e in read_manifest(Path(fetched) / "f4gemm", check_files=False)]
+
+
+def get_original_object(wildcards):
+    checkpoints.fetch.get()
+    return AITER_DIR / "f4gemm" / f"{wildcards.kernel}.co"
+
+
+def get_roundtrip_rows(wildcards):
+    return [RESULTS / "roundtrip" / f"{k}.parquet" for k in get_kernels()]
+
+
+def get_rebuilt_objects(wildcards):
+    return [RESULTS / "roundtrip" / f"{k}.co" for k in get_kernels()]
+
+
+def get_variant_dir(wildcards):
+    if wildcards.variant == "original":
+        return checkpoints.fetch.get().output[0] + "/f4gemm"
+    return str(RESULTS / "variants" / "rebuilt")
+
+
+def is_gpu_device():
+    """Hardware rules declare a GPU so executors run them one at a time on GPU nodes."""
+    return 0 if config["device"] == "emulator" else 1
+
+
+def get_stage_rows(wildcards):
+    """Per (variant, kernel) rows of a GEMM stage; the stage runs per kernel so that
+    `--cores N` verifies kernels in parallel."""
+    return [
+        RESULTS / wildcards.stage / variant / f"{k}.parquet"
+        for variant in VARIANTS
+        for k in get_kernels()
+    ]
+
+
+def get_stage_matrix(wildcards):
+    return config[wildcards.stage]["matrix"]
+
+
+def get_stage_iters(wildcards):
+    return config[wildcards.stage].get("iters", 1)
+
+
+def get_final_outputs(wildcards):
+    outputs = [
+        RESULTS / "toolchain.json",
+        RESULTS / "kernels.parquet",
+        RESULTS / "roundtrip.parquet",
+        RESULTS / "variants" / "rebuilt",
+    ]
+    outputs += [RESULTS / f"{stage}.parquet" for stage in GEMM_STAGES if config[stage]["activate"]]
+    return outputs

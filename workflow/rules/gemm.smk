@@ -1,0 +1,40 @@
+# The GEMM stages (verify, splitk, bench) for each variant, one job per kernel.
+
+
+rule gemm_stage_kernel:
+    input:
+        co_dir=get_variant_dir,
+        toolchain=RESULTS / "toolchain.json",
+    output:
+        RESULTS / "{stage}" / "{variant}" / "{kernel}.parquet",
+    params:
+        matrix=get_stage_matrix,
+        iters=get_stage_iters,
+        device=config["device"],
+        aiter_id=AITER_ID,
+    resources:
+        gpu=is_gpu_device(),
+    log:
+        LOGS / "{stage}" / "{variant}" / "{kernel}.log",
+    benchmark:
+        LOGS / "{stage}" / "{variant}" / "{kernel}.benchmark.tsv"
+    shell:
+        "f4pipe {wildcards.stage} --co-dir {input.co_dir} --kernel {wildcards.kernel} "
+        "--variant {wildcards.variant} --matrix {params.matrix} --iters {params.iters} "
+        "--device {params.device} --aiter-id {params.aiter_id} "
+        "--toolchain-json {input.toolchain} --record -o {output} > {log} 2>&1"
+
+
+rule gemm_stage_table:
+    input:
+        get_stage_rows,
+    output:
+        report(
+            RESULTS / "{stage}.parquet",
+            caption="../report/{stage}.rst",
+            category="GEMM stages",
+        ),
+    log:
+        LOGS / "{stage}_table.log",
+    shell:
+        "f4pipe gather {wildcards.stage} {input} -o {output} > {log} 2>&1"

@@ -1,0 +1,90 @@
+# Fetch, toolchain, manifest and the co2asm round trip.
+
+
+checkpoint fetch:
+    output:
+        directory(AITER_DIR),
+    params:
+        source=get_fetch_args,
+        resources=RESOURCES,
+    log:
+        LOGS / "fetch.log",
+    shell:
+        "f4pipe fetch {params.source} --resources {params.resources} > {log} 2>&1"
+
+
+rule toolchain:
+    output:
+        RESULTS / "toolchain.json",
+    params:
+        toolchain=get_toolchain_args,
+    log:
+        LOGS / "toolchain.log",
+    shell:
+        "f4pipe toolchain {params.toolchain} -o {output} > {log} 2>&1"
+
+
+rule kernels:
+    input:
+        fetched=AITER_DIR,
+        toolchain=RESULTS / "toolchain.json",
+    output:
+        RESULTS / "kernels.parquet",
+    params:
+        aiter_id=AITER_ID,
+    log:
+        LOGS / "kernels.log",
+    shell:
+        "f4pipe kernels --co-dir {input.fetched}/f4gemm --toolchain-json {input.toolchain} "
+        "--aiter-id {params.aiter_id} -o {output} > {log} 2>&1"
+
+
+rule roundtrip:
+    input:
+        co=get_original_object,
+        toolchain=RESULTS / "toolchain.json",
+    output:
+        asm=RESULTS / "roundtrip" / "{kernel}.s",
+        rebuilt=RESULTS / "roundtrip" / "{kernel}.co",
+        diff=RESULTS / "roundtrip" / "{kernel}.diff.txt",
+        row=RESULTS / "roundtrip" / "{kernel}.parquet",
+    params:
+        out_dir=RESULTS / "roundtrip",
+        aiter_id=AITER_ID,
+    log:
+        LOGS / "roundtrip" / "{kernel}.log",
+    benchmark:
+        LOGS / "roundtrip" / "{kernel}.benchmark.tsv"
+    shell:
+        "f4pipe roundtrip {input.co} --out {params.out_dir} --row {output.row} --record "
+        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} > {log} 2>&1"
+
+
+rule roundtrip_table:
+    input:
+        get_roundtrip_rows,
+    output:
+        report(
+            RESULTS / "roundtrip.parquet",
+            caption="../report/roundtrip.rst",
+            category="Round trip",
+        ),
+    log:
+        LOGS / "roundtrip_table.log",
+    shell:
+        "f4pipe gather roundtrip {input} -o {output} > {log} 2>&1"
+
+
+rule rebuilt_variant:
+    input:
+        fetched=AITER_DIR,
+        rebuilt=get_rebuilt_objects,
+    output:
+        directory(RESULTS / "variants" / "rebuilt"),
+    params:
+        rebuilt_dir=RESULTS / "roundtrip",
+    log:
+        LOGS / "rebuilt_variant.log",
+    shell:
+        "f4pipe rebuilt-dir --co-dir {input.fetched}/f4gemm --rebuilt {params.rebuilt_dir} "
+        "-o {output} > {log} 2>&1"
