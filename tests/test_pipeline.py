@@ -1,0 +1,120 @@
+"""The Snakemake workflow end to end on a small local aiter directory, on the emulator.
+
+Runs the real Snakefile (fetch checkpoint, toolchain, kernels, per-kernel round trips, rebuilt
+variant, per-kernel GEMM stages, gathered tables) in a scratch working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = ("f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128", "f4gemm_bf16_per1x32Fp4_BpreShuffle_64x128")
+
+
+def make_local_aiter(f4gemm_dir: Path, dest: Path, names: tuple[str, ...]) -> Path:
+    """An aiter-like tree (<dest>/hsa/gfx950/f4gemm) holding only `names`."""
+    manifest = read_manifest(f4gemm_dir)
+    target = dest / "hsa" / "gfx950" / "f4gemm"
+    target.mkdir(parents=True)
+    entries = [manifest.get(n) for n in names]
+    for e in entries:
+        shutil.copy(manifest.co_path(e), target / e.co_name)
+    (target / MANIFEST_NAME).write_text(manifest_text(entries))
+    return dest / "hsa"
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+        "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args,
+    ]  # fmt: skip
+    # The rules call `f4pipe`: put this interpreter's scripts directory first on PATH.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+
+
+def write_config(workdir: Path, aiter_path: Path) -> None:
+    config = {
+        "aiter": {"kind": "local", "path": str(aiter_path)},
+        "toolchain": {"bin_dir": ""},
+        "device": "emulator",
+        "resources_dir": "resources",
+        "results_dir": "results",
+        "verify": {"activate": True, "matrix": "smoke"},
+        "splitk": {"activate": True, "matrix": "smoke-splitk"},
+        "bench": {"activate": True, "matrix": "smoke", "iters": 5},
+    }
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(f4gemm_dir: Path, tmp_path_factory, toolchain) -> Path:
+    workdir = tmp_path_factory.mktemp("pipeline")
+    write_config(workdir, make_local_aiter(f4gemm_dir, workdir / "aiter", KERNELS))
+    proc = snakemake(workdir, "all")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return workdir
+
+
+def results_dir(workdir: Path) -> Path:
+    (only,) = (workdir / "results").iterdir()
+    return only
+
+
+def test_pipeline_writes_every_table(pipeline_run: Path) -> None:
+    res = results_dir(pipeline_run)
+    assert res.name.startswith("local-")
+    kernels = pd.read_parquet(res / "kernels.parquet")
+    assert sorted(kernels.kernel) == sorted(KERNELS)
+    assert set(kernels.arch) == {"gfx950"}
+    rt = pd.read_parquet(res / "roundtrip.parquet")
+    assert rt.equivalent.all() and (rt.text_bytes_unexplained == 0).all()
+    assert (rt.text_bytes_explained > 0).all()
+    rebuilt = read_manifest(res / "variants" / "rebuilt")
+    assert sorted(e.name for e in rebuilt) == sorted(KERNELS)
+
+
+def test_pipeline_verifies_original_and_rebuilt_on_the_emulator(pipeline_run: Path) -> None:
+    verify = pd.read_parquet(results_dir(pipeline_run) / "verify.parquet")
+    assert set(verify.variant) == {"original", "rebuilt"}
+    assert set(verify.device_id) == {"emulator"}
+    assert (verify.status == "passed").all(), verify[["variant", "kernel", "status", "reason"]]
+    assert (verify.max_rel_err < 2**-8 * 1.01).all()
+
+
+def test_pipeline_bench_says_why_it_has_no_numbers(pipeline_run: Path) -> None:
+    bench = pd.read_parquet(results_dir(pipeline_run) / "bench.parquet")
+    assert len(bench) > 0
+    assert (bench.status == "skipped").all()
+    assert bench.us.isna().all() and bench.tflops.isna().all()
+    assert bench.reason.str.contains("only on gfx950 hardware").all()
+
+
+def test_second_run_does_nothing(pipeline_run: Path) -> None:
+    proc = snakemake(pipeline_run, "all", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_changed_aiter_source_reruns_under_a_new_id(pipeline_run: Path, f4gemm_dir: Path) -> None:
+    before = results_dir(pipeline_run).name
+    aiter = pipeline_run / "aiter2"
+    write_config(pipeline_run, make_local_aiter(f4gemm_dir, aiter, KERNELS[:1]))
+    proc = snakemake(pipeline_run, "all", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    planned = set(re.findall(r"results/(local-[0-9a-f]{12})/", out))
+    assert planned and before not in planned
+    assert re.search(r"(checkpoint|rule) fetch:", out) and "rule toolchain:" in out
