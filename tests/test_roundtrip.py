@@ -231,3 +231,24 @@ def test_roundtrip_cli_exit_codes_and_json(f4gemm_dir: Path, tmp_path: Path, cap
     err = capsys.readouterr().err
     assert "truncated" in err and "Traceback" not in err
     assert not (tmp_path / "o2" / "broken.co").exists()
+
+
+def test_co2asm_and_assemble_cli(f4gemm_dir: Path, tmp_path: Path, capsys) -> None:
+    orig = f4gemm_dir / "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128.co"
+    asm, rebuilt = tmp_path / "k.s", tmp_path / "k.co"
+    assert main(["co2asm", str(orig), "-o", str(asm)]) == 0
+    assert main(["assemble", str(asm), "-o", str(rebuilt)]) == 0
+    a, b = CodeObject.read(orig), CodeObject.read(rebuilt)
+    assert a.kernel_descriptor(a.kernel_symbols()[0].name) == b.kernel_descriptor(
+        b.kernel_symbols()[0].name
+    )
+    no_target = tmp_path / "plain.s"
+    no_target.write_text("\t.text\n\ts_endpgm\n")
+    assert main(["assemble", str(no_target), "-o", str(tmp_path / "p.co")]) == 2
+    assert ".amdgcn_target" in capsys.readouterr().err
+    bad = tmp_path / "bad.s"
+    bad.write_text(asm.read_text().replace("s_and_b32 s1, s1, 0xffff", "s_bogus_op s1", 1))
+    assert main(["assemble", str(bad), "-o", str(tmp_path / "bad.co")]) == 2
+    err = capsys.readouterr().err
+    assert "llvm-mc failed" in err and "s_bogus_op" in err
+    assert not (tmp_path / "bad.co").exists()
