@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,9 @@ GENERATOR_TAG = "f4pipe co2asm"
 
 _SYMBOL_LINE = re.compile(r"^([0-9a-fA-F]{8,16}) <(.+)>:$")
 _INSN_LINE = re.compile(
-    r"^\s+(?P<text>.*?)\s*// (?P<addr>[0-9A-Fa-f]{8,16}): (?P<enc>[0-9A-Fa-f ]+?)(?: <[^>]*>)?$"
+    r"^[ \t]+(?P<text>[^\n]*?)[ \t]*// (?P<addr>[0-9A-Fa-f]{8,16}): "
+    r"(?P<enc>[0-9A-Fa-f ]+?)(?: <[^>\n]*>)?$",
+    re.M,
 )
 _BRANCHES = re.compile(r"^(s_branch|s_cbranch_\w+)\s+(?P<target>\S+)")
 _SGPR_LINE = re.compile(r"^(\s*)\.amdhsa_next_free_sgpr\s+(\d+)\s*$")
@@ -54,15 +57,14 @@ class Instruction:
 
 def parse_objdump_text(listing: str) -> list[Instruction]:
     """Instructions of an `llvm-objdump -d` listing, in address order."""
-    out = []
-    for line in listing.splitlines():
-        m = _INSN_LINE.match(line)
-        if m:
-            words = tuple(int(w, 16) for w in m.group("enc").split())
-            out.append(
-                Instruction(addr=int(m.group("addr"), 16), text=m.group("text"), words=words)
-            )
-    return out
+    return [
+        Instruction(
+            addr=int(m.group("addr"), 16),
+            text=m.group("text"),
+            words=tuple(int(w, 16) for w in m.group("enc").split()),
+        )
+        for m in _INSN_LINE.finditer(listing)
+    ]
 
 
 def disassemble_text(co: CodeObject, toolchain: Toolchain) -> list[Instruction]:
@@ -70,6 +72,15 @@ def disassemble_text(co: CodeObject, toolchain: Toolchain) -> list[Instruction]:
     insns = parse_objdump_text(proc.stdout.decode(errors="replace"))
     _check_coverage(co, insns)
     return insns
+
+
+def _objdump_text_and_rodata(co: CodeObject, toolchain: Toolchain) -> tuple[str, str]:
+    """One objdump run for both sections: (.text listing, .rodata listing)."""
+    args = ["-d", f"--mcpu={co.arch}", "-j", ".text", "-j", ".rodata", co.path]
+    listing = toolchain.run("llvm-objdump", args).stdout.decode(errors="replace")
+    parts = re.split(r"^Disassembly of section (\S+):$", listing, flags=re.M)
+    sections = dict(zip(parts[1::2], parts[2::2], strict=True))
+    return sections.get(".text", ""), sections.get(".rodata", "")
 
 
 def _check_coverage(co: CodeObject, insns: list[Instruction]) -> None:
@@ -138,13 +149,12 @@ def encode_granulated_sgpr(next_free_sgpr: int, arch: str) -> int:
     return math.ceil(max(1, total) / 8) - 1
 
 
-def descriptor_directives(co: CodeObject, toolchain: Toolchain) -> dict[str, str]:
+def descriptor_directives(co: CodeObject, rodata_listing: str) -> dict[str, str]:
     """kernel name -> its `.amdhsa_kernel ... .end_amdhsa_kernel` block, fixed to reassemble."""
-    proc = toolchain.run("llvm-objdump", ["-d", f"--mcpu={co.arch}", "-j", ".rodata", co.path])
     blocks: dict[str, str] = {}
     current: list[str] | None = None
     name = ""
-    for line in proc.stdout.decode(errors="replace").splitlines():
+    for line in rodata_listing.splitlines():
         stripped = line.strip()
         if stripped.startswith(".amdhsa_kernel "):
             name = stripped.split(None, 1)[1]
@@ -179,10 +189,9 @@ def _fix_descriptor(co: CodeObject, name: str, lines: list[str]) -> str:
     return "\n".join(out)
 
 
-def metadata_yaml(co: CodeObject, toolchain: Toolchain) -> str:
+def metadata_yaml(co: CodeObject, notes_listing: str) -> str:
     """The metadata note as the YAML document llvm-readelf prints (LLVM's own rendering)."""
-    proc = toolchain.run("llvm-readelf", ["--notes", co.path])
-    lines = proc.stdout.decode(errors="replace").splitlines()
+    lines = notes_listing.splitlines()
     try:
         start = next(i for i, line in enumerate(lines) if line.strip() == "---")
         end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "...")
@@ -226,8 +235,14 @@ def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, li
         raise CodeObjectError(f"{co.path}: code object v{cov} is not supported (v3+ only)")
     if co.metadata() is None:
         raise CodeObjectError(f"{co.path}: no AMDGPU metadata note")
-    insns = disassemble_text(co, toolchain)
-    descriptors = descriptor_directives(co, toolchain)
+    # The two tool runs are independent: run them side by side.
+    with ThreadPoolExecutor(2) as pool:
+        notes_job = pool.submit(toolchain.run, "llvm-readelf", ["--notes", co.path])
+        text_listing, rodata_listing = _objdump_text_and_rodata(co, toolchain)
+        notes_listing = notes_job.result().stdout.decode(errors="replace")
+    insns = parse_objdump_text(text_listing)
+    _check_coverage(co, insns)
+    descriptors = descriptor_directives(co, rodata_listing)
     kernels = co.kernel_symbols()
     missing = [k.name for k in kernels if k.name not in descriptors]
     if missing:
@@ -289,7 +304,7 @@ def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, li
         out.append(descriptors[k.name])
     out.append("")
     out.append("\t.amdgpu_metadata")
-    out.append(metadata_yaml(co, toolchain))
+    out.append(metadata_yaml(co, notes_listing))
     out.append("\t.end_amdgpu_metadata")
     out.append("")
     return "\n".join(out), insns
