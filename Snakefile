@@ -17,6 +17,6 @@ include: "workflow/rules/gemm.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_outputs,
-    default_target: True

@@ -7,7 +7,6 @@ from snakemake.utils import validate
 from f4pipe.fetch import aiter_id_for
 from f4pipe.manifest import read_manifest
 
-
 validate(config, schema="../schemas/config.schema.yaml")
 
 AITER_ID = aiter_id_for(config["aiter"])
@@ -37,7 +36,11 @@ def get_fetch_args(wildcards):
         "path": "--path",
     }
     args = [f"--source {src['kind']}"]
-    args += [f"{flag} {json.dumps(str(src[key]))}" for key, flag in flags.items() if key in src]
+    args += [
+        f"{flag} {json.dumps(str(src[key]))}"
+        for key, flag in flags.items()
+        if key in src
+    ]
     return " ".join(args)
 
 
@@ -67,7 +70,7 @@ def get_rebuilt_objects(wildcards):
 
 def get_variant_dir(wildcards):
     if wildcards.variant == "original":
-        return checkpoints.fetch.get().output[0] + "/f4gemm"
+        return str(Path(checkpoints.fetch.get().output[0]) / "f4gemm")
     return str(RESULTS / "variants" / "rebuilt")
 
 
@@ -101,5 +104,9 @@ def get_final_outputs(wildcards):
         RESULTS / "roundtrip.parquet",
         RESULTS / "variants" / "rebuilt",
     ]
-    outputs += [RESULTS / f"{stage}.parquet" for stage in GEMM_STAGES if config[stage]["activate"]]
+    outputs += [
+        RESULTS / f"{stage}.parquet"
+        for stage in GEMM_STAGES
+        if config[stage]["activate"]
+    ]
     return outputs

@@ -7,17 +7,19 @@ rule gemm_stage_kernel:
         toolchain=RESULTS / "toolchain.json",
     output:
         RESULTS / "{stage}" / "{variant}" / "{kernel}.parquet",
+    log:
+        LOGS / "{stage}" / "{variant}" / "{kernel}.log",
+    benchmark:
+        LOGS / "{stage}" / "{variant}" / "{kernel}.benchmark.tsv"
+    conda:
+        "../envs/f4pipe.yaml"
+    resources:
+        gpu=is_gpu_device(),
     params:
         matrix=get_stage_matrix,
         iters=get_stage_iters,
         device=config["device"],
         aiter_id=AITER_ID,
-    resources:
-        gpu=is_gpu_device(),
-    log:
-        LOGS / "{stage}" / "{variant}" / "{kernel}.log",
-    benchmark:
-        LOGS / "{stage}" / "{variant}" / "{kernel}.benchmark.tsv"
     shell:
         "f4pipe {wildcards.stage} --co-dir {input.co_dir} --kernel {wildcards.kernel} "
         "--variant {wildcards.variant} --matrix {params.matrix} --iters {params.iters} "
@@ -36,5 +38,7 @@ rule gemm_stage_table:
         ),
     log:
         LOGS / "{stage}_table.log",
+    conda:
+        "../envs/f4pipe.yaml"
     shell:
         "f4pipe gather {wildcards.stage} {input} -o {output} > {log} 2>&1"

@@ -4,11 +4,13 @@
 checkpoint fetch:
     output:
         directory(AITER_DIR),
+    log:
+        LOGS / "fetch.log",
+    conda:
+        "../envs/f4pipe.yaml"
     params:
         source=get_fetch_args,
         resources=RESOURCES,
-    log:
-        LOGS / "fetch.log",
     shell:
         "f4pipe fetch {params.source} --resources {params.resources} > {log} 2>&1"
 
@@ -16,10 +18,12 @@ checkpoint fetch:
 rule toolchain:
     output:
         RESULTS / "toolchain.json",
-    params:
-        toolchain=get_toolchain_args,
     log:
         LOGS / "toolchain.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        toolchain=get_toolchain_args,
     shell:
         "f4pipe toolchain {params.toolchain} -o {output} > {log} 2>&1"
 
@@ -30,10 +34,12 @@ rule kernels:
         toolchain=RESULTS / "toolchain.json",
     output:
         RESULTS / "kernels.parquet",
-    params:
-        aiter_id=AITER_ID,
     log:
         LOGS / "kernels.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        aiter_id=AITER_ID,
     shell:
         "f4pipe kernels --co-dir {input.fetched}/f4gemm --toolchain-json {input.toolchain} "
         "--aiter-id {params.aiter_id} -o {output} > {log} 2>&1"
@@ -48,13 +54,15 @@ rule roundtrip:
         rebuilt=RESULTS / "roundtrip" / "{kernel}.co",
         diff=RESULTS / "roundtrip" / "{kernel}.diff.txt",
         row=RESULTS / "roundtrip" / "{kernel}.parquet",
-    params:
-        out_dir=RESULTS / "roundtrip",
-        aiter_id=AITER_ID,
     log:
         LOGS / "roundtrip" / "{kernel}.log",
     benchmark:
         LOGS / "roundtrip" / "{kernel}.benchmark.tsv"
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        out_dir=RESULTS / "roundtrip",
+        aiter_id=AITER_ID,
     shell:
         "f4pipe roundtrip {input.co} --out {params.out_dir} --row {output.row} --record "
         "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} > {log} 2>&1"
@@ -71,6 +79,8 @@ rule roundtrip_table:
         ),
     log:
         LOGS / "roundtrip_table.log",
+    conda:
+        "../envs/f4pipe.yaml"
     shell:
         "f4pipe gather roundtrip {input} -o {output} > {log} 2>&1"
 
@@ -81,10 +91,12 @@ rule rebuilt_variant:
         rebuilt=get_rebuilt_objects,
     output:
         directory(RESULTS / "variants" / "rebuilt"),
-    params:
-        rebuilt_dir=RESULTS / "roundtrip",
     log:
         LOGS / "rebuilt_variant.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        rebuilt_dir=RESULTS / "roundtrip",
     shell:
         "f4pipe rebuilt-dir --co-dir {input.fetched}/f4gemm --rebuilt {params.rebuilt_dir} "
         "-o {output} > {log} 2>&1"
