@@ -30,8 +30,9 @@ def verify(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (check + format), snakefmt and snakemake --lint."""
     install(session, "lint")
-    session.run("ruff", "check", "f4pipe", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "f4pipe", "tests", "benchmarks", "noxfile.py")
+    paths = ("f4pipe", "tests", "benchmarks", "scripts", "noxfile.py")
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
     session.run("snakefmt", "--check", "Snakefile", "workflow/rules")
     session.run("snakemake", "--lint", "--cores", "1", external=False)
 
@@ -44,6 +45,14 @@ def bench(session: nox.Session) -> None:
         "pytest", "benchmarks", "--benchmark-only", "-p", "no:cacheprovider", *session.posargs
     )
     session.run("python", "benchmarks/roundtrip_floor.py")
+
+
+@nox.session(default=False)
+def report_screenshot(session: nox.Session) -> None:
+    """Render a result set's report in headless Chromium (apt package `chromium`) to a PNG:
+    `nox -s report_screenshot -- results/<aiter-id>/report/index.html -o shot.png`."""
+    install(session)
+    session.run("python", "scripts/screenshot_report.py", *session.posargs)
 
 
 @nox.session(default=False)

@@ -41,6 +41,23 @@ def atol_for(max_abs_ref: float, gdz: int) -> float:
     return (ATOL_FRACTION_SPLITK if gdz > 1 else ATOL_FRACTION) * max_abs_ref
 
 
+def _bad(err: np.ndarray, abs_ref: np.ndarray, atol: float) -> np.ndarray:
+    """The criterion itself. NaN in got counts as bad: the comparison is False for NaN, so
+    test "not <="."""
+    return ~(err <= atol + RTOL * abs_ref)
+
+
+def bad_mask(got: np.ndarray, ref: np.ndarray, gdz: int) -> np.ndarray:
+    """Boolean mask of the elements verify_output counts as bad (e.g. to name the first)."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        raise ShapeError(f"output shape {got.shape} differs from reference shape {ref.shape}")
+    abs_ref = np.abs(ref)
+    atol = atol_for(float(abs_ref.max()) if ref.size else 0.0, gdz)
+    return _bad(np.abs(got - ref), abs_ref, atol)
+
+
 def verify_output(got: np.ndarray, ref: np.ndarray, gdz: int) -> Verification:
     """Compare `got` (the kernel's D, first M x N, as float64) with the reference."""
     got = np.asarray(got, dtype=np.float64)
@@ -50,9 +67,8 @@ def verify_output(got: np.ndarray, ref: np.ndarray, gdz: int) -> Verification:
     abs_ref = np.abs(ref)
     max_abs_ref = float(abs_ref.max()) if ref.size else 0.0
     atol = atol_for(max_abs_ref, gdz)
-    # NaN in got counts as bad: the comparison below is False for NaN, so test "not <=".
     err = np.abs(got - ref)
-    bad = int(np.count_nonzero(~(err <= atol + RTOL * abs_ref)))
+    bad = int(np.count_nonzero(_bad(err, abs_ref, atol)))
     finite_err = np.where(np.isnan(err), np.inf, err)
     max_abs_err = float(finite_err.max()) if err.size else 0.0
     significant = abs_ref > atol

@@ -45,7 +45,22 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
 
 
-def write_config(workdir: Path, aiter_path: Path) -> None:
+def write_nop_edit(f4gemm_dir: Path, dest: Path, toolchain) -> Path:
+    """A semantics-keeping hand edit: an s_nop right after the kernel's entry label."""
+    from f4pipe.co2asm import co2asm
+
+    kernel = read_manifest(f4gemm_dir).get(KERNELS[0])
+    asm = co2asm(f4gemm_dir / kernel.co_name, toolchain)
+    edited = asm.replace(f"{kernel.symbol}:\n", f"{kernel.symbol}:\n\ts_nop 0\n", 1)
+    assert edited != asm
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(edited)
+    return dest
+
+
+def write_config(
+    workdir: Path, aiter_path: Path, edits: list[dict[str, str]] | None = None
+) -> None:
     config = {
         "aiter": {"kind": "local", "path": str(aiter_path)},
         "toolchain": {"bin_dir": ""},
@@ -55,6 +70,7 @@ def write_config(workdir: Path, aiter_path: Path) -> None:
         "verify": {"activate": True, "matrix": "smoke"},
         "splitk": {"activate": True, "matrix": "smoke-splitk"},
         "bench": {"activate": True, "matrix": "smoke", "iters": 5},
+        "edits": edits or [],
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
 
@@ -62,14 +78,16 @@ def write_config(workdir: Path, aiter_path: Path) -> None:
 @pytest.fixture(scope="module")
 def pipeline_run(f4gemm_dir: Path, tmp_path_factory, toolchain) -> Path:
     workdir = tmp_path_factory.mktemp("pipeline")
-    write_config(workdir, make_local_aiter(f4gemm_dir, workdir / "aiter", KERNELS))
+    edit = write_nop_edit(f4gemm_dir, workdir / "edits" / "nop.s", toolchain)
+    nop = {"name": "nop", "kernel": KERNELS[0], "asm": str(edit)}
+    write_config(workdir, make_local_aiter(f4gemm_dir, workdir / "aiter", KERNELS), [nop])
     proc = snakemake(workdir, "all")
     assert proc.returncode == 0, proc.stderr[-4000:]
     return workdir
 
 
 def results_dir(workdir: Path) -> Path:
-    (only,) = (workdir / "results").iterdir()
+    (only,) = (p for p in (workdir / "results").iterdir() if p.name != "archives")
     return only
 
 
@@ -88,10 +106,21 @@ def test_pipeline_writes_every_table(pipeline_run: Path) -> None:
 
 def test_pipeline_verifies_original_and_rebuilt_on_the_emulator(pipeline_run: Path) -> None:
     verify = pd.read_parquet(results_dir(pipeline_run) / "verify.parquet")
-    assert set(verify.variant) == {"original", "rebuilt"}
+    assert set(verify.variant) == {"original", "rebuilt", "edit-nop"}
     assert set(verify.device_id) == {"emulator"}
     assert (verify.status == "passed").all(), verify[["variant", "kernel", "status", "reason"]]
     assert (verify.max_rel_err < 2**-8 * 1.01).all()
+
+
+def test_pipeline_runs_a_hand_edit_as_its_own_variant(pipeline_run: Path) -> None:
+    res = results_dir(pipeline_run)
+    verify = pd.read_parquet(res / "verify.parquet")
+    edit_rows = verify[verify.variant == "edit-nop"]
+    assert list(edit_rows.kernel.unique()) == [KERNELS[0]]
+    assert (edit_rows.status == "passed").all()
+    diff = (res / "edits" / "nop.diff.txt").read_text()
+    assert "s_nop 0" in diff
+    assert [e.name for e in read_manifest(res / "variants" / "edit-nop")] == [KERNELS[0]]
 
 
 def test_pipeline_bench_says_why_it_has_no_numbers(pipeline_run: Path) -> None:
@@ -100,6 +129,23 @@ def test_pipeline_bench_says_why_it_has_no_numbers(pipeline_run: Path) -> None:
     assert (bench.status == "skipped").all()
     assert bench.us.isna().all() and bench.tflops.isna().all()
     assert bench.reason.str.contains("only on gfx950 hardware").all()
+
+
+def test_pipeline_reports_and_archives(pipeline_run: Path) -> None:
+    from f4pipe.cli import main
+
+    res = results_dir(pipeline_run)
+    html = (res / "report" / "index.html").read_text()
+    for section in ("roundtrip", "verify", "splitk", "bench", "provenance"):
+        assert f'<h2 id="{section}">' in html, section
+    assert "not measured: no gfx950 device" in html
+    (tarball,) = (pipeline_run / "results" / "archives" / res.name).glob("*.tar.gz")
+    toolchain_id = pd.read_parquet(res / "kernels.parquet").toolchain_id[0]
+    assert tarball.name == f"{res.name}__{toolchain_id}__emulator.tar.gz"
+    assert main(["archive", "--check", str(tarball)]) == 0
+    proc = snakemake(pipeline_run, "--report", str(pipeline_run / "report.html"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (pipeline_run / "report.html").stat().st_size > 10_000
 
 
 def test_second_run_does_nothing(pipeline_run: Path) -> None:

@@ -1,9 +1,11 @@
 # Workflow-side helpers: config validation, the artifact-set paths, and input functions.
 import json
+import re
 from pathlib import Path
 
 from snakemake.utils import validate
 
+from f4pipe.edits import VARIANT_PREFIX, parse_edit_specs
 from f4pipe.fetch import aiter_id_for
 from f4pipe.manifest import read_manifest
 
@@ -14,13 +16,15 @@ RESOURCES = Path(config["resources_dir"])
 AITER_DIR = RESOURCES / "aiter" / AITER_ID
 RESULTS = Path(config["results_dir"]) / AITER_ID
 LOGS = Path("logs") / AITER_ID
-VARIANTS = ["original", "rebuilt"]
+ARCHIVES = Path(config["results_dir"]) / "archives"
+EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
+VARIANTS = ["original", "rebuilt"] + [spec.variant for spec in EDITS.values()]
 GEMM_STAGES = ["verify", "splitk", "bench"]
 
 
 wildcard_constraints:
     kernel=r"[A-Za-z0-9_]+",
-    variant="|".join(VARIANTS),
+    variant="|".join(re.escape(v) for v in VARIANTS),
     stage="|".join(GEMM_STAGES),
 
 
@@ -68,10 +72,41 @@ def get_rebuilt_objects(wildcards):
     return [RESULTS / "roundtrip" / f"{k}.co" for k in get_kernels()]
 
 
+def is_edit_variant(variant):
+    return (
+        variant.startswith(VARIANT_PREFIX) and variant[len(VARIANT_PREFIX) :] in EDITS
+    )
+
+
 def get_variant_dir(wildcards):
+    """The code object directory (with manifest) a variant's stages run on."""
     if wildcards.variant == "original":
         return str(Path(checkpoints.fetch.get().output[0]) / "f4gemm")
-    return str(RESULTS / "variants" / "rebuilt")
+    return str(RESULTS / "variants" / wildcards.variant)
+
+
+def get_variant_kernels(variant):
+    """Kernels (.co stems) a variant holds: all of them, or an edit's one kernel."""
+    if not is_edit_variant(variant):
+        return get_kernels()
+    fetched = checkpoints.fetch.get().output[0]
+    kernel = EDITS[variant[len(VARIANT_PREFIX) :]].kernel
+    return [read_manifest(Path(fetched) / "f4gemm", check_files=False).get(kernel).name]
+
+
+def get_edit_asm(wildcards):
+    return str(EDITS[wildcards.edit].asm)
+
+
+def get_edit_kernel(wildcards):
+    return EDITS[wildcards.edit].kernel
+
+
+def get_edit_outputs():
+    """Every edit's variant directory and diff report."""
+    return [RESULTS / "variants" / spec.variant for spec in EDITS.values()] + [
+        RESULTS / "edits" / f"{name}.diff.txt" for name in EDITS
+    ]
 
 
 def is_gpu_device():
@@ -85,7 +120,7 @@ def get_stage_rows(wildcards):
     return [
         RESULTS / wildcards.stage / variant / f"{k}.parquet"
         for variant in VARIANTS
-        for k in get_kernels()
+        for k in get_variant_kernels(variant)
     ]
 
 
@@ -97,7 +132,8 @@ def get_stage_iters(wildcards):
     return config[wildcards.stage].get("iters", 1)
 
 
-def get_final_outputs(wildcards):
+def get_report_inputs(wildcards):
+    """Every table and edit the report and the archive are made from."""
     outputs = [
         RESULTS / "toolchain.json",
         RESULTS / "kernels.parquet",
@@ -109,4 +145,13 @@ def get_final_outputs(wildcards):
         for stage in GEMM_STAGES
         if config[stage]["activate"]
     ]
+    outputs += get_edit_outputs()
     return outputs
+
+
+def get_final_outputs(wildcards):
+    return [
+        *get_report_inputs(wildcards),
+        RESULTS / "report" / "index.html",
+        ARCHIVES / AITER_ID,
+    ]

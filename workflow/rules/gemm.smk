@@ -33,7 +33,7 @@ rule gemm_stage_table:
     output:
         report(
             RESULTS / "{stage}.parquet",
-            caption="../report/{stage}.rst",
+            caption="../report/gemm_stage.rst",
             category="GEMM stages",
         ),
     log:

@@ -1,0 +1,216 @@
+"""Hand-edited kernels: `f4pipe try`, `f4pipe asmdiff` and `f4pipe edit-variant`.
+
+`try` is the editing loop in one command (exit 0 pass, 1 fail, 2 error); `asmdiff` shows an
+instruction-level diff of two kernels (exit 1 if the second fails the static checks);
+`edit-variant` builds the pipeline's `edit-<name>` variant directory (exit 1 if the edit fails
+the static checks: it is then not run anywhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from f4pipe.assemble import assemble
+from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.cli.gemm import co_dir_from, parse_seed
+from f4pipe.device import DEVICE_KINDS
+from f4pipe.edits import (
+    StaticCheckError,
+    build_edit_variant,
+    diff_listings,
+    read_listing,
+    render_findings,
+    report_text,
+    static_checks,
+)
+from f4pipe.fsio import write_text
+from f4pipe.matrices import parse_case
+from f4pipe.toolchain import Toolchain, find_toolchain, read_toolchain_json
+from f4pipe.trykernel import try_edit
+
+#: Instruction changes shown on the terminal; the diff file has them all.
+TERMINAL_CHANGES = 20
+TERMINAL_FINDINGS = 10
+
+
+def _toolchain(args: argparse.Namespace) -> Toolchain:
+    if getattr(args, "toolchain_json", None):
+        return find_toolchain(read_toolchain_json(args.toolchain_json)["bin_dir"], provision=False)
+    return find_toolchain(args.toolchain_bin)
+
+
+def _add_toolchain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--toolchain-bin", metavar="DIR", help="LLVM bin directory (default: search / provision)"
+    )
+    p.add_argument("--toolchain-json", help="use the toolchain recorded in this toolchain.json")
+
+
+# --- f4pipe try --------------------------------------------------------------------------------
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    asm = Path(args.edit)
+    seed_a, seed_b = parse_seed(args.seed)
+    cases = [parse_case(s) for s in args.shape] if args.shape else None
+    result = try_edit(
+        asm,
+        co_dir_from(args),
+        _toolchain(args),
+        kernel=args.kernel,
+        device=args.device,
+        cases=cases,
+        out_co=args.co,
+        baseline=not args.no_baseline,
+        seed_a=seed_a,
+        seed_b=seed_b,
+    )
+    p = result.prepared
+    diff_path = Path(args.diff) if args.diff else asm.with_suffix(".diff.txt")
+    write_text(diff_path, report_text(p))
+    print(f"edit:   {asm} -> {p.entry.name} (original {p.original_co})")
+    print(p.diff.render(max_changes=TERMINAL_CHANGES), end="")
+    print(f"diff file: {diff_path}")
+    if p.findings:
+        print(f"static checks: {len(p.findings)} finding(s)")
+        print(render_findings(p.findings, TERMINAL_FINDINGS))
+    else:
+        print("static checks: ok")
+    for run in result.runs:
+        print(f"run:    {run.render()}")
+    print(result.verdict_line())
+    return EXIT_OK if result.passed else EXIT_FAILED
+
+
+# --- f4pipe asmdiff ----------------------------------------------------------------------------
+
+
+def _as_object(path: Path, tmp: Path, toolchain: Toolchain, tag: str) -> tuple[Path, Path | None]:
+    """A code object for `path` (.s files are assembled into `tmp`) and the .s if any."""
+    if path.suffix == ".s":
+        return assemble(path, tmp / f"{tag}-{path.stem}.co", toolchain), path
+    return path, None
+
+
+def cmd_asmdiff(args: argparse.Namespace) -> int:
+    tc = _toolchain(args)
+    with tempfile.TemporaryDirectory(prefix="f4pipe-asmdiff-") as tmp:
+        a_co, a_asm = _as_object(Path(args.a), Path(tmp), tc, "a")
+        b_co, b_asm = _as_object(Path(args.b), Path(tmp), tc, "b")
+        a = read_listing(a_co, tc, args.kernel, asm_path=a_asm)
+        b = read_listing(b_co, tc, args.kernel or a.symbol, asm_path=b_asm)
+        diff = diff_listings(a, b)
+        findings = static_checks(b)
+    text = diff.render()
+    text += "static checks (second): " + (
+        "ok\n" if not findings else f"{len(findings)} finding(s)\n{render_findings(findings)}\n"
+    )
+    if args.output:
+        write_text(args.output, text)
+    if args.json:
+        print(json.dumps(diff.as_json(), sort_keys=True, default=str))
+    else:
+        print(text, end="")
+    return EXIT_FAILED if findings else EXIT_OK
+
+
+# --- f4pipe edit-variant -----------------------------------------------------------------------
+
+
+def cmd_edit_variant(args: argparse.Namespace) -> int:
+    try:
+        prepared = build_edit_variant(
+            args.asm,
+            args.co_dir,
+            args.kernel,
+            args.output,
+            _toolchain(args),
+            diff_path=args.diff,
+            json_path=args.json,
+            name=args.name,
+        )
+    except StaticCheckError as exc:
+        print(f"f4pipe edit-variant: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"edit {args.name or args.asm}: {prepared.diff.summary()}")
+    print(f"variant {args.output}: {prepared.entry.co_name} + manifest; diff -> {args.diff}")
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "try",
+        help="assemble, diff, check and verify a hand-edited kernel in one go",
+        description="Assemble EDIT.s, diff it against its original (aligned by label), check "
+        "its registers, LDS offsets and kernarg reads against its descriptor, then verify it "
+        "at quick shapes (an M edge, an N edge, a split for splitK kernels) on the emulator and "
+        "on a gfx950 GPU when one answers. Prints one verdict line last, naming the first wrong "
+        "element of a failing run. Exit 0 pass, 1 fail, 2 error.",
+    )
+    p.add_argument("edit", help="the edited assembly (a co2asm .s, edited)")
+    p.add_argument(
+        "--kernel",
+        help="the original kernel (symbol, .co name or stem); default: the edit's kernel symbol",
+    )
+    p.add_argument(
+        "--co-dir",
+        help="directory with the original f4gemm manifest and .co files; default $AITER_ASM_DIR",
+    )
+    p.add_argument(
+        "--device",
+        choices=DEVICE_KINDS,
+        default="auto",
+        help="auto: the emulator, plus a gfx950 GPU when one answers (default); emulator; hip",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="M,N,K[,L]",
+        help="run these shapes instead of the quick set; repeatable",
+    )
+    p.add_argument("--seed", default="1234", help="operand seeds: S or A,B (as f4pipe gemm)")
+    p.add_argument("--diff", help="write the full diff here (default: EDIT with .diff.txt)")
+    p.add_argument("--co", help="keep the assembled edit here (default: a temporary file)")
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="do not run the original to check the edit's output is bit-identical to it",
+    )
+    _add_toolchain_args(p)
+    p.set_defaults(func=cmd_try)
+
+    p = subparsers.add_parser(
+        "asmdiff",
+        help="instruction-level diff of two kernels (.s or .co), plus static checks",
+        description="Diff B against A: added, removed, changed and moved instructions aligned "
+        "by label, descriptor and metadata changes, register/LDS/kernarg usage; then the static "
+        "checks of B. Exit 0, 1 if B fails the static checks, 2 on an error.",
+    )
+    p.add_argument("a", help="the original: a .s (assembled first) or a code object")
+    p.add_argument("b", help="the edit: a .s (assembled first) or a code object")
+    p.add_argument("--kernel", help="kernel symbol, when the objects hold more than one")
+    p.add_argument("-o", "--output", help="also write the diff to this file")
+    p.add_argument("--json", action="store_true", help="print the diff as one JSON object")
+    _add_toolchain_args(p)
+    p.set_defaults(func=cmd_asmdiff)
+
+    p = subparsers.add_parser(
+        "edit-variant",
+        help="build the pipeline's edit-<name> variant directory from an edited .s",
+        description="Assemble an edit into OUTPUT/<original .co name> with a one-row manifest, "
+        "and write its diff against the original. Exit 1 (directory not written) if the edit "
+        "fails the static checks.",
+    )
+    p.add_argument("--asm", required=True, help="the edited assembly")
+    p.add_argument("--co-dir", required=True, help="the original f4gemm directory")
+    p.add_argument("--kernel", required=True, help="the original kernel (symbol, .co or stem)")
+    p.add_argument("--name", help="the edit's name (recorded in the JSON)")
+    p.add_argument("-o", "--output", required=True, help="variant directory to write")
+    p.add_argument("--diff", required=True, help="diff file to write")
+    p.add_argument("--json", help="also write the diff as JSON here")
+    _add_toolchain_args(p)
+    p.set_defaults(func=cmd_edit_variant)

@@ -1,0 +1,93 @@
+"""`f4pipe report | archive | compare`: read result sets, never run kernels.
+
+Exit codes: `archive --check` 1 when a member does not match SHA256SUMS (naming it); `compare
+--exit-code` 1 when the sets differ (like `git diff --exit-code`); 2 on an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from f4pipe.archive import check_archive, create_archive
+from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.compare import compare_sets, open_result_set, write_comparison
+from f4pipe.errors import InputError
+from f4pipe.report import build_report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    report = build_report(
+        args.result_dir, args.output, config=args.config, aiter_provenance=args.aiter_provenance
+    )
+    for section in report.sections:
+        print(f"{section.title.split(':')[0]}: {section.verdict}")
+    print(f"wrote {report.index} and {report.summary.name}, {len(report.plots)} plot(s)")
+    return EXIT_OK
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    if args.check:
+        status = EXIT_OK
+        for path in args.paths:
+            result = check_archive(path)
+            print(result.summary())
+            status = status if result.ok else EXIT_FAILED
+        return status
+    if args.output is None:
+        raise InputError("archive: give -o DIR (where the tarball goes), e.g. -o results/archives")
+    for path in args.paths:
+        print(f"wrote {create_archive(path, args.output, aiter_provenance=args.aiter_provenance)}")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    with open_result_set(args.a) as a, open_result_set(args.b) as b:
+        comparison = compare_sets(a, b)
+        print("\n".join(comparison.summary_lines()))
+        if args.output:
+            print(f"wrote {write_comparison(comparison, args.output) / 'index.html'}")
+    return EXIT_FAILED if args.exit_code and comparison.differs else EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="HTML + markdown report of one result set",
+        description="Write index.html, summary.md and PNG plots for results/<aiter_id>/: "
+        "round-trip, verification matrix, splitK error, throughput, provenance.",
+    )
+    p.add_argument("result_dir", type=Path, help="results/<aiter_id>/")
+    p.add_argument("-o", "--output", type=Path, help="report directory (default RESULT_DIR/report)")
+    p.add_argument("--config", type=Path, help="the workflow config; its sha256 is recorded")
+    p.add_argument(
+        "--aiter-provenance",
+        type=Path,
+        help="resources/aiter/<aiter_id>/provenance.json (default: found beside results/)",
+    )
+    p.set_defaults(func=cmd_report)
+
+    p = subparsers.add_parser(
+        "archive",
+        help="reproducible tarball of a result set, or --check one",
+        description="Pack RESULT_DIR into <aiter_id>__<toolchain_id>__<device_id>.tar.gz with "
+        "SHA256SUMS and provenance.json (same inputs, same bytes). With --check, verify "
+        "tarballs: exit 1 naming every changed, missing or unlisted file.",
+    )
+    p.add_argument("paths", nargs="+", type=Path, help="result-set directories (or tarballs)")
+    p.add_argument("-o", "--output", type=Path, help="directory for the tarball")
+    p.add_argument("--check", action="store_true", help="verify tarballs against SHA256SUMS")
+    p.add_argument("--aiter-provenance", type=Path, help="as for `f4pipe report`")
+    p.set_defaults(func=cmd_archive)
+
+    p = subparsers.add_parser(
+        "compare",
+        help="two result sets (directories or archives) side by side",
+        description="Name what changed from A to B: code objects (sha256, instructions, "
+        "descriptor), round-trip verdicts, verification and splitK results, throughput.",
+    )
+    p.add_argument("a", type=Path, help="baseline: result-set directory or archive")
+    p.add_argument("b", type=Path, help="new: result-set directory or archive")
+    p.add_argument("-o", "--output", type=Path, help="write index.html + summary.md here")
+    p.add_argument("--exit-code", action="store_true", help="exit 1 if the sets differ")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,241 @@
+"""EmulatorDevice: the gfx950 functional emulator as a launch backend (f4pipe.device.Device).
+
+A launch lays out the initial state the descriptor asks for (AMDGPUUsage, "Initial Kernel
+Execution State"): s[0:1] the kernarg segment address, then one SGPR per enabled workgroup id,
+v0 the packed work-item ids (x | y << 10 | z << 20, as on gfx90a+), EXEC all ones for full
+waves. Workgroups run in batches of up to `max_waves_per_batch` waves in lockstep; batches run
+one after another, which is one legal order of a launch's workgroups.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from f4pipe.device import DeviceBuffer
+
+# Register the instruction handlers.
+from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
+from f4pipe.emu.engine import LANES, Executor, WaveIds
+from f4pipe.emu.memory import GlobalMemory
+from f4pipe.emu.program import Program
+from f4pipe.errors import EmulatorError, NoDeviceError
+from f4pipe.fsio import write_text
+
+#: Compute units reported to the tile heuristic: the MI355X's, so kernel choice matches it.
+EMULATED_NUM_CU = 256
+DEFAULT_MAX_WAVES_PER_BATCH = 512
+DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
+
+
+@dataclass
+class EmulatorKernel:
+    """A loaded kernel (f4pipe.device.Kernel)."""
+
+    symbol: str
+    co_path: Path
+    program: Program = field(repr=False)
+
+
+@dataclass
+class LaunchStats:
+    """What the last launch cost: wall time, waves, and dynamic instructions (per wave)."""
+
+    seconds: float = 0.0
+    waves: int = 0
+    workgroups: int = 0
+    wave_instructions: int = 0  # instructions executed, summed over waves
+    steps: int = 0  # lockstep groups executed (numpy dispatches)
+
+    @property
+    def instructions_per_second(self) -> float:
+        return self.wave_instructions / self.seconds if self.seconds else 0.0
+
+
+class EmulatorDevice:
+    """Runs gfx950 code objects on the CPU, exactly; throughput is not measured here.
+
+    trace_wave: the wave to trace, numbered in launch order (workgroups with x fastest, then
+    y, z; times waves per workgroup; plus the wave's index in its workgroup). trace_out: a
+    text stream, or a path written atomically at the end of each launch. Each line is
+    `pc: instruction ; registers it changed` (see trace.py).
+    max_waves_per_batch bounds memory (register files are [regs, waves, 64]); an access that
+    leaves every allocation, an unknown instruction, a bad LDS access or more than
+    max_instructions_per_wave instructions in one wave raises EmulatorError.
+    """
+
+    device_id = "emulator"
+    arch = "gfx950"
+    num_cu = EMULATED_NUM_CU
+    can_time = False
+
+    def __init__(
+        self,
+        *,
+        trace_wave: int | None = None,
+        trace_out: TextIO | str | Path | None = None,
+        max_waves_per_batch: int = DEFAULT_MAX_WAVES_PER_BATCH,
+        max_instructions_per_wave: int = DEFAULT_MAX_INSTRUCTIONS_PER_WAVE,
+    ) -> None:
+        if trace_wave is not None and trace_wave < 0:
+            raise EmulatorError(f"trace_wave={trace_wave} must be a wave number >= 0")
+        if max_waves_per_batch < 1:
+            raise EmulatorError(f"max_waves_per_batch={max_waves_per_batch} must be >= 1")
+        self.memory = GlobalMemory()
+        self.trace_wave = trace_wave
+        self.trace_out = trace_out
+        self.max_waves_per_batch = max_waves_per_batch
+        self.max_instructions_per_wave = max_instructions_per_wave
+        self.last_stats = LaunchStats()
+        self._programs: dict[tuple[Path, str], Program] = {}
+        self._buffers: dict[int, DeviceBuffer] = {}
+
+    # --- Device protocol -----------------------------------------------------------------
+
+    def load(self, co_path: Path, symbol: str) -> EmulatorKernel:
+        key = (Path(co_path).resolve(), symbol)
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = Program.load(co_path, symbol)
+            self._programs[key] = prog
+        return EmulatorKernel(symbol=symbol, co_path=Path(co_path), program=prog)
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        buf = DeviceBuffer(addr=self.memory.alloc(nbytes), nbytes=nbytes)
+        self._buffers[buf.addr] = buf
+        return buf
+
+    def free(self, buf: DeviceBuffer) -> None:
+        self._check(buf)
+        self.memory.free(buf.addr)
+        del self._buffers[buf.addr]
+
+    def upload(self, buf: DeviceBuffer, data: np.ndarray) -> None:
+        self._check(buf)
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        if raw.size > buf.nbytes:
+            raise EmulatorError(f"upload of {raw.size} bytes into a {buf.nbytes}-byte buffer")
+        self.memory.array(buf.addr)[: raw.size] = raw
+
+    def download(self, buf: DeviceBuffer, nbytes: int | None = None) -> np.ndarray:
+        self._check(buf)
+        n = buf.nbytes if nbytes is None else nbytes
+        if not 0 <= n <= buf.nbytes:
+            raise EmulatorError(f"download of {n} bytes from a {buf.nbytes}-byte buffer")
+        return self.memory.array(buf.addr)[:n].copy()
+
+    def memset(self, buf: DeviceBuffer, value: int, nbytes: int | None = None) -> None:
+        self._check(buf)
+        n = buf.nbytes if nbytes is None else nbytes
+        if not 0 <= n <= buf.nbytes or not 0 <= value <= 0xFF:
+            raise EmulatorError(f"memset of {n} bytes to {value} on a {buf.nbytes}-byte buffer")
+        self.memory.array(buf.addr)[:n] = value
+
+    def launch(
+        self,
+        kernel: EmulatorKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernarg: bytes,
+    ) -> None:
+        prog = kernel.program
+        if any(g < 1 for g in grid) or any(b < 1 for b in block):
+            raise EmulatorError(f"launch grid {grid} / block {block} must be positive")
+        if block[0] > 1024 or block[1] > 1024 or block[2] > 1024:
+            raise EmulatorError(f"block {block}: work-item ids are 10-bit fields")
+        threads = block[0] * block[1] * block[2]
+        if threads % LANES:
+            raise EmulatorError(f"block {block}: partial waves (EXEC != all ones) are not modelled")
+        waves_per_group = threads // LANES
+        stats = LaunchStats(
+            workgroups=grid[0] * grid[1] * grid[2],
+            waves=grid[0] * grid[1] * grid[2] * waves_per_group,
+        )
+        t0 = time.perf_counter()
+        kernarg_size = max(len(kernarg), prog.kernarg_bytes, 4)
+        ka = self.memory.alloc(kernarg_size)
+        self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
+        sink, owned = self._trace_sink()
+        try:
+            groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
+            wg_ids = np.array([(x, y, z) for z, y, x in groups], dtype=np.int64).reshape(-1, 3)
+            per_batch = max(1, self.max_waves_per_batch // waves_per_group)
+            for start in range(0, len(wg_ids), per_batch):
+                ids = WaveIds(
+                    first_global_wave=start * waves_per_group,
+                    waves_per_group=waves_per_group,
+                    wg_ids=wg_ids[start : start + per_batch],
+                )
+                ex = Executor(
+                    prog,
+                    self.memory,
+                    ids,
+                    max_instructions=self.max_instructions_per_wave,
+                    trace_wave=self.trace_wave,
+                    trace_out=sink,
+                )
+                initial_state(ex, prog, ka, block)
+                ex.run()
+                stats.wave_instructions += ex.dynamic_instructions
+                stats.steps += ex.steps
+        finally:
+            self.memory.free(ka)
+            if owned is not None and sink is not None:
+                write_text(owned, sink.getvalue())  # type: ignore[union-attr]
+        stats.seconds = time.perf_counter() - t0
+        self.last_stats = stats
+
+    def time_launches(self, *args, **kwargs) -> float:
+        raise NoDeviceError(
+            "the emulator cannot time launches: throughput is measured only on gfx950 hardware "
+            "(use --device hip on an MI355X)"
+        )
+
+    def close(self) -> None:
+        for addr in list(self._buffers):
+            self.memory.free(addr)
+        self._buffers.clear()
+        self._programs.clear()
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _check(self, buf: DeviceBuffer) -> None:
+        if self._buffers.get(buf.addr) != buf:
+            raise EmulatorError(
+                f"buffer at {buf.addr:#x} ({buf.nbytes} bytes) is not allocated on this emulator"
+            )
+
+    def _trace_sink(self) -> tuple[TextIO | None, Path | None]:
+        if self.trace_wave is None:
+            return None, None
+        if self.trace_out is None:
+            raise EmulatorError("trace_wave is set but trace_out is not: give a path or a stream")
+        if isinstance(self.trace_out, str | Path):
+            return io.StringIO(), Path(self.trace_out)
+        return self.trace_out, None
+
+
+def initial_state(
+    ex: Executor, prog: Program, kernarg_addr: int, block: tuple[int, int, int]
+) -> None:
+    """Registers at wave start: kernarg pointer, workgroup ids, packed work-item ids, EXEC."""
+    if prog.kernarg_sgpr >= 0:
+        ex.sgpr[prog.kernarg_sgpr] = kernarg_addr & 0xFFFFFFFF
+        ex.sgpr[prog.kernarg_sgpr + 1] = kernarg_addr >> 32
+    wg_of_wave = ex.ids.wg_ids[ex.wg]  # [W, 3]
+    for dim, sreg in prog.workgroup_id_sgprs.items():
+        ex.sgpr[sreg] = wg_of_wave[:, dim].astype(np.uint32)
+    flat = (np.arange(ex.W) % ex.ids.waves_per_group)[:, None] * LANES + np.arange(LANES)
+    x = flat % block[0]
+    y = (flat // block[0]) % block[1]
+    z = flat // (block[0] * block[1])
+    ex.vgpr[0] = (x | (y << 10) | (z << 20)).astype(np.uint32)
+    ex.sgpr[isa.EXEC_LO] = 0xFFFFFFFF
+    ex.sgpr[isa.EXEC_HI] = 0xFFFFFFFF
+    ex._exec_changed()

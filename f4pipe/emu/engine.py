@@ -1,0 +1,354 @@
+"""Execute a batch of waves: explicit register state, operand access, and the lockstep scheduler.
+
+The f4gemm kernels are SPMD, so all waves of a batch (several workgroups x 4 waves) run in
+lockstep: each step takes the waves at the lowest pc and executes that one instruction for all
+of them at once, with register files shaped [registers, waves, lanes]. Waves that diverge (a
+branch on a workgroup id) simply split into groups; lowest-pc-first lets a lagging group catch
+up so they merge again. Waves wait at s_barrier until every live wave of their workgroup has
+arrived. Memory operations complete at issue (zero latency, a legal schedule for kernels that
+wait with s_waitcnt/s_barrier as they must), so s_waitcnt and s_nop are no-ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from f4pipe.emu import isa
+from f4pipe.emu.decode import Instruction, Operand
+from f4pipe.emu.memory import GlobalMemory
+from f4pipe.emu.program import Program
+from f4pipe.errors import EmulatorError
+
+NUM_SGPRS = 128  # operand codes 0..127 (incl. vcc, m0, exec) index this array directly
+NUM_VREGS = 512  # v0..v255, then a0..a255 at isa.AGPR_BASE
+LANES = 64
+LANE = np.arange(LANES, dtype=np.uint64)
+
+Handler = Callable[["Executor", Instruction, "Sel"], bool | None]
+#: Handlers keyed by operation name; the ops_* modules fill it when imported (load_handlers()).
+HANDLERS: dict[str, Handler] = {}
+
+Sel = slice | np.ndarray
+
+
+def handler(*names: str) -> Callable[[Handler], Handler]:
+    """Register a function as the handler of the named operations."""
+
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+
+    return deco
+
+
+def load_handlers() -> None:
+    """Import the instruction modules, which register their handlers (they import this module,
+    so the import happens here, at first use, not at the top)."""
+    from f4pipe.emu import ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
+
+
+@dataclass
+class WaveIds:
+    """Where each wave of a batch sits in the launch (for errors and traces)."""
+
+    first_global_wave: int
+    waves_per_group: int
+    wg_ids: np.ndarray  # [num_wg, 3] workgroup ids (x, y, z)
+
+
+class Executor:
+    """State of one batch of waves and the step loop that runs it to completion."""
+
+    def __init__(
+        self,
+        program: Program,
+        memory: GlobalMemory,
+        ids: WaveIds,
+        *,
+        max_instructions: int,
+        trace_wave: int | None = None,
+        trace_out: TextIO | None = None,
+    ) -> None:
+        load_handlers()
+        self.program = program
+        self.memory = memory
+        self.ids = ids
+        num_wg = len(ids.wg_ids)
+        self.num_wg = num_wg
+        self.W = num_wg * ids.waves_per_group
+        W = self.W
+        self.sgpr = np.zeros((NUM_SGPRS, W), dtype=np.uint32)
+        self.vgpr = np.zeros((NUM_VREGS, W, LANES), dtype=np.uint32)
+        self.scc = np.zeros(W, dtype=np.uint32)
+        self.pc = np.full(W, program.entry, dtype=np.int64)
+        self.done = np.zeros(W, dtype=bool)
+        self.at_barrier = np.zeros(W, dtype=bool)
+        self.gpr_idx_en = np.zeros(W, dtype=bool)
+        self.icount = np.zeros(W, dtype=np.int64)
+        self.wg = np.repeat(np.arange(num_wg), ids.waves_per_group)
+        self.lds = np.zeros((num_wg, max(program.lds_bytes, 4) // 4), dtype=np.uint32)
+        self.exec_full = True
+        self.exec_mask = np.ones((W, LANES), dtype=bool)
+        self.max_instructions = max_instructions
+        self.flush_denorms = program.flush_f32_denorms
+        self.trace_wave = trace_wave
+        self.trace_out = trace_out
+        self.steps = 0
+        self.dynamic_instructions = 0
+
+    # --- naming -------------------------------------------------------------------------
+
+    def global_wave(self, w: int) -> int:
+        return self.ids.first_global_wave + w
+
+    def where(self, inst: Instruction, sel: Sel) -> str:
+        from f4pipe.emu.disasm import format_instruction
+
+        waves = np.arange(self.W)[sel]
+        w = int(waves[0])
+        wg = self.ids.wg_ids[self.wg[w]]
+        more = f" and {len(waves) - 1} more waves in lockstep" if len(waves) > 1 else ""
+        return (
+            f"{self.program.symbol} pc {inst.pc:#x} "
+            f"({format_instruction(inst, self.program.labels)}), "
+            f"wave {self.global_wave(w)} (workgroup {tuple(int(x) for x in wg)}, "
+            f"wave {w % self.ids.waves_per_group} of it){more}"
+        )
+
+    def error(self, inst: Instruction, sel: Sel, what: str) -> EmulatorError:
+        return EmulatorError(f"{what} at {self.where(inst, sel)}")
+
+    # --- operand access -----------------------------------------------------------------
+
+    def nsel(self, sel: Sel) -> int:
+        return self.W if isinstance(sel, slice) else len(sel)
+
+    def s(self, op: Operand, sel: Sel) -> np.ndarray:
+        """A 32-bit scalar source, shape [n] (or a 0-d constant)."""
+        if op.kind == "s":
+            return self.sgpr[op.index, sel]
+        if op.kind == "imm":
+            if op.code in (235, 236, 237, 238, 239, 249, 250, 251, 252, 253, 254):
+                raise EmulatorError(f"operand code {op.code} (special source) is not modelled")
+            return np.uint32(op.value)
+        raise EmulatorError(f"scalar operand expected, got {op}")
+
+    def s64(self, op: Operand, sel: Sel) -> np.ndarray:
+        """A 64-bit scalar source (register pair or sign-extended constant) as uint64."""
+        if op.kind == "s":
+            lo = self.sgpr[op.index, sel].astype(np.uint64)
+            hi = self.sgpr[op.index + 1, sel].astype(np.uint64)
+            return lo | (hi << np.uint64(32))
+        v = op.value
+        if op.code != isa.LITERAL and v & 0x80000000:
+            v |= 0xFFFFFFFF00000000
+        return np.uint64(v)
+
+    def set_s(self, code: int, sel: Sel, value) -> None:
+        self.sgpr[code, sel] = value
+        if code in (isa.EXEC_LO, isa.EXEC_HI):
+            self._exec_changed()
+
+    def _exec_changed(self) -> None:
+        ex = self.sgpr[isa.EXEC_LO].astype(np.uint64) | (
+            self.sgpr[isa.EXEC_HI].astype(np.uint64) << np.uint64(32)
+        )
+        self.exec_mask = ((ex[:, None] >> LANE) & np.uint64(1)).astype(bool)
+        self.exec_full = bool(self.exec_mask.all())
+
+    def v(self, op: Operand, sel: Sel, idx: int = 0) -> np.ndarray:
+        """A 32-bit vector source, broadcastable to [n, 64]; `idx` is the GPR-index offset."""
+        if op.kind == "v":
+            r = op.index + idx
+            if r > 255:
+                raise EmulatorError(f"indexed VGPR v{r} is out of range")
+            return self.vgpr[r, sel]
+        if op.kind == "a":
+            r = op.index + idx
+            if r > 255:
+                raise EmulatorError(f"indexed AGPR a{r} is out of range")
+            return self.vgpr[isa.AGPR_BASE + r, sel]
+        return self.s(op, sel)[..., None] if op.kind == "s" else self.s(op, sel)
+
+    def vregs(self, op: Operand, sel: Sel) -> np.ndarray:
+        """op.count consecutive vector registers, shape [count, n, 64]."""
+        base = op.index + (isa.AGPR_BASE if op.kind == "a" else 0)
+        if op.kind not in ("v", "a") or op.index + op.count > 256:
+            raise EmulatorError(f"register range {op} is not a vector register range")
+        block = self.vgpr[base : base + op.count]
+        return block[:, sel]
+
+    def reg_index(self, op: Operand, idx: int = 0) -> int:
+        if op.kind not in ("v", "a"):
+            raise EmulatorError(f"vector register destination expected, got {op}")
+        r = op.index + idx
+        if r + op.count > 256:
+            raise EmulatorError(f"register {op.kind}{r} (+{op.count}) is out of range")
+        return r + (isa.AGPR_BASE if op.kind == "a" else 0)
+
+    def set_v(self, reg: int, sel: Sel, value) -> None:
+        """Write a VGPR/AGPR (file index) for the selected waves, honouring EXEC."""
+        if self.exec_full:
+            self.vgpr[reg, sel] = value
+        else:
+            old = self.vgpr[reg, sel]
+            self.vgpr[reg, sel] = np.where(self.exec_mask[sel], value, old)
+
+    def lane_mask(self, sel: Sel) -> np.ndarray:
+        return self.exec_mask[sel]
+
+    def vcc_mask(self, code: int, sel: Sel) -> np.ndarray:
+        """A 64-bit lane mask held in an SGPR pair, as bool [n, 64]."""
+        lo = self.sgpr[code, sel].astype(np.uint64)
+        hi = self.sgpr[code + 1, sel].astype(np.uint64)
+        bits = lo | (hi << np.uint64(32))
+        return ((bits[:, None] >> LANE) & np.uint64(1)).astype(bool)
+
+    def set_mask(self, code: int, sel: Sel, mask: np.ndarray) -> None:
+        """Write bool [n, 64] as a 64-bit lane mask into an SGPR pair (inactive lanes 0)."""
+        mask = mask & self.exec_mask[sel]
+        words = np.packbits(mask, axis=1, bitorder="little").view(np.uint32)
+        self.set_s(code, sel, words[:, 0])
+        self.set_s(code + 1, sel, words[:, 1])
+
+    def gpr_index(self, inst: Instruction, sel: Sel) -> tuple[int, int, int, int] | None:
+        """Per-operand (src0, src1, src2, dst) offsets when GPR indexing is on, else None.
+
+        Raises when the selected waves disagree (the step loop then splits the group)."""
+        en = self.gpr_idx_en[sel]
+        if not en.any():
+            return None
+        m0 = self.sgpr[isa.M0, sel]
+        if not en.all() or (m0 != m0[0]).any():
+            raise _SplitGroup
+        m = int(m0[0])
+        off, mode = m & 0xFF, (m >> 12) & 0xF
+        return tuple(off if mode >> i & 1 else 0 for i in range(4))  # type: ignore[return-value]
+
+    # --- running ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Step until every wave has executed s_endpgm."""
+        prog = self.program
+        W = self.W
+        big = np.iinfo(np.int64).max
+        converged = False  # every wave runnable and at the same pc: no selection needed
+        while True:
+            if converged:
+                pc, sel, n = int(self.pc[0]), slice(None), W
+            else:
+                runnable = ~(self.done | self.at_barrier)
+                if not runnable.any():
+                    if self.done.all():
+                        return
+                    self._release_barriers()
+                    if not (~(self.done | self.at_barrier)).any():
+                        w = int(np.nonzero(~self.done)[0][0])
+                        raise EmulatorError(
+                            f"{prog.symbol}: deadlock: waves wait at s_barrier but wave "
+                            f"{self.global_wave(w)}'s workgroup can never complete it"
+                        )
+                    continue
+                pcs = np.where(runnable, self.pc, big)
+                pc = int(pcs.min())
+                group = pcs == pc
+                n = int(group.sum())
+                sel = slice(None) if n == W else np.nonzero(group)[0]
+            inst = prog.at(pc)
+            self._execute(inst, sel)
+            # Only control flow can split or stop waves; an unconditional branch keeps them.
+            converged = n == W and (inst.fmt != "SOPP" or inst.name == "s_branch")
+            self.steps += 1
+            self.dynamic_instructions += n
+            self.icount[sel] += 1
+            if (
+                self.steps > self.max_instructions
+                and self.icount[sel].max() > self.max_instructions
+            ):
+                raise self.error(
+                    inst,
+                    sel,
+                    f"instruction budget of {self.max_instructions} per wave exhausted "
+                    "(runaway loop?)",
+                )
+
+    def _execute(self, inst: Instruction, sel: Sel) -> None:
+        fn = HANDLERS.get(inst.name)
+        if fn is None:
+            pos = inst.pc - self.program.text_addr
+            raw = self.program.text[pos : pos + inst.size]
+            words = " ".join(f"{w:08X}" for w in np.frombuffer(raw, dtype="<u4"))
+            raise self.error(inst, sel, f"unsupported instruction {inst.name} [{words}]")
+        tracing = self.trace_wave is not None and self._traced_in(sel)
+        before = self._snapshot() if tracing else None
+        try:
+            branched = fn(self, inst, sel)
+        except _SplitGroup:
+            # GPR indexing differs between the waves of the group: run them one by one.
+            for w in np.arange(self.W)[sel]:
+                self._execute(inst, np.array([w]))
+            return
+        except EmulatorError as exc:
+            if f"pc {inst.pc:#x} (" in str(exc):
+                raise
+            waves = np.arange(self.W)[sel]
+            if len(waves) > 1:
+                self._blame_one_wave(inst, waves)
+            raise self.error(inst, sel, str(exc)) from exc
+        if not branched:
+            self.pc[sel] += inst.size
+        if tracing:
+            self._trace(inst, before)
+
+    def _blame_one_wave(self, inst: Instruction, waves: np.ndarray) -> None:
+        """Re-run a failed instruction wave by wave on a copy of the state, so the error
+        names the first wave that really faults (state is not committed: we are failing)."""
+        for w in waves:
+            saved = (self.sgpr[:, w].copy(), self.vgpr[:, w].copy(), self.scc[w], self.pc[w])
+            lds = self.lds[self.wg[w]].copy()
+            try:
+                HANDLERS[inst.name](self, inst, np.array([w]))
+            except EmulatorError as exc:
+                raise self.error(inst, np.array([w]), str(exc)) from exc
+            finally:
+                self.sgpr[:, w], self.vgpr[:, w], self.scc[w], self.pc[w] = saved
+                self.lds[self.wg[w]] = lds
+
+    def _release_barriers(self) -> None:
+        arrived = np.bincount(self.wg[self.at_barrier | self.done], minlength=self.num_wg)
+        full = arrived == self.ids.waves_per_group
+        self.at_barrier &= ~full[self.wg]
+
+    # --- tracing ------------------------------------------------------------------------
+
+    def _traced_local(self) -> int | None:
+        assert self.trace_wave is not None
+        w = self.trace_wave - self.ids.first_global_wave
+        return w if 0 <= w < self.W else None
+
+    def _traced_in(self, sel: Sel) -> bool:
+        w = self._traced_local()
+        if w is None:
+            return False
+        return bool(np.isin(w, np.arange(self.W)[sel]))
+
+    def _snapshot(self) -> tuple[np.ndarray, np.ndarray, int]:
+        w = self._traced_local()
+        return self.sgpr[:, w].copy(), self.vgpr[:, w].copy(), int(self.scc[w])
+
+    def _trace(self, inst: Instruction, before) -> None:
+        from f4pipe.emu.trace import format_trace_line
+
+        w = self._traced_local()
+        assert self.trace_out is not None and w is not None
+        after = (self.sgpr[:, w], self.vgpr[:, w], int(self.scc[w]))
+        self.trace_out.write(format_trace_line(inst, self.program.labels, before, after) + "\n")
+
+
+class _SplitGroup(Exception):
+    """Waves of a group need different GPR-index offsets: execute them separately."""

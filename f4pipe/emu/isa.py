@@ -1,0 +1,207 @@
+"""gfx950 (GFX9 family) encoding tables: instruction formats, opcode numbers, operand codes.
+
+Names only, no logic: the decoder (decode.py) reads fields with these tables, the display code
+(disasm.py) prints LLVM's spelling, the executor (ops_*.py) dispatches on the mnemonic. Opcode
+numbers are the CDNA4 ISA manual's microcode tables (chapter 13, "Microcode Formats"); every
+entry is cross-checked against llvm-objdump on the 35 f4gemm code objects
+(tests/test_emu_decode.py).
+Opcodes not listed decode to an `unknown` instruction that raises EmulatorError when executed.
+"""
+
+from __future__ import annotations
+
+SOP2 = {
+    0: "s_add_u32",
+    1: "s_sub_u32",
+    2: "s_add_i32",
+    3: "s_sub_i32",
+    4: "s_addc_u32",
+    5: "s_subb_u32",
+    6: "s_min_i32",
+    7: "s_min_u32",
+    8: "s_max_i32",
+    9: "s_max_u32",
+    10: "s_cselect_b32",
+    12: "s_and_b32",
+    14: "s_or_b32",
+    16: "s_xor_b32",
+    28: "s_lshl_b32",
+    30: "s_lshr_b32",
+    32: "s_ashr_i32",
+    36: "s_mul_i32",
+    44: "s_mul_hi_u32",
+}
+
+SOP1 = {0: "s_mov_b32", 1: "s_mov_b64"}
+
+SOPC = {
+    0: "s_cmp_eq_i32",
+    1: "s_cmp_lg_i32",
+    2: "s_cmp_gt_i32",
+    3: "s_cmp_ge_i32",
+    4: "s_cmp_lt_i32",
+    5: "s_cmp_le_i32",
+    6: "s_cmp_eq_u32",
+    7: "s_cmp_lg_u32",
+    8: "s_cmp_gt_u32",
+    9: "s_cmp_ge_u32",
+    10: "s_cmp_lt_u32",
+    11: "s_cmp_le_u32",
+    17: "s_set_gpr_idx_on",
+}
+
+SOPK = {0: "s_movk_i32", 14: "s_addk_i32", 15: "s_mulk_i32"}
+
+SOPP = {
+    0: "s_nop",
+    1: "s_endpgm",
+    2: "s_branch",
+    4: "s_cbranch_scc0",
+    5: "s_cbranch_scc1",
+    10: "s_barrier",
+    12: "s_waitcnt",
+    28: "s_set_gpr_idx_off",
+}
+
+SMEM = {0: "s_load_dword", 1: "s_load_dwordx2", 2: "s_load_dwordx4", 3: "s_load_dwordx8"}
+#: Dwords loaded by each SMEM load.
+SMEM_DWORDS = {"s_load_dword": 1, "s_load_dwordx2": 2, "s_load_dwordx4": 4, "s_load_dwordx8": 8}
+
+VOP2 = {
+    0: "v_cndmask_b32",
+    5: "v_mul_f32",
+    6: "v_mul_i32_i24",
+    16: "v_lshrrev_b32",
+    18: "v_lshlrev_b32",
+    19: "v_and_b32",
+    20: "v_or_b32",
+    21: "v_xor_b32",
+    52: "v_add_u32",
+    53: "v_sub_u32",
+    54: "v_subrev_u32",
+}
+
+VOP1 = {
+    1: "v_mov_b32",
+    2: "v_readfirstlane_b32",
+    6: "v_cvt_f32_u32",
+    7: "v_cvt_u32_f32",
+    35: "v_rcp_iflag_f32",
+    89: "v_permlane16_swap_b32",
+}
+#: VOP1 opcodes LLVM prints without the _e32 suffix (they have no VOP3 form).
+VOP1_NO_SUFFIX = frozenset({"v_readfirstlane_b32"})
+
+VOPC = {
+    0xC1: "v_cmp_lt_i32",
+    0xC2: "v_cmp_eq_i32",
+    0xC3: "v_cmp_le_i32",
+    0xC4: "v_cmp_gt_i32",
+    0xC5: "v_cmp_ne_i32",
+    0xC6: "v_cmp_ge_i32",
+    0xC9: "v_cmp_lt_u32",
+    0xCA: "v_cmp_eq_u32",
+    0xCB: "v_cmp_le_u32",
+    0xCC: "v_cmp_gt_u32",
+    0xCD: "v_cmp_ne_u32",
+    0xCE: "v_cmp_ge_u32",
+}
+
+#: VOP3-only opcodes (VOP3A); VOP1/VOP2/VOPC promoted to VOP3 live at 0x140+/0x100+/0x000+.
+VOP3_ONLY = {
+    0x268: "v_cvt_pk_bf16_f32",
+    0x285: "v_mul_lo_u32",
+    0x286: "v_mul_hi_u32",
+    0x29C: "v_add_i32",
+}
+VOP3_VOP2_BASE = 0x100
+VOP3_VOP1_BASE = 0x140
+
+#: VOP3P opcodes. 0x2C is the "load scale" half of a 16-byte scaled MFMA; 0x2D its MFMA half.
+VOP3P = {0x58: "v_accvgpr_read_b32", 0x59: "v_accvgpr_write_b32"}
+VOP3P_LD_SCALE = 0x2C
+VOP3P_SCALED_MFMA = {0x2D: "v_mfma_scale_f32_16x16x128_f8f6f4"}
+
+DS = {
+    0x0D: "ds_write_b32",
+    0x36: "ds_read_b32",
+    0x4D: "ds_write_b64",
+    0x76: "ds_read_b64",
+    0xDF: "ds_write_b128",
+    0xFF: "ds_read_b128",
+}
+#: Dwords moved by each DS opcode.
+DS_DWORDS = {
+    "ds_write_b32": 1,
+    "ds_read_b32": 1,
+    "ds_write_b64": 2,
+    "ds_read_b64": 2,
+    "ds_write_b128": 4,
+    "ds_read_b128": 4,
+}
+
+MUBUF = {
+    0x14: "buffer_load_dword",
+    0x15: "buffer_load_dwordx2",
+    0x17: "buffer_load_dwordx4",
+    0x1C: "buffer_store_dword",
+    0x1D: "buffer_store_dwordx2",
+    0x1F: "buffer_store_dwordx4",
+    0x52: "buffer_atomic_pk_add_bf16",
+}
+MUBUF_DWORDS = {
+    "buffer_load_dword": 1,
+    "buffer_load_dwordx2": 2,
+    "buffer_load_dwordx4": 4,
+    "buffer_store_dword": 1,
+    "buffer_store_dwordx2": 2,
+    "buffer_store_dwordx4": 4,
+    "buffer_atomic_pk_add_bf16": 1,
+}
+
+# --- operand codes (9-bit source field; SGPR fields use the low 8 bits) ----------------------
+
+VCC_LO = 106
+VCC_HI = 107
+M0 = 124
+EXEC_LO = 126
+EXEC_HI = 127
+LITERAL = 255
+VGPR_BASE = 256
+#: Register file index of a0 when VGPRs and AGPRs share one array (accum_offset 256).
+AGPR_BASE = 256
+
+SPECIAL_SGPR_NAMES = {
+    102: "flat_scratch_lo",
+    103: "flat_scratch_hi",
+    104: "xnack_mask_lo",
+    105: "xnack_mask_hi",
+    106: "vcc_lo",
+    107: "vcc_hi",
+    124: "m0",
+    126: "exec_lo",
+    127: "exec_hi",
+}
+SPECIAL_SGPR_PAIR_NAMES = {102: "flat_scratch", 104: "xnack_mask", 106: "vcc", 126: "exec"}
+
+#: Inline float constants (code -> (f32 bits, LLVM spelling)).
+INLINE_FLOATS = {
+    240: (0x3F000000, "0.5"),
+    241: (0xBF000000, "-0.5"),
+    242: (0x3F800000, "1.0"),
+    243: (0xBF800000, "-1.0"),
+    244: (0x40000000, "2.0"),
+    245: (0xC0000000, "-2.0"),
+    246: (0x40800000, "4.0"),
+    247: (0xC0800000, "-4.0"),
+    248: (0x3E22F983, "0.15915494"),
+}
+
+
+def inline_int(code: int) -> int | None:
+    """The signed integer of an inline-constant code (128..208), or None."""
+    if 128 <= code <= 192:
+        return code - 128
+    if 193 <= code <= 208:
+        return 192 - code
+    return None

@@ -1,0 +1,202 @@
+"""LDS (DS) and buffer (MUBUF) instructions, including buffer loads into LDS and bf16 atomics.
+
+Buffer addressing and range checks follow the CDNA4 manual §9.1.5 (raw buffers: a dword is out
+of range when vgpr offset + inst offset + 4*i >= num_records; structured: index >= num_records),
+out-of-range reads give 0, writes and atomics are dropped. LDS DMA (`... lds`) writes the loaded
+dwords to LDS at M0[17:2]*4 + inst_offset + lane*4*dwords (§9.1.9, §10.3). DS addresses are
+never clamped by M0 on gfx9+; an LDS access that is misaligned or leaves the workgroup's
+allocation raises EmulatorError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from f4pipe.emu import isa
+from f4pipe.emu.decode import Instruction
+from f4pipe.emu.engine import Executor, Sel, handler
+from f4pipe.errors import EmulatorError
+from f4pipe.numerics import float_to_bf16_bits
+
+U32 = np.uint32
+
+
+# --- LDS -----------------------------------------------------------------------------------
+
+
+def _lds_index(
+    ex: Executor, inst: Instruction, sel: Sel, byte_addr: np.ndarray, ndw: int
+) -> np.ndarray:
+    """Word indices [n, 64, ndw] for LDS byte addresses [n, 64], checked for the active lanes."""
+    mask = ex.lane_mask(sel)
+    size = ex.lds.shape[1] * 4
+    bad_align = ((byte_addr & 3) != 0) & mask
+    if bad_align.any():
+        a = int(byte_addr[bad_align][0])
+        raise ex.error(inst, sel, f"misaligned LDS address {a:#x}")
+    bad_range = ((byte_addr + 4 * ndw) > size) & mask
+    if bad_range.any():
+        a = int(byte_addr[bad_range][0])
+        raise ex.error(
+            inst, sel, f"LDS access at {a:#x}+{4 * ndw} beyond the {size}-byte allocation"
+        )
+    word = np.where(mask, byte_addr >> 2, 0)
+    return word[..., None] + np.arange(ndw, dtype=np.int64)
+
+
+def _wg_rows(ex: Executor, sel: Sel) -> np.ndarray:
+    return ex.wg[sel][:, None, None]
+
+
+@handler("ds_read_b32", "ds_read_b64", "ds_read_b128")
+def ds_read(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    ndw = isa.DS_DWORDS[inst.name]
+    addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
+    widx = _lds_index(ex, inst, sel, addr, ndw)
+    data = ex.lds[_wg_rows(ex, sel), widx]  # [n, 64, ndw]
+    base = ex.reg_index(inst.dst)
+    for i in range(ndw):
+        ex.set_v(base + i, sel, data[..., i])
+
+
+@handler("ds_write_b32", "ds_write_b64", "ds_write_b128")
+def ds_write(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    ndw = isa.DS_DWORDS[inst.name]
+    addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
+    widx = _lds_index(ex, inst, sel, addr, ndw)
+    data = np.stack(list(ex.vregs(inst.srcs[1], sel)), axis=-1)  # [n, 64, ndw]
+    rows = np.broadcast_to(_wg_rows(ex, sel), widx.shape)
+    mask = np.broadcast_to(ex.lane_mask(sel)[..., None], widx.shape)
+    ex.lds[rows[mask], widx[mask]] = data[mask]
+
+
+# --- buffers -------------------------------------------------------------------------------
+
+
+def _buffer_addresses(ex: Executor, inst: Instruction, sel: Sel, ndw: int):
+    """(addresses int64 [n, 64, ndw], in-range-and-active bool [n, 64, ndw])."""
+    vaddr, _, srsrc, soffset = inst.srcs
+    rs = ex.sgpr[srsrc.index : srsrc.index + 4, sel].astype(np.int64)  # [4, n]
+    base = rs[0] | ((rs[1] & 0xFFFF) << 32)
+    stride = (rs[1] >> 16) & 0x3FFF
+    num_records = rs[2]
+    if ((rs[1] >> 31) & 1).any():
+        raise ex.error(inst, sel, "swizzled buffer resources are not modelled")
+    if ((rs[3] >> 23) & 1).any():
+        raise ex.error(inst, sel, "buffer resources with ADD_TID_ENABLE are not modelled")
+    soff = np.broadcast_to(np.asarray(ex.s(soffset, sel), dtype=np.int64), base.shape)
+    n = base.shape[0]
+    zero = np.zeros((n, 64), dtype=np.int64)
+    if inst.idxen and inst.offen:
+        index = ex.v(vaddr, sel).astype(np.int64)
+        voff = ex.vgpr[vaddr.index + 1, sel].astype(np.int64)
+    elif inst.idxen:
+        index, voff = ex.v(vaddr, sel).astype(np.int64), zero
+    elif inst.offen:
+        index, voff = zero, ex.v(vaddr, sel).astype(np.int64)
+    else:
+        index, voff = zero, zero
+    offset = voff + inst.offset  # [n, 64]
+    comp = 4 * np.arange(ndw, dtype=np.int64)
+    addr = (
+        (base + soff)[:, None, None]
+        + (index * stride[:, None])[..., None]
+        + offset[..., None]
+        + comp
+    )
+    if inst.idxen:
+        if (stride == 0).any():
+            raise ex.error(inst, sel, "idxen with a zero-stride buffer resource is not modelled")
+        in_range = np.broadcast_to((index < num_records[:, None])[..., None], addr.shape)
+    else:
+        in_range = (offset[..., None] + comp) < num_records[:, None, None]
+    ok = in_range & ex.lane_mask(sel)[..., None]
+    return addr, ok
+
+
+@handler("buffer_load_dword", "buffer_load_dwordx2", "buffer_load_dwordx4")
+def buffer_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    ndw = isa.MUBUF_DWORDS[inst.name]
+    addr, ok = _buffer_addresses(ex, inst, sel, ndw)
+    data = np.zeros(addr.shape, dtype=U32)
+    data[ok] = ex.memory.read_dwords(addr[ok], f"{inst.name} (global memory)")
+    if inst.lds:
+        _load_to_lds(ex, inst, sel, data, ndw)
+        return
+    base = ex.reg_index(inst.srcs[1])
+    for i in range(ndw):
+        ex.set_v(base + i, sel, data[..., i])
+
+
+def _load_to_lds(ex: Executor, inst: Instruction, sel: Sel, data: np.ndarray, ndw: int) -> None:
+    if ndw == 2:
+        raise ex.error(inst, sel, "buffer_load_dwordx2 ... lds does not exist")
+    m0 = ex.sgpr[isa.M0, sel].astype(np.int64)
+    lds_base = (m0 & 0x3FFFC) + inst.offset  # M0[17:2] * 4 + inst_offset
+    lane = np.arange(64, dtype=np.int64)
+    addr = lds_base[:, None] + lane * 4 * ndw  # [n, 64]
+    widx = _lds_index(ex, inst, sel, addr, ndw)
+    rows = np.broadcast_to(_wg_rows(ex, sel), widx.shape)
+    mask = np.broadcast_to(ex.lane_mask(sel)[..., None], widx.shape)
+    ex.lds[rows[mask], widx[mask]] = data[mask]
+
+
+@handler("buffer_store_dword", "buffer_store_dwordx2", "buffer_store_dwordx4")
+def buffer_store(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    if inst.lds:
+        raise ex.error(inst, sel, "buffer stores from LDS are not modelled")
+    ndw = isa.MUBUF_DWORDS[inst.name]
+    addr, ok = _buffer_addresses(ex, inst, sel, ndw)
+    data = np.stack(list(ex.vregs(inst.srcs[1], sel)), axis=-1)
+    ex.memory.write_dwords(addr[ok], data[ok], f"{inst.name} (global memory)")
+
+
+@handler("buffer_atomic_pk_add_bf16")
+def buffer_atomic_pk_add_bf16(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    """Add two packed bf16 values; each half rounds to nearest even on its own. No return.
+
+    A bf16 + bf16 sum computed in f32 and rounded once to bf16 equals the correctly rounded
+    sum (when exponents differ by more than 16 the smaller term stays far below half a bf16
+    ulp). Lanes hitting the same dword are applied in lane order, one after another."""
+    if inst.glc or inst.lds:
+        raise ex.error(
+            inst, sel, "returning / LDS forms of buffer_atomic_pk_add_bf16 are not modelled"
+        )
+    addr, ok = _buffer_addresses(ex, inst, sel, 1)
+    data = ex.vregs(inst.srcs[1], sel)[0][..., None]  # [n, 64, 1]
+    a, d = addr[ok], data[ok]
+    if a.size == 0:
+        return
+    order = np.argsort(a, kind="stable")
+    a, d = a[order], d[order]
+    dup = np.zeros(a.shape, dtype=bool)
+    dup[1:] = a[1:] == a[:-1]
+    rounds = 0
+    while a.size:
+        first = ~dup
+        _apply_pk_add(ex, inst, sel, a[first], d[first])
+        a, d = a[dup], d[dup]
+        dup = np.zeros(a.shape, dtype=bool)
+        dup[1:] = a[1:] == a[:-1]
+        rounds += 1
+        if rounds > 64 * ex.W:
+            raise EmulatorError("atomic duplicate resolution did not terminate")
+
+
+def _bf16_pair_to_f32(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lo = (words << U32(16)).view(np.float32)
+    hi = (words & U32(0xFFFF0000)).view(np.float32)
+    return lo, hi
+
+
+def _apply_pk_add(
+    ex: Executor, inst: Instruction, sel: Sel, addr: np.ndarray, data: np.ndarray
+) -> None:
+    for group, words, idx in ex.memory.dword_views(addr, f"{inst.name} (global memory)"):
+        d = data if group.all() else data[group]
+        old_lo, old_hi = _bf16_pair_to_f32(words[idx])
+        add_lo, add_hi = _bf16_pair_to_f32(d.astype(U32))
+        with np.errstate(all="ignore"):
+            lo = float_to_bf16_bits(old_lo + add_lo).astype(U32)
+            hi = float_to_bf16_bits(old_hi + add_hi).astype(U32)
+        words[idx] = lo | (hi << U32(16))

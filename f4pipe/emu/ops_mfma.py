@@ -1,0 +1,117 @@
+"""v_mfma_scale_f32_16x16x128_f8f6f4 with FP4 (e2m1) operands and E8M0 block scales.
+
+Register maps (gfx950.md, from the CDNA4 manual §7.1.4 and composable_kernel's probes): lane
+l = 16g + r; src0 holds row r, k = 32g + t with item t in v[a + t//8] bits [4*(t%8)+3 : 4*(t%8)];
+src1 holds column r the same way; the scale of row r / k-block g is byte (op_sel + 2*op_sel_hi)
+of the scale source in lane 16g + r; D[i][j] sits in register d + i%4 of lane j + 16*(i//4).
+
+Arithmetic: each 32-term FP4 block dot product is exact in float32 (multiples of 1/4 below
+2^11), the four scaled partials and C are summed exactly and rounded once to f32 (RNE). The
+hardware's combination order is not documented; the exact-sum model is what gfx950.md asks
+for, and the end-to-end tests measure it against the float64 reference. MFMA ignores MODE
+(no denormal flush).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from f4pipe.emu.decode import Instruction, Operand
+from f4pipe.emu.engine import Executor, Sel, handler
+from f4pipe.numerics import e8m0_to_float, fp4_to_float
+
+FP4_FORMAT = 4  # cbsz / blgp value selecting FP4 e2m1
+_BYTES = np.arange(256, dtype=np.uint8)
+_HALFWORDS = np.arange(65536, dtype=np.uint32)
+#: 16-bit halfword -> its four FP4 values, low nibble first, as float32 (exact). One gather per
+#: four elements is what keeps the MFMA cheap (a byte table needs four times the lookups).
+FP4_QUAD = np.stack(
+    [fp4_to_float((_HALFWORDS >> (4 * i)) & 0xF) for i in range(4)], axis=-1
+).astype(np.float32)
+#: E8M0 byte -> 2^(e-127) (0xFF -> NaN) as float64.
+E8M0_VALUE = e8m0_to_float(_BYTES)
+
+
+def _fp4_operand(regs: np.ndarray) -> np.ndarray:
+    """[4, n, 64] uint32 -> [n, 4 (k-block g), 16 (row r), 32 (t)] float32 values."""
+    n = regs.shape[1]
+    halves = np.ascontiguousarray(regs.transpose(1, 2, 0)).view(np.uint16)  # [n, 64, 8]
+    vals = np.take(FP4_QUAD, halves, axis=0).reshape(n, 64, 32)  # item t = 4*halfword + nibble
+    return vals.reshape(n, 4, 16, 32)
+
+
+def _scales(ex: Executor, op: Operand, sel: Sel, byte: int) -> np.ndarray:
+    """[n, 4 (g), 16 (r)] float64 scale values from byte `byte` of each lane."""
+    raw = np.broadcast_to(ex.v(op, sel), (ex.nsel(sel), 64))
+    e = ((raw >> np.uint32(8 * byte)) & np.uint32(0xFF)).astype(np.uint8)
+    return E8M0_VALUE[e].reshape(-1, 4, 16)
+
+
+def round_sum_to_f32(terms: list[np.ndarray]) -> np.ndarray:
+    """The exact sum of float64 terms rounded once to float32 (RNE), elementwise.
+
+    An error-free TwoSum cascade gives hi + lo equal to the sum up to the (negligible)
+    rounding of the error terms' own sum; rounding hi to f32 is then correct except when hi
+    lies exactly halfway between two f32 values, where lo decides. So the result does not
+    depend on how far apart the scaled block partials are (float64 alone would be exact only
+    while they span fewer than ~53 bits)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = terms[0]
+        e = np.zeros_like(s)
+        for t in terms[1:]:
+            s2 = s + t
+            bv = s2 - s
+            e = e + ((s - (s2 - bv)) + (t - bv))
+            s = s2
+        hi = s + e
+        lo = (s - hi) + e
+        r = hi.astype(np.float32)
+        d = hi - r.astype(np.float64)
+        other = np.nextafter(r, np.where(d > 0, np.float32(np.inf), np.float32(-np.inf)))
+        tie = (d != 0) & (hi == (r.astype(np.float64) + other.astype(np.float64)) / 2)
+        away = tie & (lo != 0) & ((lo > 0) == (d > 0))
+        r = np.where(away & np.isfinite(hi), other, r)
+        return np.where(np.isfinite(s), r, s.astype(np.float32))
+
+
+def acc_to_matrix(regs: np.ndarray) -> np.ndarray:
+    """[4, n, 64] accumulators -> [n, 16 (i), 16 (j)]: D[i][j] in reg i%4, lane j + 16*(i//4)."""
+    n = regs.shape[1]
+    return regs.reshape(4, n, 4, 16).transpose(1, 2, 0, 3).reshape(n, 16, 16)
+
+
+def matrix_to_acc(mat: np.ndarray) -> np.ndarray:
+    """Inverse of acc_to_matrix."""
+    n = mat.shape[0]
+    return mat.reshape(n, 4, 4, 16).transpose(2, 0, 1, 3).reshape(4, n, 64)
+
+
+@handler("v_mfma_scale_f32_16x16x128_f8f6f4")
+def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    if inst.cbsz != FP4_FORMAT or inst.blgp != FP4_FORMAT:
+        raise ex.error(
+            inst,
+            sel,
+            f"scaled MFMA with cbsz {inst.cbsz} / blgp {inst.blgp}: only FP4 (4/4) is modelled",
+        )
+    if ex.gpr_index(inst, sel) is not None:
+        raise ex.error(inst, sel, "MFMA under GPR indexing is not modelled")
+    if not ex.exec_full:
+        raise ex.error(inst, sel, "MFMA with a partial EXEC is not modelled")
+    a_op, b_op, c_op, s0_op, s1_op = inst.srcs
+    a = _fp4_operand(ex.vregs(a_op, sel))  # rows i (src0)
+    b = _fp4_operand(ex.vregs(b_op, sel))  # columns j (src1)
+    partial = np.matmul(a, b.transpose(0, 1, 3, 2))  # [n, g, i, j] exact in float32
+    sa = _scales(ex, s0_op, sel, (inst.op_sel & 1) + 2 * (inst.op_sel_hi & 1))
+    sb = _scales(ex, s1_op, sel, (inst.op_sel >> 1 & 1) + 2 * (inst.op_sel_hi >> 1 & 1))
+    scale = sa[:, :, :, None] * sb[:, :, None, :]  # [n, g, i, j], powers of two: exact
+    terms = list((partial.astype(np.float64) * scale).transpose(1, 0, 2, 3))  # 4 exact terms
+    if c_op.kind in ("v", "a"):
+        terms.append(acc_to_matrix(ex.vregs(c_op, sel)).view(np.float32).astype(np.float64))
+    else:
+        c = float(np.asarray(ex.s(c_op, sel), dtype=np.uint32).view(np.float32))
+        terms.append(np.full_like(terms[0], c))
+    d = round_sum_to_f32(terms).view(np.uint32)
+    acc = matrix_to_acc(d)
+    base = ex.reg_index(inst.dst)
+    ex.vgpr[base : base + 4, sel] = acc

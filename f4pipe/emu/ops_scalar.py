@@ -1,0 +1,231 @@
+"""Scalar ALU, scalar memory and program control (SOP1/SOP2/SOPK/SOPC/SOPP/SMEM).
+
+Semantics per the CDNA4 ISA manual's opcode pseudocode (chapter 12): integer results wrap to
+32 bits; SCC is carry/borrow for the unsigned add/sub, signed overflow for the signed ones,
+"result != 0" for logic and shifts, unchanged for moves, multiplies and s_cselect.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from f4pipe.emu import isa
+from f4pipe.emu.decode import Instruction
+from f4pipe.emu.engine import Executor, Sel, handler
+
+U32 = 0xFFFFFFFF
+
+
+def _u(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.uint32).astype(np.int64)
+
+
+def _i(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.uint32).view(np.int32).astype(np.int64)
+
+
+def _scc(ex: Executor, sel: Sel, cond) -> None:
+    ex.scc[sel] = np.asarray(cond, dtype=np.uint32)
+
+
+def _dst(ex: Executor, inst: Instruction, sel: Sel, value: np.ndarray) -> None:
+    n = ex.nsel(sel)
+    ex.set_s(inst.dst.index, sel, np.broadcast_to(np.asarray(value, dtype=np.int64) & U32, (n,)))
+
+
+def _overflow(a: np.ndarray, b: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Signed overflow of r = a + b (a, b, r as int64 of the 32-bit operands)."""
+    sa, sb, sr = a < 0, b < 0, (r & 0x80000000) != 0
+    return (sa == sb) & (sr != sa)
+
+
+@handler("s_add_u32", "s_sub_u32", "s_addc_u32", "s_subb_u32")
+def s_addsub_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
+    c = _u(ex.scc[sel]) if inst.name in ("s_addc_u32", "s_subb_u32") else 0
+    if inst.name in ("s_add_u32", "s_addc_u32"):
+        r = a + b + c
+        carry = r > U32
+    else:
+        r = a - b - c
+        carry = r < 0
+    _dst(ex, inst, sel, r)
+    _scc(ex, sel, np.broadcast_to(carry, (ex.nsel(sel),)))
+
+
+@handler("s_add_i32", "s_sub_i32")
+def s_addsub_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    a, b = _i(ex.s(inst.srcs[0], sel)), _i(ex.s(inst.srcs[1], sel))
+    if inst.name == "s_sub_i32":
+        b = -b
+    r = a + b
+    ov = (r > 0x7FFFFFFF) | (r < -0x80000000)
+    _dst(ex, inst, sel, r)
+    _scc(ex, sel, np.broadcast_to(ov, (ex.nsel(sel),)))
+
+
+@handler("s_addk_i32")
+def s_addk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    a = _i(ex.sgpr[inst.dst.index, sel])
+    k = inst.imm - 0x10000 if inst.imm & 0x8000 else inst.imm
+    r = a + k
+    _dst(ex, inst, sel, r)
+    _scc(ex, sel, (r > 0x7FFFFFFF) | (r < -0x80000000))
+
+
+@handler("s_movk_i32")
+def s_movk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    k = inst.imm - 0x10000 if inst.imm & 0x8000 else inst.imm
+    _dst(ex, inst, sel, np.int64(k))
+
+
+@handler("s_mulk_i32")
+def s_mulk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    k = inst.imm - 0x10000 if inst.imm & 0x8000 else inst.imm
+    _dst(ex, inst, sel, _i(ex.sgpr[inst.dst.index, sel]) * k)
+
+
+@handler("s_mul_i32")
+def s_mul_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
+    _dst(ex, inst, sel, (a * b) & U32)  # low 32 bits are sign-agnostic
+
+
+@handler("s_mul_hi_u32")
+def s_mul_hi_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    a = np.asarray(ex.s(inst.srcs[0], sel), dtype=np.uint64)
+    b = np.asarray(ex.s(inst.srcs[1], sel), dtype=np.uint64)
+    _dst(ex, inst, sel, ((a * b) >> np.uint64(32)).astype(np.int64))
+
+
+_LOGIC = {
+    "s_and_b32": np.bitwise_and,
+    "s_or_b32": np.bitwise_or,
+    "s_xor_b32": np.bitwise_xor,
+}
+
+
+@handler(*_LOGIC)
+def s_logic(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    r = _LOGIC[inst.name](_u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel)))
+    r = np.broadcast_to(r, (ex.nsel(sel),))
+    _dst(ex, inst, sel, r)
+    _scc(ex, sel, r != 0)
+
+
+@handler("s_lshl_b32", "s_lshr_b32", "s_ashr_i32")
+def s_shift(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    sh = _u(ex.s(inst.srcs[1], sel)) & 31
+    if inst.name == "s_lshl_b32":
+        r = (_u(ex.s(inst.srcs[0], sel)) << sh) & U32
+    elif inst.name == "s_lshr_b32":
+        r = _u(ex.s(inst.srcs[0], sel)) >> sh
+    else:
+        r = (_i(ex.s(inst.srcs[0], sel)) >> sh) & U32
+    r = np.broadcast_to(r, (ex.nsel(sel),))
+    _dst(ex, inst, sel, r)
+    _scc(ex, sel, r != 0)
+
+
+@handler("s_min_i32", "s_max_i32", "s_min_u32", "s_max_u32")
+def s_minmax(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    conv = _i if inst.name.endswith("i32") else _u
+    a, b = conv(ex.s(inst.srcs[0], sel)), conv(ex.s(inst.srcs[1], sel))
+    pick_a = a < b if "min" in inst.name else a > b
+    _dst(ex, inst, sel, np.where(pick_a, a, b))
+    _scc(ex, sel, np.broadcast_to(pick_a, (ex.nsel(sel),)))
+
+
+@handler("s_cselect_b32")
+def s_cselect_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
+    _dst(ex, inst, sel, np.where(ex.scc[sel] != 0, a, b))
+
+
+@handler("s_mov_b32")
+def s_mov_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    _dst(ex, inst, sel, _u(ex.s(inst.srcs[0], sel)))
+
+
+@handler("s_mov_b64")
+def s_mov_b64(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    v = np.broadcast_to(ex.s64(inst.srcs[0], sel), (ex.nsel(sel),))
+    d = inst.dst.index
+    ex.set_s(d, sel, (v & np.uint64(U32)).astype(np.uint32))
+    ex.set_s(d + 1, sel, (v >> np.uint64(32)).astype(np.uint32))
+
+
+_CMP = {
+    "eq": np.equal,
+    "lg": np.not_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+}
+
+
+@handler(*(n for n in isa.SOPC.values() if n.startswith("s_cmp_")))
+def s_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    _, _, rel, typ = inst.name.split("_")
+    conv = _i if typ == "i32" else _u
+    r = _CMP[rel](conv(ex.s(inst.srcs[0], sel)), conv(ex.s(inst.srcs[1], sel)))
+    _scc(ex, sel, np.broadcast_to(r, (ex.nsel(sel),)))
+
+
+@handler("s_set_gpr_idx_on")
+def s_set_gpr_idx_on(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    idx = _u(ex.s(inst.srcs[0], sel)) & 0xFF
+    m0 = _u(ex.sgpr[isa.M0, sel])
+    m0 = (m0 & ~0xF0FF) | idx | (inst.imm << 12)
+    ex.set_s(isa.M0, sel, np.broadcast_to(m0, (ex.nsel(sel),)).astype(np.uint32))
+    ex.gpr_idx_en[sel] = True
+
+
+@handler("s_set_gpr_idx_off")
+def s_set_gpr_idx_off(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    ex.gpr_idx_en[sel] = False
+
+
+@handler("s_nop", "s_waitcnt")
+def s_nothing(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    """Memory completes at issue and results are ready at once: nothing to wait for."""
+
+
+@handler("s_endpgm")
+def s_endpgm(ex: Executor, inst: Instruction, sel: Sel) -> bool:
+    ex.done[sel] = True
+    return True
+
+
+@handler("s_barrier")
+def s_barrier(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    ex.at_barrier[sel] = True
+
+
+@handler("s_branch")
+def s_branch(ex: Executor, inst: Instruction, sel: Sel) -> bool:
+    ex.pc[sel] = inst.target
+    return True
+
+
+@handler("s_cbranch_scc0", "s_cbranch_scc1")
+def s_cbranch(ex: Executor, inst: Instruction, sel: Sel) -> bool:
+    want = 1 if inst.name == "s_cbranch_scc1" else 0
+    taken = ex.scc[sel] == want
+    ex.pc[sel] = np.where(taken, inst.target, ex.pc[sel] + inst.size)
+    return True
+
+
+@handler(*isa.SMEM.values())
+def s_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
+    """s_load_dword*: address = s[base:base+1] + offset, low two bits ignored."""
+    base = ex.s64(inst.srcs[0], sel).astype(np.int64)
+    n = inst.dst.count
+    addr = ((base + inst.offset) & ~3)[:, None] + 4 * np.arange(n, dtype=np.int64)
+    words = ex.memory.read_dwords(addr, "s_load")
+    d = inst.dst.index
+    if d + n > isa.VCC_LO:
+        raise ex.error(inst, sel, f"s_load destination s[{d}:{d + n - 1}] overruns the SGPRs")
+    for i in range(n):
+        ex.set_s(d + i, sel, words[:, i])

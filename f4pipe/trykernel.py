@@ -1,0 +1,253 @@
+"""`f4pipe try`: the hand-editing loop in one command (assemble, diff, check, run, verdict).
+
+An edit is assembled, diffed against its original, statically checked against its descriptor
+and, only if that is clean, run at a few quick shapes chosen to exercise the code paths an edit
+most easily breaks: a full tile next to an M edge tile (one valid row), two K steps, and for
+splitK kernels a split launch. (No N edge: several unedited originals fail N % tile_n != 0 on
+the emulator as of this writing, and the quick set must judge the edit, not that question;
+`--shape` runs any shape, and a failing run says whether the original fails there too.)
+Runs use the same host code as every other stage (f4pipe.gemm.run_gemm) on the emulator and,
+when one answers, on a gfx950 GPU. A failing run
+names its first wrong element (row, column, expected, got) by the verification criteria of
+f4pipe.verify; a passing one also says whether the output is bit-identical to the original's
+(an edit meant to keep semantics should be).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from f4pipe.device import Device, open_device
+from f4pipe.edits import PreparedEdit, prepare_edit
+from f4pipe.errors import DeviceError, NoDeviceError
+from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
+from f4pipe.manifest import KernelEntry
+from f4pipe.matrices import Case
+from f4pipe.operands import SEED_A, SEED_B, generate_operand
+from f4pipe.reference import reference_gemm
+from f4pipe.toolchain import Toolchain
+from f4pipe.verify import bad_mask
+
+#: K of the quick shapes: two 256-wide K steps, so the main loop runs more than once.
+QUICK_K = 512
+
+
+def quick_cases(entry: KernelEntry) -> list[Case]:
+    """The shapes `try` runs: M one past a tile (a full tile and a one-row edge tile), and for
+    splitK kernels the same with a 2-way split of K."""
+    cases = [Case(entry.tile_m + 1, entry.tile_n, QUICK_K, 0, entry.name)]
+    if entry.splitk:
+        cases.append(Case(entry.tile_m + 1, entry.tile_n, 2 * QUICK_K, 1, entry.name))
+    return cases
+
+
+@dataclass(frozen=True)
+class WrongElement:
+    row: int
+    col: int
+    expected: float
+    got: float
+
+    def render(self) -> str:
+        return f"D[{self.row},{self.col}] expected {self.expected:.6g}, got {self.got:.6g}"
+
+
+@dataclass(frozen=True)
+class TryRun:
+    """One launch of the edit: its verdict and, when wrong, the first wrong element."""
+
+    device_id: str
+    case: Case
+    status: str  # passed | failed | fault
+    bad: int = 0
+    elements: int = 0
+    first_wrong: WrongElement | None = None
+    message: str = ""  # the device's fault message
+    identical: bool | None = None  # output bit-identical to the original's (None: not compared)
+    original_fails: bool | None = None  # on a failed run: does the original fail here too?
+    seconds: float = 0.0
+
+    def render(self) -> str:
+        where = f"{self.device_id} {self.case.label()}"
+        also = " (the original fails here too: not the edit's doing)" if self.original_fails else ""
+        if self.status == "fault":
+            return f"{where}: device fault{also}: {self.message}"
+        if self.status == "failed":
+            assert self.first_wrong is not None
+            return (
+                f"{where}: {self.bad} of {self.elements} elements wrong, first "
+                f"{self.first_wrong.render()}{also}"
+            )
+        same = {True: ", bit-identical to the original", False: ", differs from the original"}
+        return f"{where}: passed{same.get(self.identical, '')} ({self.seconds:.2f} s)"
+
+
+@dataclass
+class TryResult:
+    """What `try` found. prepared.co_path exists afterwards only if `out_co` was given."""
+
+    prepared: PreparedEdit
+    runs: list[TryRun] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.prepared.findings and all(r.status == "passed" for r in self.runs)
+
+    def verdict_line(self) -> str:
+        p = self.prepared
+        what = f"{p.asm_path.name} ({p.entry.name})"
+        took = f"({self.seconds:.1f} s)"
+        if p.findings:
+            return (
+                f"FAIL {what}: static checks: {len(p.findings)} finding(s), first: "
+                f"{p.findings[0].render()} -- not run {took}"
+            )
+        bad = [r for r in self.runs if r.status != "passed"]
+        if bad:
+            return f"FAIL {what}: {bad[0].render()} {took}"
+        devices = ", ".join(dict.fromkeys(r.device_id for r in self.runs))
+        ident = [r.identical for r in self.runs]
+        same = (
+            "; output bit-identical to the original"
+            if ident and all(ident)
+            else "; output differs from the original (within tolerance)"
+            if any(i is False for i in ident)
+            else ""
+        )
+        return (
+            f"PASS {what}: {len(self.runs)}/{len(self.runs)} runs passed on {devices}{same} {took}"
+        )
+
+
+def open_devices(kind: str) -> list[Device]:
+    """`auto`: the emulator, plus a gfx950 GPU when one answers; else just the one asked for."""
+    if kind != "auto":
+        return [open_device(kind)]
+    devices = [open_device("emulator")]
+    with contextlib.suppress(NoDeviceError):  # no GPU here: the emulator alone decides
+        devices.append(open_device("hip"))
+    return devices
+
+
+def first_wrong_element(
+    result: GemmResult, request: GemmRequest
+) -> tuple[int, WrongElement | None]:
+    """(number of bad elements, the first in row-major order) by f4pipe.verify's criterion,
+    against the reference recomputed from the same seeds."""
+    a = generate_operand(request.m, request.k, request.seed_a, request.distribution)
+    b = generate_operand(request.n, request.k, request.seed_b, request.distribution)
+    ref = reference_gemm(a, b, request.alpha)
+    mask = bad_mask(result.d, ref, result.gdz)
+    where = np.argwhere(mask)
+    if not len(where):
+        return 0, None
+    r, c = (int(x) for x in where[0])
+    return int(mask.sum()), WrongElement(r, c, float(ref[r, c]), float(result.d[r, c]))
+
+
+def run_case(
+    device: Device,
+    prepared: PreparedEdit,
+    case: Case,
+    *,
+    seed_a: int = SEED_A,
+    seed_b: int = SEED_B,
+    baseline: bool = True,
+) -> TryRun:
+    """Run the edit once; on a pass, optionally run the original for the bit-identity check."""
+    request = GemmRequest(case.m, case.n, case.k, case.log2_k_split, seed_a, seed_b)
+    start = time.perf_counter()
+    try:
+        result = run_gemm(device, prepared.entry, prepared.co_path, request)
+    except DeviceError as exc:
+        return TryRun(
+            device.device_id,
+            case,
+            "fault",
+            message=str(exc),
+            original_fails=_original_fails(device, prepared, request) if baseline else None,
+        )
+    v = result.verification
+    assert v is not None
+    elements = case.m * case.n
+    if not v.passed:
+        bad, first = first_wrong_element(result, request)
+        original_fails = _original_fails(device, prepared, request) if baseline else None
+        return TryRun(
+            device.device_id,
+            case,
+            "failed",
+            bad=bad,
+            elements=elements,
+            first_wrong=first,
+            original_fails=original_fails,
+            seconds=time.perf_counter() - start,
+        )
+    identical = None
+    if baseline:
+        original_request = replace(request, verify=False)
+        original = run_gemm(device, prepared.entry, prepared.original_co, original_request)
+        identical = bool(np.array_equal(result.d, original.d, equal_nan=True))
+    return TryRun(
+        device.device_id,
+        case,
+        "passed",
+        elements=elements,
+        identical=identical,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _original_fails(device: Device, prepared: PreparedEdit, request: GemmRequest) -> bool:
+    """Whether the unedited original also fails (or faults) at this request."""
+    try:
+        return run_gemm(device, prepared.entry, prepared.original_co, request).passed is False
+    except DeviceError:
+        return True
+
+
+def try_edit(
+    asm_path: str | Path,
+    co_dir: str | Path,
+    toolchain: Toolchain,
+    *,
+    kernel: str | None = None,
+    device: str = "auto",
+    cases: list[Case] | None = None,
+    out_co: str | Path | None = None,
+    baseline: bool = True,
+    seed_a: int = SEED_A,
+    seed_b: int = SEED_B,
+) -> TryResult:
+    """Assemble, diff, check and (if the checks pass) run an edit; see the module docstring.
+
+    `out_co` keeps the assembled object; by default it lives in a temporary directory.
+    """
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="f4pipe-try-") as tmp:
+        target = Path(out_co) if out_co is not None else Path(tmp) / f"{Path(asm_path).stem}.co"
+        prepared = prepare_edit(asm_path, co_dir, target, toolchain, kernel)
+        result = TryResult(prepared)
+        if not prepared.findings:
+            todo = cases if cases is not None else quick_cases(prepared.entry)
+            devices = open_devices(device)
+            try:
+                for dev in devices:
+                    for case in todo:
+                        result.runs.append(
+                            run_case(
+                                dev, prepared, case, seed_a=seed_a, seed_b=seed_b, baseline=baseline
+                            )
+                        )
+            finally:
+                for dev in devices:
+                    dev.close()
+    result.seconds = time.perf_counter() - start
+    return result

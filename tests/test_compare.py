@@ -1,0 +1,101 @@
+"""Compare two real result sets: the wheel's kernels vs a local copy with one kernel edited and
+reassembled (one instruction changed)."""
+
+from __future__ import annotations
+
+import tarfile
+
+import pytest
+from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL, get_result_sets
+
+from f4pipe.archive import create_archive, tarball_bytes
+from f4pipe.cli import main as cli_main
+from f4pipe.compare import compare_sets, descriptor_directives, open_result_set
+from f4pipe.report import ResultSet, short_kernel
+
+
+@pytest.fixture
+def result_sets(f4gemm_dir, toolchain, tmp_path_factory):
+    return get_result_sets(f4gemm_dir, toolchain, tmp_path_factory)
+
+
+def test_edited_kernel_is_found(result_sets):
+    a, b = ResultSet.load(result_sets["A"]), ResultSet.load(result_sets["B"])
+    c = compare_sets(a, b)
+    assert c.differs
+    (change,) = c.code_objects  # only the edited kernel's bytes changed
+    assert change.kernel == EDITED and change.change == "changed"
+    ka, kb = (rs.table("kernels").set_index("kernel").loc[EDITED, "sha256"] for rs in (a, b))
+    assert (change.sha_a, change.sha_b) == (ka, kb) and ka != kb
+    assert change.insns_a == change.insns_b  # one instruction replaced, none added
+    assert change.asm_lines_changed == 2  # one line out, one line in
+    assert f"-\t{EDIT_FROM.strip()}" in change.asm_diff
+    assert f"+\t{EDIT_TO.strip()}" in change.asm_diff
+    assert change.descriptor == []  # the edit left the kernel descriptor alone
+    # both sets still round-trip: no verdict changed
+    assert len(c.roundtrip) == 0
+    # the edited kernel now fails on the emulator, original and rebuilt alike
+    verify = c.gemm["verify"]
+    assert set(verify["kernel"]) == {short_kernel(EDITED)}
+    assert set(verify["variant"]) == {"original", "rebuilt"}
+    assert set(verify["status"]) == {"passed -> failed"}
+    assert len(c.gemm["splitk"]) == 0  # the splitK kernel was not touched
+    assert c.throughput is None  # no set measured throughput
+    assert short_kernel(SPLITK_KERNEL) not in set(verify["kernel"])
+
+
+def test_a_set_equals_its_archive(result_sets, tmp_path):
+    tarball = create_archive(result_sets["A"], tmp_path)
+    with open_result_set(result_sets["A"]) as a, open_result_set(tarball) as archived:
+        c = compare_sets(a, archived)
+        assert not c.differs and c.code_objects == []
+        assert c.summary_lines()[2] == "code objects changed: 0"
+
+
+def test_cli_compare_archive_with_directory(result_sets, tmp_path, capsys):
+    assert cli_main(["archive", str(result_sets["A"]), "-o", str(tmp_path / "archives")]) == 0
+    (tarball,) = (tmp_path / "archives").iterdir()
+    capsys.readouterr()
+    out_dir = tmp_path / "cmp"
+    argv = ["compare", str(tarball), str(result_sets["B"]), "-o", str(out_dir)]
+    assert cli_main(argv) == 0
+    assert cli_main([*argv, "--exit-code"]) == 1
+    text = capsys.readouterr().out
+    assert f"changed: {EDITED} (instructions " in text and "code objects changed: 1" in text
+    assert "verify results changed: 2" in text
+    page = (out_dir / "index.html").read_text()
+    summary = (out_dir / "summary.md").read_text()
+    assert short_kernel(EDITED) in page and "passed -&gt; failed" in page
+    assert EDIT_TO.strip() in summary and "not measured in both sets" in summary
+    # identical sets: exit 0 even with --exit-code
+    assert cli_main(["compare", str(tarball), str(result_sets["A"]), "--exit-code"]) == 0
+
+
+def test_measured_throughput_deltas(result_sets, tmp_path):
+    timed = result_sets["timed"]
+    with open_result_set(timed) as a, open_result_set(timed) as b:
+        c = compare_sets(a, b)
+    assert c.throughput is not None and len(c.throughput) == 2
+    assert list(c.throughput["ratio B/A (TFLOP/s)"]) == [1.0, 1.0]
+    assert cli_main(["compare", str(timed), str(timed), "-o", str(tmp_path / "c")]) == 0
+    assert (tmp_path / "c" / "throughput_ratio.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_tampered_archive_is_refused(result_sets, tmp_path, capsys):
+    tarball = create_archive(result_sets["A"], tmp_path)
+    top = tarball.name.removesuffix(".tar.gz")
+    with tarfile.open(tarball, "r:gz") as tar:
+        members = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar}
+    members["roundtrip.parquet"] += b"\0"
+    tarball.write_bytes(tarball_bytes(top, members))
+    assert cli_main(["compare", str(tarball), str(result_sets["B"])]) == 2
+    err = capsys.readouterr().err
+    assert "damaged archive" in err and "changed: roundtrip.parquet" in err
+
+
+def test_descriptor_directives_parse_co2asm_blocks(result_sets):
+    asm = (result_sets["A"] / "roundtrip" / f"{EDITED}.s").read_text()
+    fields = descriptor_directives(asm)
+    symbol = ResultSet.load(result_sets["A"]).table("kernels").set_index("kernel").loc[EDITED]
+    assert fields[f"{symbol['symbol']}.amdhsa_kernarg_size"].isdigit()
+    assert len(fields) > 20

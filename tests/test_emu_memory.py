@@ -1,0 +1,194 @@
+"""LDS and buffer instructions on the emulator: range checks per dword, LDS DMA addressing,
+packed-bf16 atomics, and the errors for accesses that must not be papered over."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from emu_snippets import make_executor, u32
+
+from f4pipe.emu.memory import GlobalMemory
+from f4pipe.errors import EmulatorError
+
+LANE = np.arange(64)
+
+
+def _vsharp(addr: int, num_records: int) -> dict[int, int]:
+    """s[8:11] = a raw buffer resource as the f4gemm kernels build it (stride 4, dword3 0x20000)."""
+    return {8: addr & 0xFFFFFFFF, 9: (addr >> 32) | 0x40000, 10: num_records, 11: 0x00020000}
+
+
+def _run(toolchain, asm, vgprs=None, sgprs=None, **kw):
+    ex = make_executor(toolchain, asm, **kw)
+    for reg, value in (vgprs or {}).items():
+        ex.vgpr[reg] = value
+    for reg, value in (sgprs or {}).items():
+        ex.sgpr[reg] = value
+    ex.run()
+    return ex
+
+
+def test_ds_write_then_read_round_trips_b32_b64_b128(toolchain) -> None:
+    ex = _run(
+        toolchain,
+        """
+        ds_write_b128 v1, v[4:7] offset:16
+        ds_write_b64 v2, v[4:5]
+        ds_read_b128 v[10:13], v1 offset:16
+        ds_read_b32 v14, v2 offset:4
+        """,
+        {1: u32(LANE * 32), 2: u32(8192 + LANE * 8), 4: u32(LANE), 5: u32(LANE + 100)}
+        | {6: u32(LANE + 200), 7: u32(LANE + 300)},
+    )
+    for i in range(4):
+        assert np.array_equal(ex.vgpr[10 + i, 0], u32(LANE + 100 * i))
+    assert np.array_equal(ex.vgpr[14, 0], u32(LANE + 100))
+    assert ex.lds[0, 4 + 8 * 5 + 2] == 5 + 200  # byte 16 + 32*5 + 8 -> lane 5, dword 2
+
+
+def test_lds_is_per_workgroup_and_shared_by_its_waves(toolchain) -> None:
+    ex = make_executor(
+        toolchain,
+        """
+        v_lshlrev_b32_e32 v1, 2, v0
+        v_add_u32_e32 v2, s2, v0
+        ds_write_b32 v1, v2
+        s_waitcnt lgkmcnt(0)
+        s_barrier
+        v_xor_b32_e32 v3, 64, v1
+        ds_read_b32 v4, v3
+        """,
+        workgroups=2,
+        waves_per_group=2,
+    )
+    ex.run()
+    # wave w of workgroup g reads what the other wave of g wrote: g + (tid ^ 16 lanes...)
+    for w in range(4):
+        g, tid = w // 2, (w % 2) * 64 + LANE
+        other = (tid * 4 ^ 64) // 4
+        assert np.array_equal(ex.vgpr[4, w], u32(g + other))
+
+
+@pytest.mark.parametrize(
+    ("addr", "match"),
+    [(2, "misaligned LDS address 0x2"), (65536 - 8, r"LDS access at 0xfff8\+16 beyond the 65536")],
+)
+def test_bad_lds_access_raises_naming_pc_and_wave(toolchain, addr: int, match: str) -> None:
+    with pytest.raises(EmulatorError, match=match + r".* pc 0x0 .*wave 0"):
+        _run(toolchain, "ds_read_b128 v[4:7], v1", {1: u32(np.full(64, addr))})
+
+
+def test_buffer_loads_read_zero_past_num_records_per_dword(toolchain) -> None:
+    mem = GlobalMemory()
+    addr = mem.alloc(4096)
+    mem.array(addr).view(np.uint32)[:] = np.arange(1024, dtype=np.uint32) + 1
+    ex = _run(
+        toolchain,
+        """
+        buffer_load_dwordx4 v[4:7], v1, s[8:11], 0 offen offset:8
+        buffer_load_dword v10, v1, s[8:11], s12 offen
+        """,
+        {1: u32(LANE * 16)},
+        _vsharp(addr, 520) | {12: 64},
+        memory=mem,
+    )
+    words = mem.array(addr).view(np.uint32)
+    for i in range(4):
+        off = LANE * 16 + 8 + 4 * i
+        want = np.where(off < 520, words[np.minimum(off // 4, 1023)], 0)
+        assert np.array_equal(ex.vgpr[4 + i, 0], u32(want)), i
+    # soffset moves the address but not the range check (offset = vgpr + inst_offset only)
+    off = LANE * 16
+    assert np.array_equal(ex.vgpr[10, 0], u32(np.where(off < 520, words[(off + 64) // 4], 0)))
+
+
+def test_buffer_stores_drop_out_of_range_dwords_and_leave_the_rest(toolchain) -> None:
+    mem = GlobalMemory()
+    addr = mem.alloc(2048)
+    mem.array(addr)[:] = 0xEE
+    _run(
+        toolchain,
+        "buffer_store_dwordx4 v[4:7], v1, s[8:11], 0 offen",
+        {1: u32(LANE * 16)} | {4 + i: u32(LANE * 10 + i) for i in range(4)},
+        _vsharp(addr, 1000),
+        memory=mem,
+    )
+    words = mem.array(addr).view(np.uint32)
+    for lane in range(64):
+        for i in range(4):
+            off = lane * 16 + 4 * i
+            if off >= 2048:
+                continue
+            want = lane * 10 + i if off < 1000 else 0xEEEEEEEE
+            assert words[off // 4] == want, (lane, i)
+
+
+def test_buffer_access_outside_every_allocation_raises(toolchain) -> None:
+    mem = GlobalMemory()
+    addr = mem.alloc(256)
+    with pytest.raises(EmulatorError, match="past the end of the 256-byte allocation"):
+        _run(
+            toolchain,
+            "buffer_store_dword v4, v1, s[8:11], 0 offen",
+            {1: u32(LANE * 8)},
+            _vsharp(addr, 0xFFFFFFFF),
+            memory=mem,
+        )
+
+
+def test_buffer_load_lds_writes_m0_based_lds_address_per_lane(toolchain) -> None:
+    mem = GlobalMemory()
+    addr = mem.alloc(8192)
+    mem.array(addr).view(np.uint32)[:] = np.arange(2048, dtype=np.uint32) + 7
+    ex = _run(
+        toolchain,
+        """
+        s_mov_b32 m0, 0x10403
+        buffer_load_dwordx4 v1, s[8:11], 0 offen offset:32 lds
+        s_mov_b32 m0, 0x200
+        buffer_load_dword v2, s[8:11], 0 offen lds
+        """,
+        {1: u32(LANE * 16), 2: u32(LANE * 4 + 4000)},
+        _vsharp(addr, 8000),
+        memory=mem,
+        lds_bytes=163840,
+    )
+    src = mem.array(addr).view(np.uint32)
+    lds = ex.lds[0]
+    base = (0x10403 & 0x3FFFC) + 32  # M0[17:2]*4 + inst_offset
+    for lane in (0, 1, 63):
+        got = lds[(base + 16 * lane) // 4 : (base + 16 * lane) // 4 + 4]
+        assert np.array_equal(got, src[(lane * 16 + 32) // 4 : (lane * 16 + 32) // 4 + 4])
+    got = lds[0x200 // 4 : 0x200 // 4 + 64]
+    off = LANE * 4 + 4000
+    assert np.array_equal(got, u32(np.where(off < 8000, src[np.minimum(off // 4, 2047)], 0)))
+
+
+def _bf16(x) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+
+
+def test_atomic_pk_add_bf16_rounds_each_half_and_serialises_same_address_lanes(toolchain) -> None:
+    mem = GlobalMemory()
+    addr = mem.alloc(256)
+    old_lo, old_hi = np.float32(1.0), np.float32(256.0)
+    mem.array(addr).view(np.uint32)[:] = _bf16(old_lo) | (_bf16(old_hi) << 16)
+    # lanes 0..31 hit dwords 0..31 once; lanes 32..63 all hit dword 40 (32 serial adds)
+    offs = np.where(LANE < 32, LANE * 4, 160)
+    add_lo = np.where(LANE < 32, 2.0**-8, 1.0).astype(np.float32)  # 1 + 2^-8: a tie -> 1.0
+    add_hi = np.full(64, 1.0, np.float32)  # 256 + 1 = 257 -> RNE in bf16 gives 256
+    _run(
+        toolchain,
+        "buffer_atomic_pk_add_bf16 v4, v1, s[8:11], 0 offen",
+        {1: u32(offs), 4: _bf16(add_lo) | (_bf16(add_hi) << 16)},
+        _vsharp(addr, 256),
+        memory=mem,
+    )
+    w = mem.array(addr).view(np.uint32)
+    lo = (w & 0xFFFF).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    hi = (w >> 16).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    assert (lo[:32] == 1.0).all() and (hi[:32] == 256.0).all()
+    assert lo[40] == 33.0  # 1 + 32 * 1.0, each add exact
+    assert hi[40] == 256.0  # every +1 rounds back to 256 (ulp 2): serial, not a sum of 32
+    assert lo[41] == 1.0 and hi[41] == 256.0  # untouched

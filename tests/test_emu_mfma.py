@@ -1,0 +1,113 @@
+"""v_mfma_scale_f32_16x16x128_f8f6f4 (FP4 x FP4, E8M0 scales) against a scalar model written
+straight from the register maps in gfx950.md: lane by lane, nibble by nibble, exact sums."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from emu_snippets import make_executor
+
+from f4pipe.numerics import e8m0_to_float, fp4_to_float
+
+RNG = np.random.default_rng(20260)
+
+
+def _elements(regs: np.ndarray) -> np.ndarray:
+    """[4 regs, 64 lanes] -> M[r][k]: lane 16g + r, k = 32g + t, item t in reg t//8, nibble t%8."""
+    out = np.zeros((16, 128))
+    for lane in range(64):
+        g, r = divmod(lane, 16)
+        for t in range(32):
+            nib = (int(regs[t // 8, lane]) >> (4 * (t % 8))) & 0xF
+            out[r, 32 * g + t] = fp4_to_float(np.array([nib]))[0]
+    return out
+
+
+def _scale_of(scale_reg: np.ndarray, byte: int) -> np.ndarray:
+    """S[r][g] = E8M0 byte `byte` of the scale register in lane 16g + r."""
+    out = np.zeros((16, 4))
+    for lane in range(64):
+        g, r = divmod(lane, 16)
+        out[r, g] = e8m0_to_float(np.array([(int(scale_reg[lane]) >> (8 * byte)) & 0xFF]))[0]
+    return out
+
+
+def _model(a, b, c, sa, sb, byte_a, byte_b) -> np.ndarray:
+    """D[i][j] = C[i][j] + sum_k A[i][k] B[j][k] scaleA[i][k/32] scaleB[j][k/32], rounded once."""
+    am, bm = _elements(a), _elements(b)
+    sam, sbm = _scale_of(sa, byte_a), _scale_of(sb, byte_b)
+    d = np.zeros((16, 16), dtype=np.float32)
+    for i in range(16):
+        for j in range(16):
+            lane, reg = j + 16 * (i // 4), i % 4
+            terms = [float(c[reg, lane].view(np.float32))]
+            terms += [am[i, k] * bm[j, k] * sam[i, k // 32] * sbm[j, k // 32] for k in range(128)]
+            d[i, j] = np.float32(math.fsum(terms))
+    return d
+
+
+@pytest.mark.parametrize(
+    ("op_sel", "op_sel_hi"), [((0, 0), (0, 0)), ((1, 0), (1, 1)), ((0, 1), (0, 1))]
+)
+def test_scaled_fp4_mfma_matches_the_register_map_model(toolchain, op_sel, op_sel_hi) -> None:
+    mods = f"op_sel:[{op_sel[0]},{op_sel[1]},0] op_sel_hi:[{op_sel_hi[0]},{op_sel_hi[1]},0]"
+    ex = make_executor(
+        toolchain,
+        f"v_mfma_scale_f32_16x16x128_f8f6f4 a[8:11], v[0:3], v[4:7], a[8:11], v12, v13 {mods} "
+        "cbsz:4 blgp:4",
+    )
+    a = RNG.integers(0, 2**32, size=(4, 64), dtype=np.uint64).astype(np.uint32)
+    b = RNG.integers(0, 2**32, size=(4, 64), dtype=np.uint64).astype(np.uint32)
+    # every scale byte different: a wrong byte select, lane map or A/B pairing shows up
+    sa = RNG.integers(118, 137, size=(64, 4), dtype=np.uint8).view(np.uint32).reshape(64)
+    sb = RNG.integers(118, 137, size=(64, 4), dtype=np.uint8).view(np.uint32).reshape(64)
+    c = RNG.normal(0, 100, size=(4, 64)).astype(np.float32).view(np.uint32)
+    ex.vgpr[0:4, 0] = a
+    ex.vgpr[4:8, 0] = b
+    ex.vgpr[256 + 8 : 256 + 12, 0] = c
+    ex.vgpr[12, 0] = sa
+    ex.vgpr[13, 0] = sb
+    ex.run()
+    want = _model(a, b, c, sa, sb, op_sel[0] + 2 * op_sel_hi[0], op_sel[1] + 2 * op_sel_hi[1])
+    got = ex.vgpr[256 + 8 : 256 + 12, 0]
+    for i in range(16):
+        for j in range(16):
+            lane, reg = j + 16 * (i // 4), i % 4
+            assert got[reg, lane] == want[i, j].view(np.uint32), (i, j)
+
+
+def test_nan_scale_poisons_its_rows(toolchain) -> None:
+    ex = make_executor(
+        toolchain,
+        "v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:3], v[4:7], 0, v12, v13 cbsz:4 blgp:4",
+    )
+    ex.vgpr[0:8, 0] = 0x22222222  # every element 1.0
+    ex.vgpr[12, 0] = 0x7F
+    ex.vgpr[13, 0] = 0x7F
+    ex.vgpr[12, 0, 16 + 3] = 0xFF  # row 3, k-block 1 of src0: NaN
+    ex.run()
+    d = ex.vgpr[256 : 256 + 4, 0].view(np.float32)
+    for i in range(16):
+        for j in range(16):
+            v = d[i % 4, j + 16 * (i // 4)]
+            assert np.isnan(v) if i == 3 else v == 128.0
+
+
+def test_sum_is_rounded_once_even_when_float64_alone_would_round_twice(toolchain) -> None:
+    """C = 2^24, block 0 adds 1, block 1 adds 2^-60: the exact sum 2^24 + 1 + 2^-60 lies just
+    above the f32 midpoint 2^24 + 1, so it rounds up to 2^24 + 2. A plain float64 sum loses
+    the 2^-60 and then rounds the tie to even (2^24): wrong by one f32 ulp."""
+    ex = make_executor(
+        toolchain,
+        "v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:3], v[4:7], a[0:3], v12, v13 cbsz:4 blgp:4",
+    )
+    for reg in (0, 4):  # A[0][0] = B[0][0] = 1.0 (k-block 0), A[0][32] = B[0][32] = 1.0 (block 1)
+        ex.vgpr[reg, 0, 0] = 0x2
+        ex.vgpr[reg, 0, 16] = 0x2
+    ex.vgpr[12, 0] = ex.vgpr[13, 0] = 127  # scales 1.0 ...
+    ex.vgpr[12, 0, 16] = ex.vgpr[13, 0, 16] = 97  # ... but row/column 0, block 1: 2^-30 each
+    ex.vgpr[256, 0, 0] = np.float32(2.0**24).view(np.uint32)
+    ex.run()
+    assert ex.vgpr[256, 0, 0].view(np.float32) == np.float32(2.0**24 + 2)

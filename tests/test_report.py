@@ -1,0 +1,128 @@
+"""The report of a result set built by the real stages (round-trip on aiter objects, verify and
+splitK on the emulator, bench skipped without gfx950 hardware)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+from resultsets import EDITED, KERNELS, SPLITK_CASES, VERIFY_CASES, get_result_sets
+
+from f4pipe.cli import main as cli_main
+from f4pipe.fsio import sha256_file
+from f4pipe.manifest import read_manifest
+from f4pipe.report import NOT_MEASURED, SEED_SPLITK_ERR_PCT, ResultSet, build_report, short_kernel
+from f4pipe.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
+from f4pipe.stages import NO_DEVICE_REASON, StageSettings, splitk_stage, verify_stage
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def result_sets(f4gemm_dir, toolchain, tmp_path_factory):
+    return get_result_sets(f4gemm_dir, toolchain, tmp_path_factory)
+
+
+def test_report_of_a_real_set(result_sets, tmp_path):
+    set_a = result_sets["A"]
+    config = tmp_path / "config.yaml"
+    config.write_text("aiter: {kind: pypi}\n")
+    report = build_report(set_a, config=config)
+    assert report.index == set_a / "report" / "index.html"
+    page = report.index.read_text()
+    summary = report.summary.read_text()
+    sections = {s.key: s for s in report.sections}
+
+    rt = pd.read_parquet(set_a / "roundtrip.parquet")
+    assert len(sections["roundtrip"].table) == len(rt) == len(KERNELS)
+    assert sections["roundtrip"].state == "ok"
+    assert f"{len(KERNELS)} of {len(KERNELS)} code objects equivalent" in page
+    for kernel in KERNELS:
+        assert short_kernel(kernel) in page and short_kernel(kernel) in summary
+
+    # verification: original and rebuilt side by side, every emulator run passed identically
+    verify = sections["verify"]
+    assert verify.state == "ok", verify.verdict
+    assert {"original status", "rebuilt status"} <= set(verify.table.columns)
+    assert set(verify.table["original status"]) == {"passed"}
+    n = len(verify.table)
+    assert f"bit-identical to original in {n} of {n} runs" in verify.verdict
+
+    # splitK: curve plotted beside the page, seed reference numbers quoted
+    splitk = sections["splitk"]
+    assert splitk.plot == "splitk.png"
+    assert (report.directory / "splitk.png").read_bytes().startswith(PNG)
+    assert '<img src="splitk.png"' in page
+    assert all(f"{v} %" in summary for v in SEED_SPLITK_ERR_PCT.values())
+
+    # bench rows exist but the emulator cannot time: a panel, no number, no plot
+    bench = sections["bench"]
+    assert bench.verdict == NOT_MEASURED and bench.table is None and bench.plot is None
+    assert NOT_MEASURED in page and not (report.directory / "throughput.png").exists()
+
+    # provenance
+    rs = ResultSet.load(set_a)
+    for text in (rs.aiter_id, rs.toolchain_id, "emulator", "config sha256", "f4pipe version"):
+        assert text in page
+    assert sha256_file(config) in page and sha256_file(config) in summary
+    assert "<script" not in page and "http" not in page.split("<body>")[1]
+
+
+def test_missing_stages_are_not_run(result_sets, tmp_path):
+    only_spine = tmp_path / "spine-only"
+    shutil.copytree(result_sets["A"], only_spine)
+    for name in ("verify", "splitk", "bench"):
+        (only_spine / f"{name}.parquet").unlink()
+    report = build_report(only_spine, tmp_path / "out")
+    sections = {s.key: s for s in report.sections}
+    assert sections["verify"].verdict == "not run" and sections["splitk"].verdict == "not run"
+    assert sections["bench"].verdict == NOT_MEASURED
+    page = report.index.read_text()
+    assert "verify.parquet is missing" in page and "absent (verify)" in page
+    # the splitK plot always exists (the pipeline declares it), showing only the seed's line
+    assert [p.name for p in report.plots] == ["splitk.png"]
+
+
+def test_failures_are_shown(result_sets):
+    report = build_report(result_sets["B"])
+    verify = {s.key: s for s in report.sections}["verify"]
+    assert verify.state == "bad"
+    failed = [n for n in verify.notes if n.startswith("failed:")]
+    assert {n.split()[1] for n in failed} == {"original", "rebuilt"}
+    assert all(short_kernel(EDITED) in n for n in failed)
+
+
+def test_measured_throughput_bars_and_ratio(result_sets, capsys):
+    timed = result_sets["timed"]
+    assert cli_main(["report", str(timed)]) == 0
+    assert "Throughput: 2 runs measured on hostmodel-timed" in capsys.readouterr().out
+    bench = pd.read_parquet(timed / "bench.parquet")
+    assert set(bench["status"]) == {"measured"}
+    page = (timed / "report" / "index.html").read_text()
+    assert '<img src="throughput.png"' in page and "ratio rebuilt/original" in page
+    assert (timed / "report" / "throughput.png").read_bytes().startswith(PNG)
+    assert NOT_MEASURED not in page
+
+
+def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
+    """A machine with neither GPU nor emulator: the stages record skipped rows, the report
+    says so and draws no measured line (the splitK plot holds the seed's reference only)."""
+    no_device = shutil.copytree(result_sets["A"], tmp_path / "no-device")
+    rs = ResultSet.load(no_device)
+    keys = ArtifactKeys(rs.aiter_id, rs.toolchain_id, "none")
+    manifest = read_manifest(f4gemm_dir)
+    for name, stage, cases, schema in (
+        ("verify", verify_stage, VERIFY_CASES, VERIFY),
+        ("splitk", splitk_stage, SPLITK_CASES, SPLITK),
+    ):
+        rows = stage(None, manifest, cases, StageSettings(keys=keys))
+        write_rows(no_device / f"{name}.parquet", rows, schema)
+    report = build_report(no_device)
+    sections = {s.key: s for s in report.sections}
+    for key in ("verify", "splitk"):
+        assert sections[key].state == "none"
+        assert sections[key].verdict.startswith(f"no {key} run completed: ")
+        assert f"reason: {NO_DEVICE_REASON}" in sections[key].notes
+    assert [p.name for p in report.plots] == ["splitk.png"]
+    assert f"reason: {NO_DEVICE_REASON}" in report.index.read_text()

@@ -1,0 +1,33 @@
+# Hand-edited kernels (config `edits:`): each edit becomes the variant `edit-<name>`, a directory
+# holding the assembled edit under its original's .co name plus a one-row manifest, so the GEMM
+# stages (verify, splitk, bench) run it exactly as they run `original` and `rebuilt`.
+# An edit that fails the static checks stops here, before anything is launched.
+
+
+rule edit_variant:
+    input:
+        fetched=AITER_DIR,
+        asm=get_edit_asm,
+        toolchain=RESULTS / "toolchain.json",
+    output:
+        variant=directory(RESULTS / "variants" / "edit-{edit}"),
+        diff=report(
+            RESULTS / "edits" / "{edit}.diff.txt",
+            caption="../report/edits.rst",
+            category="Edits",
+            labels={"edit": "{edit}"},
+        ),
+        json=RESULTS / "edits" / "{edit}.json",
+    log:
+        LOGS / "edits" / "{edit}.log",
+    wildcard_constraints:
+        edit=r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        kernel=get_edit_kernel,
+    shell:
+        "f4pipe edit-variant --asm {input.asm} --co-dir {input.fetched}/f4gemm "
+        "--kernel {params.kernel} --name {wildcards.edit} "
+        "--toolchain-json {input.toolchain} -o {output.variant} --diff {output.diff} "
+        "--json {output.json} > {log} 2>&1"

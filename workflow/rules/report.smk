@@ -1,0 +1,64 @@
+# The report of one artifact set, the effective configuration it records, and its archive.
+
+
+rule effective_config:
+    output:
+        RESULTS / "config.json",
+    log:
+        LOGS / "effective_config.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        config=config,
+    run:
+        from f4pipe.fsio import write_json
+
+        write_json(output[0], params.config)
+
+
+rule report:
+    input:
+        get_report_inputs,
+        config=RESULTS / "config.json",
+        fetched=AITER_DIR,
+    output:
+        html=report(
+            RESULTS / "report" / "index.html",
+            caption="../report/report.rst",
+            category="Report",
+        ),
+        summary=RESULTS / "report" / "summary.md",
+        splitk=report(
+            RESULTS / "report" / "splitk.png",
+            caption="../report/splitk_plot.rst",
+            category="GEMM stages",
+        ),
+    log:
+        LOGS / "report.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        result_dir=RESULTS,
+        report_dir=RESULTS / "report",
+    shell:
+        "f4pipe report {params.result_dir} --config {input.config} "
+        "--aiter-provenance {input.fetched}/provenance.json -o {params.report_dir} "
+        "> {log} 2>&1"
+
+
+rule archive:
+    input:
+        get_report_inputs,
+        report=RESULTS / "report" / "index.html",
+        fetched=AITER_DIR,
+    output:
+        directory(ARCHIVES / AITER_ID),
+    log:
+        LOGS / "archive.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        result_dir=RESULTS,
+    shell:
+        "f4pipe archive {params.result_dir} --aiter-provenance {input.fetched}/provenance.json "
+        "-o {output} > {log} 2>&1"
