@@ -14,6 +14,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/spine.smk"
 include: "workflow/rules/gemm.smk"
+include: "workflow/rules/safety.smk"
 include: "workflow/rules/edits.smk"
 include: "workflow/rules/report.smk"
 

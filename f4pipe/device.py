@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -93,8 +93,9 @@ class Device(Protocol):
 DEVICE_KINDS = ("auto", "hip", "emulator")
 
 
-def open_emulator() -> Device:
-    """The gfx950 functional emulator, imported lazily (it is optional and heavy)."""
+def open_emulator(**options: Any) -> Device:
+    """The gfx950 functional emulator, imported lazily (it is optional and heavy); `options`
+    go to EmulatorDevice (trace_wave, trace_out, workgroup_order, ...)."""
     try:
         from f4pipe.emu import EmulatorDevice  # type: ignore[attr-defined]
     except ImportError as exc:
@@ -102,24 +103,25 @@ def open_emulator() -> Device:
             f"the gfx950 emulator is not available in this f4pipe ({exc}); use --device hip on "
             "a machine with a gfx950 GPU"
         ) from None
-    return EmulatorDevice()
+    return EmulatorDevice(**options)
 
 
-def open_device(kind: str = "auto") -> Device:
+def open_device(kind: str = "auto", **emulator_options: Any) -> Device:
     """Open a launch device: `hip` (a gfx950 GPU through hip-python), `emulator`, or `auto`
-    (hip when a gfx950 GPU answers, else the emulator). Raises NoDeviceError naming why."""
+    (hip when a gfx950 GPU answers, else the emulator). Raises NoDeviceError naming why.
+    `emulator_options` configure the emulator if that is what opens."""
     from f4pipe.hipdevice import HipDevice
 
     if kind == "hip":
         return HipDevice.open()
     if kind == "emulator":
-        return open_emulator()
+        return open_emulator(**emulator_options)
     if kind == "auto":
         try:
             return HipDevice.open()
         except NoDeviceError as hip_error:
             try:
-                return open_emulator()
+                return open_emulator(**emulator_options)
             except NoDeviceError as emu_error:
                 raise NoDeviceError(f"no gfx950 device: {hip_error}; and {emu_error}") from None
     raise NoDeviceError(f"unknown device kind {kind!r}; choose one of {', '.join(DEVICE_KINDS)}")

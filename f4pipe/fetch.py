@@ -46,7 +46,7 @@ from typing import Any
 
 from f4pipe import __version__
 from f4pipe.errors import ChecksumError, CodeObjectError, ConfigError, FetchError, ManifestError
-from f4pipe.fsio import atomic_dir, sha256_file, write_json, write_text
+from f4pipe.fsio import atomic_dir, sha256_file, write_bytes, write_json, write_text
 from f4pipe.manifest import MANIFEST_NAME, find_f4gemm_dir, read_manifest
 from f4pipe.toolchain import cache_root
 
@@ -562,6 +562,35 @@ def extract_wheel_tree(
                 {"wheel": wheel.name, "wheel_sha256": wheel_sha, "prefix": prefix, "files": sizes},
             )
     return dest
+
+
+#: aiter's tuned MXFP4 GEMM table inside the wheel (which asm kernel runs which shape).
+TUNED_CSV_MEMBER = "aiter/configs/a4w4_blockscale_tuned_gemm.csv"
+
+
+def extract_wheel_file(
+    source: Mapping[str, Any] | PypiSource,
+    dest: Path,
+    member: str = TUNED_CSV_MEMBER,
+    *,
+    cache_dir: Path | None = None,
+) -> Path:
+    """Copy one member of the pinned wheel (default aiter's tuned GEMM CSV) to `dest`,
+    atomically; the wheel comes from the cache (checked against its pin) or is downloaded."""
+    src = parse_source(source)
+    if not isinstance(src, PypiSource):
+        raise ConfigError(f"extract_wheel_file needs a pypi source, got {src!r}")
+    wheel, _ = ensure_wheel(src, cache_dir=cache_dir)
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                data = zf.read(member)
+            except KeyError:
+                raise FetchError(f"{wheel.name} has no member {member!r}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
+        raise FetchError(f"{wheel} is not a readable wheel ({exc}); delete it and retry") from exc
+    write_bytes(dest, data)
+    return Path(dest)
 
 
 # ---------------------------------------------------------------------------------------------

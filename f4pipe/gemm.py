@@ -15,7 +15,7 @@ from f4pipe.device import Device, DeviceBuffer
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.kernarg import BufferLayout, LaunchGeometry, gemm_kernarg, launch_geometry
 from f4pipe.manifest import KernelEntry
-from f4pipe.numerics import bf16_bits_to_float, pad_scales, shuffle_b, shuffle_scales
+from f4pipe.numerics import SCALE_PAD, bf16_bits_to_float, pad_scales, shuffle_b, shuffle_scales
 from f4pipe.operands import (
     DEFAULT_DISTRIBUTION,
     SEED_A,
@@ -25,6 +25,7 @@ from f4pipe.operands import (
     generate_operand,
 )
 from f4pipe.reference import reference_gemm
+from f4pipe.safety import check_policy, padded_launch, refusal, violations
 from f4pipe.verify import Verification, verify_output
 
 #: Untimed launches before the timed ones (the seed driver's).
@@ -47,9 +48,14 @@ class GemmRequest:
     verify: bool = True
     iters: int = 0  # timed launches (0 = do not time)
     # D before the launch (non-splitK only): None = zeros, an int = that byte everywhere,
-    # an array = the full padded [round_up(M,32), N] uint16 bf16 bit pattern.
+    # an array = the full padded D uint16 bf16 bit pattern (BufferLayout.d_shape: normally
+    # [round_up(M,32), N]; larger with edge_policy "pad").
     d_prefill: int | np.ndarray | None = field(default=None, repr=False)
     keep_padded_d: bool = False  # return the whole padded D (bits) for canary checks
+    # A shape f4pipe.safety marks unsafe for the kernel: "refuse" (UnsafeShapeError), "pad"
+    # (run on padded buffers, return D[:M, :N]) or "unsafe" (run it as asked: for the sweep
+    # and reproducers).
+    edge_policy: str = "refuse"
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,11 @@ class GemmResult:
     us: float | None
     not_timed_reason: str | None
     d: np.ndarray = field(repr=False)  # float64 [M, N], the kernel's output
-    d_padded_bits: np.ndarray | None = field(default=None, repr=False)  # uint16 [rows32, N]
+    d_padded_bits: np.ndarray | None = field(default=None, repr=False)  # uint16 layout.d_shape
+    layout: BufferLayout | None = None  # the buffers the kernel ran on
+    padding: str = ""  # the edge remedy applied ("" when the shape ran as asked)
+    races: int | None = None  # dwords written by several workgroups (emulator only)
+    race_summary: str = ""
 
     @property
     def gdz(self) -> int:
@@ -118,11 +128,42 @@ def device_images(
     )
 
 
-def _upload(device: Device, image: np.ndarray, buffers: list[DeviceBuffer]) -> DeviceBuffer:
-    buf = device.alloc(image.nbytes)
+def _upload(
+    device: Device, image: np.ndarray, buffers: list[DeviceBuffer], nbytes: int | None = None
+) -> DeviceBuffer:
+    """Allocate (nbytes, default the image's) and upload; slack past the image is zeroed."""
+    buf = device.alloc(image.nbytes if nbytes is None else nbytes)
     buffers.append(buf)
+    if buf.nbytes > image.nbytes:
+        device.memset(buf, 0)
     device.upload(buf, np.ascontiguousarray(image))
     return buf
+
+
+def edge_layout(entry: KernelEntry, request: GemmRequest) -> tuple[BufferLayout, str]:
+    """The buffers for `request` under its edge policy (f4pipe.safety): the seed layout, or
+    the padded one when the shape is unsafe and the policy is "pad"; "refuse" raises."""
+    r = request
+    check_policy(r.edge_policy)
+    seed = BufferLayout(r.m, r.n, r.k)
+    if r.edge_policy == "unsafe" or not violations(entry, r.m, r.n, r.k):
+        return seed, ""
+    if r.edge_policy == "refuse":
+        raise refusal(entry, r.m, r.n, r.k)
+    pad = padded_launch(entry, r.m, r.n, r.k)
+    layout = BufferLayout(r.m, pad.n_kernel, r.k, pad.d_row_multiple, pad.b_slack_bytes)
+    return layout, pad.describe(r.n)
+
+
+def with_zero_rows(op: MxOperand, rows: int) -> MxOperand:
+    """`op` extended to `rows` rows of zero data (scales 1.0): padded columns of D come out 0."""
+    if rows == op.rows:
+        return op
+    packed = np.zeros((rows, op.packed.shape[1]), dtype=np.uint8)
+    packed[: op.rows] = op.packed
+    scales = np.full((rows, op.scales.shape[1]), SCALE_PAD, dtype=np.uint8)
+    scales[: op.rows] = op.scales
+    return MxOperand(packed=packed, scales=scales, seed=op.seed)
 
 
 def _prefill_d(device: Device, d_buf: DeviceBuffer, request: GemmRequest, layout: BufferLayout):
@@ -161,16 +202,16 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         raise InputError("d_prefill is meaningless for a splitK launch: D is zeroed before it")
     if r.iters < 0:
         raise InputError(f"iters={r.iters} must be >= 0")
-    layout = BufferLayout(r.m, r.n, r.k)
+    layout, padding = edge_layout(entry, r)
     a = generate_operand(r.m, r.k, r.seed_a, r.distribution)
     b = generate_operand(r.n, r.k, r.seed_b, r.distribution)
-    images = device_images(a, b, layout, entry.bpreshuffle)
+    images = device_images(a, with_zero_rows(b, layout.n), layout, entry.bpreshuffle)
 
     kernel = device.load(co_path, entry.symbol)
     buffers: list[DeviceBuffer] = []
     try:
         a_buf = _upload(device, images.a, buffers)
-        b_buf = _upload(device, images.b, buffers)
+        b_buf = _upload(device, images.b, buffers, layout.b_nbytes)
         sa_buf = _upload(device, images.scale_a, buffers)
         sb_buf = _upload(device, images.scale_b, buffers)
         d_buf = device.alloc(layout.d_nbytes)
@@ -187,6 +228,8 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
             log2_k_split=r.log2_k_split if entry.splitk else 0,
         )
         device.launch(kernel, geometry.grid, geometry.block, kernarg)
+        stats = getattr(device, "last_stats", None)  # the emulator records races per launch
+        race_report = getattr(stats, "races", None)
         d_bits = device.download(d_buf).view(np.uint16).reshape(layout.d_shape).copy()
 
         us: float | None = None
@@ -209,7 +252,7 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         for buf in buffers:
             device.free(buf)
 
-    d = bf16_bits_to_float(d_bits[: r.m])
+    d = bf16_bits_to_float(d_bits[: r.m, : r.n])
     verification = (
         verify_output(d, reference_gemm(a, b, r.alpha), geometry.gdz) if r.verify else None
     )
@@ -230,4 +273,8 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         not_timed_reason=not_timed,
         d=d,
         d_padded_bits=d_bits if r.keep_padded_d else None,
+        layout=layout,
+        padding=padding,
+        races=None if race_report is None else race_report.count,
+        race_summary="" if race_report is None else race_report.summary(),
     )

@@ -7,6 +7,10 @@ candidate kernel and split it counts workgroups tg = ceil(M/tM) * ceil(N/tN) * s
 same rounds with fewer idle CUs or a better compute-to-memory ratio tM*tN/(tM+tN) (an integer
 division in aiter: kept, because it decides ties). aiter walks an unordered_map; we walk the
 manifest in file order, so the choice is stable.
+
+Unlike aiter, kernels that f4pipe.safety marks unsafe at the shape (an N, M or K edge their
+epilogue does not handle) are never candidates unless the caller allows them (allow_unsafe,
+e.g. when it pads the buffers or asks for an unsafe run on purpose).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 
 from f4pipe.errors import ShapeError
 from f4pipe.manifest import KernelEntry
+from f4pipe.safety import is_safe, violations
 
 #: Compute units of an MI355X; used when no device reports its own count.
 DEFAULT_NUM_CU = 256
@@ -50,15 +55,19 @@ def select_kernel(
     m: int,
     n: int,
     *,
+    k: int | None = None,
     bpreshuffle: bool = True,
     log2_k_split: int = 0,
     num_cu: int = DEFAULT_NUM_CU,
+    allow_unsafe: bool = False,
 ) -> Choice:
-    """Pick a kernel for an M x N output.
+    """Pick a kernel for an M x N output (x K: the safety rules of one kernel depend on it;
+    None checks them as for the smallest K).
 
     log2_k_split >= 0 asks for that split (> 0 admits only splitK kernels); -1 lets splitK
-    kernels try 2/4/8/16 (non-splitK kernels stay candidates with split 1). Raises ShapeError
-    when no kernel qualifies.
+    kernels try 2/4/8/16 (non-splitK kernels stay candidates with split 1). Kernels unsafe at
+    the shape are skipped unless allow_unsafe. Raises ShapeError when no kernel qualifies,
+    naming the rules that excluded the others.
     """
     if m < 1 or n < 1 or num_cu < 1:
         raise ShapeError(f"select_kernel needs M, N, num_cu >= 1, got M={m} N={n} num_cu={num_cu}")
@@ -67,11 +76,16 @@ def select_kernel(
     need_splitk = log2_k_split > 0
     best: Choice | None = None
     best_efficiency = 1
+    unsafe: list[str] = []
     for entry in entries:
         if entry.bpreshuffle != bpreshuffle or (need_splitk and not entry.splitk):
             continue
         if (entry.tile_m, entry.tile_n) == (128, 512) and n % 512:
             continue  # aiter: this tile may not support N % 512 != 0
+        if not allow_unsafe and not is_safe(entry, m, n, k):
+            found = "; ".join(v.message for v in violations(entry, m, n, k))
+            unsafe.append(f"{entry.name.split('Fp4_', 1)[-1]} ({found})")
+            continue
         efficiency = _efficiency(entry)
         tiles = -(-m // entry.tile_m) * -(-n // entry.tile_n)
         for split in _splits(entry, log2_k_split):
@@ -86,7 +100,15 @@ def select_kernel(
     if best is None:
         kind = "BpreShuffle" if bpreshuffle else "noBpreShuffle"
         split = " splitK-capable" if need_splitk else ""
+        why = ""
+        if unsafe:
+            why = (
+                "; unsafe at this shape by f4pipe.safety's edge rules (the shape-edge safety "
+                f"table): {', '.join(unsafe)}; pad the output (f4pipe gemm --pad-output) or "
+                "override (--unsafe)"
+            )
         raise ShapeError(
-            f"no{split} {kind} kernel in the manifest for M={m} N={n} (log2_k_split={log2_k_split})"
+            f"no{split} {kind} kernel in the manifest for M={m} N={n} "
+            f"(log2_k_split={log2_k_split}){why}"
         )
     return best

@@ -139,11 +139,15 @@ class BufferLayout:
 
     A/B rows are over-allocated to a multiple of 256 so an edge tile never touches unmapped
     memory; D is [round_up(M, 32), N] bf16 as aiter allocates it; scales are padded.
+    f4pipe.safety's remedy for unsafe edges asks for more D rows (d_row_multiple) and zeroed
+    slack after B (b_slack_bytes); N is then already the padded N the kernel sees.
     """
 
     m: int
     n: int
     k: int
+    d_row_multiple: int = 32
+    b_slack_bytes: int = 0
 
     @property
     def a_rows(self) -> int:
@@ -159,7 +163,7 @@ class BufferLayout:
 
     @property
     def b_nbytes(self) -> int:
-        return self.b_rows * self.k // 2
+        return self.b_rows * self.k // 2 + self.b_slack_bytes
 
     @property
     def scale_a_shape(self) -> tuple[int, int]:
@@ -181,7 +185,7 @@ class BufferLayout:
 
     @property
     def d_rows(self) -> int:
-        return round_up(self.m, 32)
+        return round_up(self.m, self.d_row_multiple)
 
     @property
     def d_shape(self) -> tuple[int, int]:

@@ -28,7 +28,8 @@ import pandas as pd
 from f4pipe import __version__
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, sha256_file
-from f4pipe.schemas import BENCH, KERNELS, ROUNDTRIP, SPLITK, VERIFY, read_table
+from f4pipe.safety import EDGE_CLASSES
+from f4pipe.schemas import AUDIT, BENCH, KERNELS, ROUNDTRIP, SAFETY, SPLITK, VERIFY, read_table
 
 # --- the result-set layout (decided with the Snakefile) ----------------------------------------
 
@@ -38,6 +39,8 @@ TABLE_FILES = {
     "verify": ("verify.parquet", VERIFY),
     "splitk": ("splitk.parquet", SPLITK),
     "bench": ("bench.parquet", BENCH),
+    "safety": ("safety.parquet", SAFETY),
+    "audit": ("audit.parquet", AUDIT),
 }
 TOOLCHAIN_JSON = "toolchain.json"
 REPORT_DIR = "report"
@@ -397,6 +400,133 @@ def bench_section(rs: ResultSet, out_dir: Path | None) -> Section:
     return sec
 
 
+VERDICT_RANK = {"safe": 0, "race": 1, "wrong": 2, "fault": 3}
+
+
+def _safety_cell(rows: pd.DataFrame) -> str:
+    """The worst verdict of a kernel x edge class cell, with its first evidence."""
+    if not len(rows):
+        return "-"
+    worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+    v = str(worst["verdict"])
+    if v == "wrong" and worst["bad"]:
+        return (
+            f"wrong D[{int(worst['first_bad_row'])},{int(worst['first_bad_col'])}] "
+            f"exp {fmt_value(worst['expected'])} got {fmt_value(worst['got'])}"
+        )
+    if v == "wrong":
+        return f"wrong ({int(worst['canary_damaged'])} canaries)"
+    if v == "race":
+        return f"race ({int(worst['races'])} dwords)"
+    return v
+
+
+def safety_section(rs: ResultSet) -> Section:
+    df = rs.table("safety")
+    sec = Section("safety", "Shape-edge safety: kernel x edge class (emulator)", "not run", "none")
+    if df is None or not len(df):
+        sec.notes.append("safety.parquet is missing: the safety sweep has not run.")
+        return sec
+    raw = df[df["policy"] == "unsafe"]
+    padded = df[df["policy"] == "pad"]
+    counts = []
+    for edge in EDGE_CLASSES:
+        cell = raw[raw["edge_class"] == edge].groupby("kernel")["verdict"]
+        worst = cell.agg(lambda v: max(v, key=VERDICT_RANK.__getitem__))
+        tally = worst.value_counts()
+        counts.append(f"{edge}: " + ", ".join(f"{n} {v}" for v, n in sorted(tally.items())))
+    disagree = df[~df["agrees"]]
+    sec.verdict = f"{df['kernel'].nunique()} kernels; worst verdict per kernel: " + "; ".join(
+        counts
+    )
+    sec.verdict += (
+        f"; padded-output remedy safe in {int((padded['verdict'] == 'safe').sum())} of "
+        f"{len(padded)} unsafe shapes"
+    )
+    sec.state = "bad" if len(disagree) else "info"
+    sec.notes.append(
+        "safe: D[:M,:N] right and no canary outside it moved in every workgroup order, no "
+        "races; race: right here, but two workgroups store to one address (hardware order "
+        "decides); wrong: first bad element (expected, got) in some order; fault: the kernel "
+        "left its buffers (the emulator refuses; hardware writes or reads whatever is there)"
+    )
+    sec.notes.append(
+        f"orders: {', '.join(sorted(set(df['orders'])))}; kernel names drop "
+        f"the prefix {KERNEL_PREFIX}"
+    )
+    if len(disagree):
+        sec.notes.append(
+            f"{len(disagree)} row(s) where f4pipe.safety's rules disagree with the emulator: "
+            + ", ".join(
+                f"{short_kernel(r['kernel'])} {r['edge_class']} M={r['m']} N={r['n']} K={r['k']}"
+                for _, r in disagree.iterrows()
+            )
+        )
+    table = []
+    for kernel, rows in raw.groupby("kernel", sort=True):
+        first = rows.iloc[0]
+        line: dict[str, Any] = {"kernel": short_kernel(str(kernel))}
+        line["store"] = first["store_class"]
+        for edge in EDGE_CLASSES:
+            line[edge] = _safety_cell(rows[rows["edge_class"] == edge])
+        pads = padded[padded["kernel"] == kernel]
+        line["padded"] = (
+            "-" if not len(pads) else "safe" if (pads["verdict"] == "safe").all() else "NOT safe"
+        )
+        line["static D bound"] = first["static_d_bound"]
+        line["static N guards"] = first["static_n_guards"]
+        table.append(line)
+    sec.table = pd.DataFrame(table)
+    repro = []
+    for (kernel, edge), rows in raw[raw["verdict"] != "safe"].groupby(["kernel", "edge_class"]):
+        worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+        repro.append(f"# {short_kernel(str(kernel))} {edge}: {worst['verdict']}")
+        repro.append(str(worst["reproducer"]))
+    if repro:
+        sec.code["Reproducers (one per unsafe cell; exit 1 or 2 on the emulator)"] = repro
+    return sec
+
+
+def audit_section(rs: ResultSet) -> Section:
+    df = rs.table("audit")
+    sec = Section("audit", "Tuned-config audit: aiter's tuned GEMM table", "not run", "none")
+    if df is None or not len(df):
+        sec.notes.append("audit.parquet is missing: the tuned-config audit has not run.")
+        return sec
+    unsafe = df[df["status"] == "unsafe"]
+    emulated = unsafe["emulated"].value_counts()
+    sec.verdict = (
+        f"{len(df)} asm rows of {', '.join(sorted(set(df['csv'])))} checked: "
+        f"{len(unsafe)} unsafe by the rules"
+        + (
+            " (emulated: " + ", ".join(f"{n} {v}" for v, n in sorted(emulated.items())) + ")"
+            if len(emulated)
+            else ""
+        )
+        + f", {int((df['status'] == 'unknown-kernel').sum())} with kernels not in the manifest"
+    )
+    sec.state = "bad" if len(unsafe) else "ok"
+    if len(unsafe):
+        sec.table = pd.DataFrame(
+            {
+                "line": unsafe["line"],
+                "M": unsafe["m"],
+                "N": unsafe["n"],
+                "K": unsafe["k"],
+                "kernel": unsafe["kernel"].map(short_kernel),
+                "edge": unsafe["edge_classes"],
+                "emulated": unsafe["emulated"],
+                "detail": unsafe["emu_detail"],
+            }
+        ).reset_index(drop=True)
+        repro = []
+        for _, r in unsafe[unsafe["reproducer"] != ""].iterrows():
+            repro.append(f"# line {r['line']}: M={r['m']} N={r['n']} K={r['k']} -> {r['emulated']}")
+            repro.append(str(r["reproducer"]))
+        sec.code["Reproducers"] = repro
+    return sec
+
+
 def provenance(
     rs: ResultSet, config: Path | None, aiter_provenance: Path | None
 ) -> list[tuple[str, str]]:
@@ -662,6 +792,8 @@ def build_sections(rs: ResultSet, out_dir: Path | None) -> list[Section]:
         verify_section(rs),
         splitk_section(rs, out_dir),
         bench_section(rs, out_dir),
+        safety_section(rs),
+        audit_section(rs),
     ]
 
 

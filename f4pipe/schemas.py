@@ -171,6 +171,67 @@ BENCH = with_keys(
     pa.field("tflops", pa.float64()),
 )
 
+# --- shape-edge safety (f4pipe.edgesweep): one row per (kernel, edge shape, policy) ----------
+# verdict: safe | race | wrong | fault; policy: "unsafe" (the seed layout, as aiter runs it) or
+# "pad" (f4pipe.safety's remedy). rule_safe: what f4pipe.safety predicts; agrees: it matched.
+
+SAFETY = with_keys(
+    pa.field("kernel", pa.string(), nullable=False),
+    pa.field("tile_m", pa.int32(), nullable=False),
+    pa.field("tile_n", pa.int32(), nullable=False),
+    pa.field("bpreshuffle", pa.bool_(), nullable=False),
+    pa.field("store_class", pa.string(), nullable=False),
+    pa.field("edge_class", pa.string(), nullable=False),
+    pa.field("m", pa.int64(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("policy", pa.string(), nullable=False),
+    pa.field("orders", pa.string(), nullable=False),
+    pa.field("verdict", pa.string(), nullable=False),
+    pa.field("order_dependent", pa.bool_(), nullable=False),
+    pa.field("bad", pa.int64(), nullable=False),
+    pa.field("first_bad_row", pa.int64()),
+    pa.field("first_bad_col", pa.int64()),
+    pa.field("expected", pa.float64()),
+    pa.field("got", pa.float64()),
+    pa.field("canary_damaged", pa.int64(), nullable=False),
+    pa.field("races", pa.int64(), nullable=False),
+    pa.field("race_detail", pa.string(), nullable=False),
+    pa.field("detail", pa.string(), nullable=False),
+    pa.field("static_d_bound", pa.string(), nullable=False),
+    pa.field("static_n_guards", pa.string(), nullable=False),
+    pa.field("static_n_bounded", pa.bool_(), nullable=False),
+    pa.field("reproducer", pa.string(), nullable=False),
+    pa.field("rule_safe", pa.bool_(), nullable=False),
+    pa.field("agrees", pa.bool_(), nullable=False),
+)
+
+# --- tuned-config audit (f4pipe.audit): one row per asm row of aiter's tuned CSV -------------
+# status: "safe" | "unsafe" (f4pipe.safety's rules) | "unknown-kernel" (not in the manifest).
+# emulated: the verdict of the emulator run at the row's N with reduced M and K, or "" if not
+# emulated.
+
+AUDIT = with_keys(
+    pa.field("csv", pa.string(), nullable=False),
+    pa.field("line", pa.int64(), nullable=False),  # 1-based line in the CSV (header = 1)
+    pa.field("cu_num", pa.int64(), nullable=False),
+    pa.field("m", pa.int64(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("kernel", pa.string(), nullable=False),  # .co stem ("" when unknown)
+    pa.field("symbol", pa.string(), nullable=False),
+    pa.field("log2_k_split", pa.int32(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("edge_classes", pa.string(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("emu_m", pa.int64()),
+    pa.field("emu_n", pa.int64()),
+    pa.field("emu_k", pa.int64()),
+    pa.field("emulated", pa.string(), nullable=False),
+    pa.field("emu_detail", pa.string(), nullable=False),
+    pa.field("reproducer", pa.string(), nullable=False),
+)
+
 #: Every table by the name the pipeline and `f4pipe gather` use.
 TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "kernels": KERNELS,
@@ -178,4 +239,6 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "verify": VERIFY,
     "splitk": SPLITK,
     "bench": BENCH,
+    "safety": SAFETY,
+    "audit": AUDIT,
 }

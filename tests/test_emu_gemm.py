@@ -17,6 +17,7 @@ from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import BufferLayout
 from f4pipe.manifest import KernelEntry, read_manifest
+from f4pipe.safety import UnsafeShapeError
 
 BF16_ROUNDING = 2.0**-8  # max relative error of one bf16 rounding
 CANARY = 0x7FC1  # a bf16 NaN bit pattern no kernel computes
@@ -75,9 +76,14 @@ def test_n_with_a_half_32_column_chunk_corrupts_the_next_row(f4gemm_dir: Path) -
     stride * rows), so with N % 32 == 16 the last chunk's 16 extra columns land on the first
     16 columns of the next row. The seed's N % 16 == 0 rule is too weak: N % 32 == 0 is
     needed. The emulator shows it: rows 1.. of columns 0..15 are overwritten."""
-    r = _run(f4gemm_dir, "BpreShuffle_32x128", 33, 400, 256)
+    r = _run(f4gemm_dir, "BpreShuffle_32x128", 33, 400, 256, edge_policy="unsafe")
     assert not r.verification.passed
     assert (r.d[1:32, :16] == 0).all() and (r.d[0, :16] != 0).all()
+    assert r.races > 0  # the spilled columns belong to the workgroup of column tile 0
+    with pytest.raises(UnsafeShapeError, match=r"N=400 is not a multiple of 32"):
+        _run(f4gemm_dir, "BpreShuffle_32x128", 33, 400, 256)  # the host refuses by default
+    padded = _run(f4gemm_dir, "BpreShuffle_32x128", 33, 400, 256, edge_policy="pad")
+    assert padded.verification.passed and padded.races == 0
 
 
 #: Kernels whose D store has no N bound at all (measured on the emulator: N = tile_n + 32,
@@ -102,7 +108,7 @@ def test_large_tile_kernels_need_n_to_be_a_multiple_of_the_tile(f4gemm_dir: Path
     range check is rows * stride, nothing checks N): e.g. for 256x256 at M=33, rows 1-15 and
     17-31 lose their first 192 columns to the zero columns computed from B's padding."""
     tile_n = _entry(f4gemm_dir, name).tile_n
-    r = _run(f4gemm_dir, name, 33, tile_n + 64, 256)
+    r = _run(f4gemm_dir, name, 33, tile_n + 64, 256, edge_policy="unsafe")
     assert not r.verification.passed
     assert r.verification.bad > 33 * 64
     ok = _run(f4gemm_dir, name, 33, 2 * tile_n, 256)
@@ -130,9 +136,13 @@ def test_nobpreshuffle_accesses_past_seed_sized_buffers_are_refused(
 ) -> None:
     """noBpreShuffle_256x256 reaches outside the buffers the seed layout allocates (hardware
     happens not to fault: the bytes lie in the same pages). The emulator must refuse, naming
-    the instruction, rather than invent what lies past an allocation."""
+    the instruction, rather than invent what lies past an allocation. (The host refuses
+    these shapes unless asked: f4pipe.safety; its "pad" remedy runs them correctly.)"""
     with pytest.raises(EmulatorError, match=match):
+        _run(f4gemm_dir, "noBpreShuffle_256x256", m, n, k, edge_policy="unsafe")
+    with pytest.raises(UnsafeShapeError):
         _run(f4gemm_dir, "noBpreShuffle_256x256", m, n, k)
+    assert _run(f4gemm_dir, "noBpreShuffle_256x256", m, n, k, edge_policy="pad").passed
 
 
 @pytest.mark.parametrize("name", ["BpreShuffle_256x256", "BpreShuffle_128x512"])

@@ -192,3 +192,46 @@ def test_atomic_pk_add_bf16_rounds_each_half_and_serialises_same_address_lanes(t
     assert lo[40] == 33.0  # 1 + 32 * 1.0, each add exact
     assert hi[40] == 256.0  # every +1 rounds back to 256 (ulp 2): serial, not a sum of 32
     assert lo[41] == 1.0 and hi[41] == 256.0  # untouched
+
+
+# --- race detection -------------------------------------------------------------------------
+
+
+def _two_workgroups_store(toolchain, op: str, offsets) -> GlobalMemory:
+    """Two workgroups of one wave each run `op` with per-lane byte offsets `offsets`."""
+    mem = GlobalMemory()
+    addr = mem.alloc(4096)
+    mem.begin_launch()
+    _run(
+        toolchain,
+        f"{op} v4, v1, s[8:11], 0 offen",
+        {1: u32(offsets), 4: u32(LANE + 1)},
+        _vsharp(addr, 4096),
+        memory=mem,
+        workgroups=2,
+    )
+    return mem
+
+
+def test_stores_of_two_workgroups_to_one_dword_are_a_race(toolchain) -> None:
+    # every lane of both workgroups writes dword `lane`: 64 dwords with two writers each
+    report = _two_workgroups_store(toolchain, "buffer_store_dword", LANE * 4).end_launch()
+    assert report.count == 64
+    first = report.events[0]
+    assert {first.first_workgroup, first.second_workgroup} == {0, 1}
+    assert first.offset == 0 and "buffer_store_dword pc 0x0" in first.first_site
+    assert "64 dword(s) written by several workgroups" in report.summary()
+
+
+def test_disjoint_stores_and_atomics_are_not_races(toolchain) -> None:
+    # all 128 lanes on one dword: one raced dword (two workgroups), not 127
+    assert _two_workgroups_store(toolchain, "buffer_store_dword", LANE * 0).end_launch().count == 1
+    mem = GlobalMemory()
+    addr = mem.alloc(4096)
+    mem.begin_launch()
+    wg = np.repeat(np.arange(2), 32)
+    mem.write_dwords(addr + 4 * np.arange(64), u32(LANE), writers=wg, site="s")
+    mem.write_dwords(addr + 4 * np.arange(32), u32(LANE[:32]), writers=wg[:32], site="s")
+    assert mem.end_launch().count == 0  # workgroup 0 rewrote its own dwords
+    atomics = _two_workgroups_store(toolchain, "buffer_atomic_pk_add_bf16", LANE * 4)
+    assert atomics.end_launch().count == 0  # atomics are exempt

@@ -93,7 +93,7 @@ def test_explicit_split_admits_only_splitk_kernels(manifest):
 
 
 def test_nobpreshuffle_and_128x512_rule(manifest):
-    assert select_kernel(manifest, 512, 1024, bpreshuffle=False).entry.name.endswith(
+    assert select_kernel(manifest, 512, 1024, k=512, bpreshuffle=False).entry.name.endswith(
         "noBpreShuffle_256x256"
     )
     only_128x512 = [e for e in manifest if (e.tile_m, e.tile_n) == (128, 512)]

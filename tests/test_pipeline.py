@@ -70,6 +70,8 @@ def write_config(
         "verify": {"activate": True, "matrix": "smoke"},
         "splitk": {"activate": True, "matrix": "smoke-splitk"},
         "bench": {"activate": True, "matrix": "smoke", "iters": 5},
+        "safety": {"activate": True},
+        "audit_tuned": {"activate": True, "member": "aiter/configs/a4w4_blockscale_tuned_gemm.csv"},
         "edits": edits or [],
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -129,6 +131,21 @@ def test_pipeline_bench_says_why_it_has_no_numbers(pipeline_run: Path) -> None:
     assert (bench.status == "skipped").all()
     assert bench.us.isna().all() and bench.tflops.isna().all()
     assert bench.reason.str.contains("only on gfx950 hardware").all()
+
+
+def test_pipeline_sweeps_shape_edges_and_reports_them(pipeline_run: Path) -> None:
+    res = results_dir(pipeline_run)
+    safety = pd.read_parquet(res / "safety.parquet")
+    assert sorted(safety.kernel.unique()) == sorted(KERNELS)
+    assert safety.agrees.all()
+    wrong = safety[(safety.verdict == "wrong") & (safety.policy == "unsafe")]
+    assert set(wrong.edge_class) == {"n%32=16"} and wrong.reproducer.str.contains("--unsafe").all()
+    assert (safety[safety.policy == "pad"].verdict == "safe").all()
+    html = (res / "report" / "index.html").read_text()
+    assert '<h2 id="safety">' in html and "Reproducers" in html
+    # the tuned table ships in the PyPI wheel only: a local source has no audit
+    assert not (res / "audit.parquet").exists()
+    assert "audit.parquet is missing" in html
 
 
 def test_pipeline_reports_and_archives(pipeline_run: Path) -> None:

@@ -15,7 +15,7 @@ from f4pipe import __version__
 from f4pipe.errors import F4PipeError
 
 # Each module defines register(subparsers); a sub-command sets `func(args) -> int`.
-COMMAND_MODULES = ["spine", "fetchcmd", "gemm", "emu", "reports", "edits"]
+COMMAND_MODULES = ["spine", "fetchcmd", "gemm", "safety", "emu", "reports", "edits"]
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 

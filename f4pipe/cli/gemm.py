@@ -19,10 +19,11 @@ from f4pipe.device import DEVICE_KINDS, Device, open_device
 from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.heuristic import select_kernel
-from f4pipe.kernarg import check_shape
+from f4pipe.kernarg import BLOCK, check_shape
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
 from f4pipe.operands import SEED_A, SEED_B
+from f4pipe.safety import is_safe, refusal
 from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
 from f4pipe.toolchain import read_toolchain_id
@@ -30,6 +31,7 @@ from f4pipe.toolchain import read_toolchain_id
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
 SEED_B_OFFSET = SEED_B - SEED_A
 PREFIX = "[f4gemm]"
+WAVES_PER_WG = BLOCK[0] // 64
 
 
 def co_dir_from(args: argparse.Namespace) -> str:
@@ -68,20 +70,34 @@ def print_manifest(manifest: Manifest) -> None:
         print(f"{'':>27}{e.symbol}")
 
 
+def edge_policy(args: argparse.Namespace) -> str:
+    """--unsafe runs unsafe kernel/shape pairs as asked, --pad-output pads them; default
+    refuse (f4pipe.safety)."""
+    if args.unsafe and args.pad_output:
+        raise ConfigError("--unsafe and --pad-output exclude each other")
+    return "unsafe" if args.unsafe else "pad" if args.pad_output else "refuse"
+
+
 def choose(
     manifest: Manifest, args: argparse.Namespace, num_cu: int
 ) -> tuple[KernelEntry, int, str]:
-    """(kernel, log2_k_split, how it was chosen) as the seed driver does."""
+    """(kernel, log2_k_split, how it was chosen) as the seed driver does; the heuristic only
+    considers kernels that are safe at the shape (or that --pad-output / --unsafe allow)."""
+    policy = edge_policy(args)
     if args.kernel:
         entry = manifest.get(args.kernel)
+        if policy == "refuse" and not is_safe(entry, args.m, args.n, args.k):
+            raise refusal(entry, args.m, args.n, args.k)
         if args.splitk == -1 and entry.splitk:
             choice = select_kernel(
                 [entry],
                 args.m,
                 args.n,
+                k=args.k,
                 bpreshuffle=entry.bpreshuffle,
                 log2_k_split=-1,
                 num_cu=num_cu,
+                allow_unsafe=True,
             )
             return entry, choice.log2_k_split, "--kernel, split by heuristic"
         if args.splitk > 0 and not entry.splitk:
@@ -94,9 +110,11 @@ def choose(
         manifest,
         args.m,
         args.n,
+        k=args.k,
         bpreshuffle=bool(args.bpreshuffle),
         log2_k_split=args.splitk,
         num_cu=num_cu,
+        allow_unsafe=policy != "refuse",
     )
     return choice.entry, choice.log2_k_split, f"heuristic, num_cu={num_cu}"
 
@@ -117,6 +135,8 @@ def result_json(result: GemmResult) -> dict[str, Any]:
         "us": result.us,
         "tflops": result.tflops,
         "device": result.device_id,
+        "padding": result.padding,
+        "races": result.races,
     }
 
 
@@ -130,6 +150,8 @@ def print_result(result: GemmResult, device: Device) -> None:
             f"err_frac={v.err_frac:.4%} (atol={v.atol:.6g}, rtol={v.rtol}) bad={v.bad}"
         )
         print(f"{PREFIX} {'PASSED' if v.passed else 'FAILED'}")
+    if result.races is not None:
+        print(f"{PREFIX} races: {result.race_summary}")
     if result.us is not None:
         print(f"{PREFIX} time: {result.us:.1f} us, {result.tflops:.1f} TFLOP/s")
     elif not device.can_time:
@@ -148,7 +170,8 @@ def run_gemm_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--iters {args.iters} must be >= 0")
     check_shape(args.m, args.n, args.k, max(args.splitk, 0))
     seed_a, seed_b = parse_seed(args.seed)
-    device = open_device(args.device)
+    policy = edge_policy(args)
+    device = open_device(args.device, **emulator_options(args))
     try:
         manifest = read_manifest(co_dir_from(args))
         entry, log2, how = choose(manifest, args, device.num_cu)
@@ -162,11 +185,14 @@ def run_gemm_command(args: argparse.Namespace) -> int:
             args.alpha,
             verify=not args.no_verify,
             iters=args.iters,
+            edge_policy=policy,
         )
         if not args.json:
             print(f"{PREFIX} device: {device.device_id} ({device.arch}, {device.num_cu} CUs)")
             print(f"{PREFIX} kernel: {entry.name} (tile {entry.tile_m}x{entry.tile_n}; {how})")
         result = run_gemm(device, entry, manifest.co_path(entry), request)
+        if result.padding and not args.json:
+            print(f"{PREFIX} padded output: {result.padding}; D[:M, :N] returned")
     finally:
         device.close()
     if args.json:
@@ -179,9 +205,26 @@ def run_gemm_command(args: argparse.Namespace) -> int:
             f"seeds={seed_a},{seed_b}"
         )
         print_result(result, device)
+    if result.races:
+        return EXIT_FAILED  # stores of two workgroups to one address: hardware order decides
     if result.verification is None or result.verification.passed:
         return EXIT_OK
     return EXIT_FAILED
+
+
+def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
+    """EmulatorDevice options from --trace / --trace-out / --workgroup-order."""
+    if args.trace_out is not None and args.trace is None:
+        raise ConfigError("--trace-out needs --trace WAVE")
+    options: dict[str, Any] = {}
+    if args.workgroup_order is not None:
+        # one workgroup at a time, so that the order alone decides who stores last
+        options.update(workgroup_order=args.workgroup_order, max_waves_per_batch=WAVES_PER_WG)
+    if args.trace is not None:
+        if args.device == "hip":
+            raise ConfigError("--trace runs on the emulator only: use --device emulator")
+        options.update(trace_wave=args.trace, trace_out=args.trace_out or sys.stderr)
+    return options
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:
@@ -241,6 +284,35 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the CPU reference check")
     p.add_argument("--list", action="store_true", help="print the manifest and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    edge = p.add_argument_group("shape edges (f4pipe.safety; see `f4pipe safety`)")
+    edge.add_argument(
+        "--pad-output",
+        action="store_true",
+        help="run a kernel/shape pair the safety rules mark unsafe on padded buffers (padded "
+        "N and D stride, D rows, slack after B) and return D[:M, :N]",
+    )
+    edge.add_argument(
+        "--unsafe",
+        action="store_true",
+        help="run an unsafe kernel/shape pair as asked (to reproduce the safety table: wrong "
+        "results, races or faults); exit 1 on a race the emulator records",
+    )
+    emu = p.add_argument_group("emulator")
+    emu.add_argument(
+        "--trace",
+        type=int,
+        metavar="WAVE",
+        help="trace this wave (launch-order number) on the emulator: one line per instruction",
+    )
+    emu.add_argument(
+        "--trace-out", type=Path, metavar="PATH", help="write the trace here (default stderr)"
+    )
+    emu.add_argument(
+        "--workgroup-order",
+        metavar="ORDER",
+        help="run the emulator's workgroups one at a time in this order: in-order, reversed, "
+        "shuffle:SEED (default: launch order, many workgroups in lockstep)",
+    )
     add_device_args(p)
     p.set_defaults(func=run_gemm_command)
 

@@ -5,6 +5,11 @@ Execution State"): s[0:1] the kernarg segment address, then one SGPR per enabled
 v0 the packed work-item ids (x | y << 10 | z << 20, as on gfx90a+), EXEC all ones for full
 waves. Workgroups run in batches of up to `max_waves_per_batch` waves in lockstep; batches run
 one after another, which is one legal order of a launch's workgroups.
+
+Hardware promises no order between workgroups, so the order is a parameter
+(`workgroup_order`: in launch order, reversed, or a seeded shuffle): a kernel whose result
+changes with it has a race. Every launch also records the dwords that non-atomic stores of
+more than one workgroup wrote (LaunchStats.races), which is a race whatever the order.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from f4pipe.device import DeviceBuffer
 # Register the instruction handlers.
 from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
 from f4pipe.emu.engine import LANES, Executor, WaveIds
-from f4pipe.emu.memory import GlobalMemory
+from f4pipe.emu.memory import GlobalMemory, RaceReport
 from f4pipe.emu.program import Program
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.fsio import write_text
@@ -32,6 +37,34 @@ from f4pipe.fsio import write_text
 EMULATED_NUM_CU = 256
 DEFAULT_MAX_WAVES_PER_BATCH = 512
 DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
+#: Workgroup orders: launch order (x fastest, then y, z), its reverse, or "shuffle:SEED".
+WORKGROUP_ORDERS = ("in-order", "reversed", "shuffle:SEED")
+
+
+def parse_workgroup_order(order: str) -> tuple[str, int]:
+    """'in-order' | 'reversed' | 'shuffle' | 'shuffle:SEED' -> (kind, seed)."""
+    kind, _, seed_text = order.partition(":")
+    if kind in ("in-order", "reversed") and not seed_text:
+        return kind, 0
+    if kind == "shuffle":
+        try:
+            return kind, int(seed_text or "0")
+        except ValueError:
+            pass
+    raise EmulatorError(
+        f"workgroup order {order!r}: use one of in-order, reversed, shuffle or shuffle:SEED"
+    )
+
+
+def order_workgroups(num: int, order: str) -> np.ndarray:
+    """The launch-order numbers 0..num-1 in the order `order` runs them."""
+    kind, seed = parse_workgroup_order(order)
+    ids = np.arange(num, dtype=np.int64)
+    if kind == "reversed":
+        return ids[::-1].copy()
+    if kind == "shuffle":
+        return np.random.default_rng(seed).permutation(ids)
+    return ids
 
 
 @dataclass
@@ -52,6 +85,8 @@ class LaunchStats:
     workgroups: int = 0
     wave_instructions: int = 0  # instructions executed, summed over waves
     steps: int = 0  # lockstep groups executed (numpy dispatches)
+    workgroup_order: str = "in-order"
+    races: RaceReport = field(default_factory=RaceReport)
 
     @property
     def instructions_per_second(self) -> float:
@@ -62,12 +97,16 @@ class EmulatorDevice:
     """Runs gfx950 code objects on the CPU, exactly; throughput is not measured here.
 
     trace_wave: the wave to trace, numbered in launch order (workgroups with x fastest, then
-    y, z; times waves per workgroup; plus the wave's index in its workgroup). trace_out: a
+    y, z; times waves per workgroup; plus the wave's index in its workgroup, whatever the
+    workgroup order). trace_out: a
     text stream, or a path written atomically at the end of each launch. Each line is
     `pc: instruction ; registers it changed` (see trace.py).
     max_waves_per_batch bounds memory (register files are [regs, waves, 64]); an access that
     leaves every allocation, an unknown instruction, a bad LDS access or more than
     max_instructions_per_wave instructions in one wave raises EmulatorError.
+    workgroup_order: "in-order", "reversed" or "shuffle:SEED" (see the module docstring);
+    with max_waves_per_batch = waves per workgroup each workgroup runs alone, to completion,
+    in exactly that order.
     """
 
     device_id = "emulator"
@@ -82,7 +121,9 @@ class EmulatorDevice:
         trace_out: TextIO | str | Path | None = None,
         max_waves_per_batch: int = DEFAULT_MAX_WAVES_PER_BATCH,
         max_instructions_per_wave: int = DEFAULT_MAX_INSTRUCTIONS_PER_WAVE,
+        workgroup_order: str = "in-order",
     ) -> None:
+        parse_workgroup_order(workgroup_order)
         if trace_wave is not None and trace_wave < 0:
             raise EmulatorError(f"trace_wave={trace_wave} must be a wave number >= 0")
         if max_waves_per_batch < 1:
@@ -92,6 +133,7 @@ class EmulatorDevice:
         self.trace_out = trace_out
         self.max_waves_per_batch = max_waves_per_batch
         self.max_instructions_per_wave = max_instructions_per_wave
+        self.workgroup_order = workgroup_order
         self.last_stats = LaunchStats()
         self._programs: dict[tuple[Path, str], Program] = {}
         self._buffers: dict[int, DeviceBuffer] = {}
@@ -156,21 +198,26 @@ class EmulatorDevice:
         stats = LaunchStats(
             workgroups=grid[0] * grid[1] * grid[2],
             waves=grid[0] * grid[1] * grid[2] * waves_per_group,
+            workgroup_order=self.workgroup_order,
         )
         t0 = time.perf_counter()
         kernarg_size = max(len(kernarg), prog.kernarg_bytes, 4)
         ka = self.memory.alloc(kernarg_size)
         self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
         sink, owned = self._trace_sink()
+        self.memory.begin_launch()
         try:
             groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
             wg_ids = np.array([(x, y, z) for z, y, x in groups], dtype=np.int64).reshape(-1, 3)
+            run_order = order_workgroups(len(wg_ids), self.workgroup_order)
             per_batch = max(1, self.max_waves_per_batch // waves_per_group)
             for start in range(0, len(wg_ids), per_batch):
+                batch = run_order[start : start + per_batch]
                 ids = WaveIds(
                     first_global_wave=start * waves_per_group,
                     waves_per_group=waves_per_group,
-                    wg_ids=wg_ids[start : start + per_batch],
+                    wg_ids=wg_ids[batch],
+                    wg_linear=batch,
                 )
                 ex = Executor(
                     prog,
@@ -185,6 +232,7 @@ class EmulatorDevice:
                 stats.wave_instructions += ex.dynamic_instructions
                 stats.steps += ex.steps
         finally:
+            stats.races = self.memory.end_launch()
             self.memory.free(ka)
             if owned is not None and sink is not None:
                 write_text(owned, sink.getvalue())  # type: ignore[union-attr]

@@ -54,11 +54,22 @@ def load_handlers() -> None:
 
 @dataclass
 class WaveIds:
-    """Where each wave of a batch sits in the launch (for errors and traces)."""
+    """Where each wave of a batch sits in the launch (for errors, traces and race reports).
+
+    wg_linear: each workgroup's launch-order number (x fastest, then y, z), which names it in
+    race reports and numbers its waves for tracing; None = consecutive from
+    first_global_wave / waves_per_group (a batch of workgroups in launch order)."""
 
     first_global_wave: int
     waves_per_group: int
     wg_ids: np.ndarray  # [num_wg, 3] workgroup ids (x, y, z)
+    wg_linear: np.ndarray | None = None
+
+    def linear(self) -> np.ndarray:
+        if self.wg_linear is not None:
+            return np.asarray(self.wg_linear, dtype=np.int64)
+        first = self.first_global_wave // self.waves_per_group
+        return first + np.arange(len(self.wg_ids), dtype=np.int64)
 
 
 class Executor:
@@ -91,6 +102,10 @@ class Executor:
         self.gpr_idx_en = np.zeros(W, dtype=bool)
         self.icount = np.zeros(W, dtype=np.int64)
         self.wg = np.repeat(np.arange(num_wg), ids.waves_per_group)
+        self.wg_linear = ids.linear()  # launch-order number of each batch workgroup
+        self.global_waves = self.wg_linear[self.wg] * ids.waves_per_group + (
+            np.arange(W) % ids.waves_per_group
+        )
         self.lds = np.zeros((num_wg, max(program.lds_bytes, 4) // 4), dtype=np.uint32)
         self.exec_full = True
         self.exec_mask = np.ones((W, LANES), dtype=bool)
@@ -104,7 +119,7 @@ class Executor:
     # --- naming -------------------------------------------------------------------------
 
     def global_wave(self, w: int) -> int:
-        return self.ids.first_global_wave + w
+        return int(self.global_waves[w])
 
     def where(self, inst: Instruction, sel: Sel) -> str:
         from f4pipe.emu.disasm import format_instruction
@@ -328,8 +343,8 @@ class Executor:
 
     def _traced_local(self) -> int | None:
         assert self.trace_wave is not None
-        w = self.trace_wave - self.ids.first_global_wave
-        return w if 0 <= w < self.W else None
+        hit = np.nonzero(self.global_waves == self.trace_wave)[0]
+        return int(hit[0]) if hit.size else None
 
     def _traced_in(self, sel: Sel) -> bool:
         w = self._traced_local()

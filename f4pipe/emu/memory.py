@@ -5,11 +5,18 @@ each allocation gets a device address (aligned, with an unmapped gap after it so
 the end of one buffer never lands in the next). Every access is checked: an address outside
 all allocations or a misaligned dword access raises EmulatorError — on hardware that would be
 a page fault or an undefined result, never something to paper over.
+
+Race detection: during a launch (begin_launch .. end_launch) every dword written by a
+non-atomic store remembers the workgroup that wrote it. A second workgroup writing the same
+dword is a race on hardware (workgroups run in no defined order and nothing orders their
+stores), whatever the emulator's order made of it; atomics are exempt. end_launch returns a
+RaceReport: how many dwords raced and the first few conflicts, with both writers.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,6 +27,106 @@ HEAP_BASE = 0x7F00_0000_0000
 #: Allocation alignment and the unmapped gap left after each allocation.
 ALIGN = 4096
 GAP = 1 << 20
+#: Conflicts a RaceReport keeps in full (the count covers all of them).
+MAX_RACE_EVENTS = 16
+_WG_BITS = 24  # workgroup numbers packed beside word indices when sorting writers
+
+
+@dataclass(frozen=True)
+class RaceEvent:
+    """One dword written by two workgroups: its address and both (workgroup, store site)."""
+
+    address: int
+    allocation: int  # start address of the allocation holding it
+    offset: int  # byte offset in that allocation
+    first_workgroup: int  # launch-order workgroup number (x fastest, then y, z)
+    first_site: str  # "<instruction> pc 0x..." of the earlier store
+    second_workgroup: int
+    second_site: str
+
+
+@dataclass
+class RaceReport:
+    """Dwords written by non-atomic stores of more than one workgroup in one launch."""
+
+    raced_dwords: int = 0
+    events: list[RaceEvent] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return self.raced_dwords
+
+    def summary(self, workgroup_name=str) -> str:
+        """One line: the count and the first conflict (workgroups named by `workgroup_name`)."""
+        if not self.raced_dwords:
+            return "no races"
+        e = self.events[0]
+        return (
+            f"{self.raced_dwords} dword(s) written by several workgroups; first at "
+            f"{e.address:#x} (+{e.offset} in the allocation at {e.allocation:#x}): workgroup "
+            f"{workgroup_name(e.first_workgroup)} ({e.first_site}) then "
+            f"{workgroup_name(e.second_workgroup)} ({e.second_site})"
+        )
+
+
+class _WriteLog:
+    """Per allocation: which workgroup (and store site) first wrote each dword, and raced ones."""
+
+    def __init__(self) -> None:
+        self.owner: dict[int, np.ndarray] = {}  # allocation start -> int32 [words], -1 unwritten
+        self.site: dict[int, np.ndarray] = {}  # allocation start -> int32 site index
+        self.raced: dict[int, np.ndarray] = {}  # allocation start -> bool [words]
+        self.sites: list[str] = []
+        self.site_index: dict[str, int] = {}
+        self.report = RaceReport()
+
+    def arrays(self, start: int, words: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if start not in self.owner:
+            self.owner[start] = np.full(words, -1, dtype=np.int32)
+            self.site[start] = np.zeros(words, dtype=np.int32)
+            self.raced[start] = np.zeros(words, dtype=bool)
+        return self.owner[start], self.site[start], self.raced[start]
+
+    def site_of(self, site: str) -> int:
+        if site not in self.site_index:
+            self.site_index[site] = len(self.sites)
+            self.sites.append(site)
+        return self.site_index[site]
+
+    def record(self, start: int, words: int, idx: np.ndarray, wg: np.ndarray, site: str) -> None:
+        """Note a store of dwords `idx` by workgroups `wg` (same shape) at `site`."""
+        owner, owner_site, raced = self.arrays(start, words)
+        sid = self.site_of(site)
+        key = np.unique((idx.astype(np.int64) << _WG_BITS) | wg.astype(np.int64))
+        kidx, kwg = key >> _WG_BITS, key & ((1 << _WG_BITS) - 1)
+        uidx, first, counts = np.unique(kidx, return_index=True, return_counts=True)
+        first_wg = kwg[first]
+        prev = owner[uidx]
+        within = counts > 1  # two workgroups in this very store (lockstep)
+        across = (prev >= 0) & (prev != first_wg)
+        new = (within | across) & ~raced[uidx]
+        if new.any():
+            self.report.raced_dwords += int(new.sum())
+            raced[uidx[new]] = True
+            room = MAX_RACE_EVENTS - len(self.report.events)
+            for j in np.nonzero(new)[0][: max(room, 0)]:
+                if across[j]:
+                    a, a_site, b = int(prev[j]), self.sites[owner_site[uidx[j]]], int(first_wg[j])
+                else:
+                    a, a_site, b = int(first_wg[j]), site, int(kwg[first[j] + 1])
+                self.report.events.append(
+                    RaceEvent(
+                        address=start + 4 * int(uidx[j]),
+                        allocation=start,
+                        offset=4 * int(uidx[j]),
+                        first_workgroup=a,
+                        first_site=a_site,
+                        second_workgroup=b,
+                        second_site=site,
+                    )
+                )
+        owner[uidx] = first_wg  # a dword with two writers is already marked raced
+        owner_site[uidx] = sid
 
 
 class GlobalMemory:
@@ -29,6 +136,7 @@ class GlobalMemory:
         self._starts: list[int] = []
         self._arrays: dict[int, np.ndarray] = {}
         self._next = HEAP_BASE
+        self._log: _WriteLog | None = None
 
     # --- allocation ----------------------------------------------------------------------
 
@@ -57,6 +165,17 @@ class GlobalMemory:
 
     def num_allocations(self) -> int:
         return len(self._starts)
+
+    # --- race detection ------------------------------------------------------------------
+
+    def begin_launch(self) -> None:
+        """Start recording which workgroup writes each dword (see the module docstring)."""
+        self._log = _WriteLog()
+
+    def end_launch(self) -> RaceReport:
+        """Stop recording; the launch's races."""
+        log, self._log = self._log, None
+        return log.report if log is not None else RaceReport()
 
     # --- lane accesses -------------------------------------------------------------------
 
@@ -95,6 +214,12 @@ class GlobalMemory:
         self, addr: np.ndarray, what: str
     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Group dword addresses by allocation: (selector, uint32 view, word index) triples."""
+        return [(sel, words, idx) for sel, _, words, idx in self._word_groups(addr, what)]
+
+    def _word_groups(
+        self, addr: np.ndarray, what: str
+    ) -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray]]:
+        """(selector, allocation start, uint32 view, word index) per allocation touched."""
         if addr.size == 0:
             return []
         if (addr & 3).any():
@@ -104,7 +229,8 @@ class GlobalMemory:
         found = self._locate(lo, hi)
         if found is not None:
             start, arr = found
-            return [(np.ones(addr.shape, dtype=bool), arr.view(np.uint32), (addr - start) >> 2)]
+            sel = np.ones(addr.shape, dtype=bool)
+            return [(sel, start, arr.view(np.uint32), (addr - start) >> 2)]
         groups = []
         starts = np.array(self._starts, dtype=np.int64)
         which = np.searchsorted(starts, addr, side="right") - 1
@@ -116,7 +242,7 @@ class GlobalMemory:
             arr = self._arrays[start]
             if int(addr[sel].max()) + 4 > start + arr.size:
                 raise self._fault(addr[sel], what)
-            groups.append((sel, arr.view(np.uint32), (addr[sel] - start) >> 2))
+            groups.append((sel, start, arr.view(np.uint32), (addr[sel] - start) >> 2))
         return groups
 
     def read_dwords(self, addr: np.ndarray, what: str = "load") -> np.ndarray:
@@ -128,10 +254,24 @@ class GlobalMemory:
             out[sel] = words[idx]
         return out
 
-    def write_dwords(self, addr: np.ndarray, values: np.ndarray, what: str = "store") -> None:
-        """Store uint32 values; for duplicate addresses the last in C order wins (highest lane)."""
-        for sel, words, idx in self._word_index(addr, what):
-            words[idx] = values if sel.all() else values[sel]
+    def write_dwords(
+        self,
+        addr: np.ndarray,
+        values: np.ndarray,
+        what: str = "store",
+        writers: np.ndarray | None = None,
+        site: str = "",
+    ) -> None:
+        """Store uint32 values; for duplicate addresses the last in C order wins (highest lane).
+
+        `writers` (same shape as addr): the launch-order workgroup of each dword, for race
+        detection while a launch is recorded; `site` names the store in race reports."""
+        for sel, start, words, idx in self._word_groups(addr, what):
+            whole = sel.all()
+            words[idx] = values if whole else values[sel]
+            if self._log is not None and writers is not None:
+                w = writers if whole else writers[sel]
+                self._log.record(start, words.size, idx, w, site or what)
 
     def dword_views(
         self, addr: np.ndarray, what: str

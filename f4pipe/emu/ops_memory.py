@@ -148,7 +148,14 @@ def buffer_store(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.MUBUF_DWORDS[inst.name]
     addr, ok = _buffer_addresses(ex, inst, sel, ndw)
     data = np.stack(list(ex.vregs(inst.srcs[1], sel)), axis=-1)
-    ex.memory.write_dwords(addr[ok], data[ok], f"{inst.name} (global memory)")
+    writers = np.broadcast_to(ex.wg_linear[ex.wg[sel]][:, None, None], addr.shape)
+    ex.memory.write_dwords(
+        addr[ok],
+        data[ok],
+        f"{inst.name} (global memory)",
+        writers=writers[ok],
+        site=f"{inst.name} pc {inst.pc:#x}",
+    )
 
 
 @handler("buffer_atomic_pk_add_bf16")

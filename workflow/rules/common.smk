@@ -20,6 +20,7 @@ ARCHIVES = Path(config["results_dir"]) / "archives"
 EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
 VARIANTS = ["original", "rebuilt"] + [spec.variant for spec in EDITS.values()]
 GEMM_STAGES = ["verify", "splitk", "bench"]
+TUNED_CSV = RESOURCES / "tuned" / AITER_ID / Path(config["audit_tuned"]["member"]).name
 
 
 wildcard_constraints:
@@ -132,6 +133,27 @@ def get_stage_iters(wildcards):
     return config[wildcards.stage].get("iters", 1)
 
 
+def get_safety_rows(wildcards):
+    """Per-kernel rows of the shape-edge sweep (original code objects)."""
+    return [RESULTS / "safety" / "original" / f"{k}.parquet" for k in get_kernels()]
+
+
+def is_audit_active():
+    """The tuned table ships in the PyPI wheel: the audit runs for pypi sources only."""
+    return config["audit_tuned"]["activate"] and config["aiter"]["kind"] == "pypi"
+
+
+def get_tuned_csv_args(wildcards):
+    """The pinned wheel as `f4pipe tuned-csv` options."""
+    src = config["aiter"]
+    flags = {"package": "--package", "version": "--version", "sha256": "--sha256"}
+    return " ".join(
+        f"{flag} {json.dumps(str(src[key]))}"
+        for key, flag in flags.items()
+        if key in src
+    )
+
+
 def get_report_inputs(wildcards):
     """Every table and edit the report and the archive are made from."""
     outputs = [
@@ -145,6 +167,10 @@ def get_report_inputs(wildcards):
         for stage in GEMM_STAGES
         if config[stage]["activate"]
     ]
+    if config["safety"]["activate"]:
+        outputs.append(RESULTS / "safety.parquet")
+    if is_audit_active():
+        outputs.append(RESULTS / "audit.parquet")
     outputs += get_edit_outputs()
     return outputs
 

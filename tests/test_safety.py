@@ -1,0 +1,258 @@
+"""Shape-edge safety: the rules (f4pipe.safety) against the emulator, the static evidence,
+the heuristic and `f4pipe gemm` refusing unsafe pairs, the padded remedy, and the audit of
+aiter's tuned table. The full 35-kernel sweep runs in the pipeline (`safety` rule); here a
+kernel of each store class runs the same sweep."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from f4pipe.audit import audit_tuned, read_tuned
+from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, main
+from f4pipe.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
+from f4pipe.emu import EmulatorDevice
+from f4pipe.errors import ShapeError
+from f4pipe.fetch import extract_wheel_file
+from f4pipe.gemm import GemmRequest, run_gemm
+from f4pipe.heuristic import select_kernel
+from f4pipe.manifest import read_manifest
+from f4pipe.safety import (
+    EDGE_CLASSES,
+    STORE_CHUNK32,
+    STORE_FULL_TILE,
+    STORE_UNBOUNDED,
+    edge_rule,
+    is_safe,
+)
+from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys, table_from_rows
+
+PREFIX = "f4gemm_bf16_per1x32Fp4_"
+KEYS = ArtifactKeys("test-aiter", "test-toolchain", "emulator")
+#: One kernel of each store class (the pipeline sweeps all 35).
+SUBSET = ("BpreShuffle_32x128", "BpreShuffle_256x256", "noBpreShuffle_256x256")
+
+
+@pytest.fixture(scope="module")
+def manifest(f4gemm_dir):
+    return read_manifest(f4gemm_dir)
+
+
+@pytest.fixture(scope="module")
+def subset_rows(manifest):
+    return sweep(manifest, KEYS, kernels=[PREFIX + k for k in SUBSET])
+
+
+def test_static_evidence_implies_the_rule_of_every_kernel(manifest) -> None:
+    classes = {}
+    for entry in manifest:
+        evidence = store_evidence(manifest.co_path(entry), entry.symbol)
+        assert evidence.stores > 0
+        assert static_store_class(evidence) == edge_rule(entry).store, entry.name
+        classes[edge_rule(entry).store] = classes.get(edge_rule(entry).store, 0) + 1
+    assert classes == {STORE_CHUNK32: 30, STORE_FULL_TILE: 4, STORE_UNBOUNDED: 1}
+
+
+def test_sweep_agrees_with_the_rules_for_each_store_class(subset_rows) -> None:
+    table_from_rows(subset_rows, SAFETY)  # the rows fit the schema
+    assert all(r["agrees"] for r in subset_rows), [r for r in subset_rows if not r["agrees"]]
+    assert {r["edge_class"] for r in subset_rows} == set(EDGE_CLASSES)
+    assert all(len(r["orders"].split(",")) >= 2 for r in subset_rows)
+    # the padded remedy is proven by the same sweep for every unsafe shape
+    pads = [r for r in subset_rows if r["policy"] == "pad"]
+    assert pads and all(r["verdict"] == "safe" for r in pads)
+
+
+def _cells(rows, kernel: str, edge: str) -> set[str]:
+    return {
+        r["verdict"]
+        for r in rows
+        if r["kernel"] == PREFIX + kernel and r["edge_class"] == edge and r["policy"] == "unsafe"
+    }
+
+
+def test_sweep_finds_what_the_disassembly_predicts(subset_rows) -> None:
+    rows = subset_rows
+    assert _cells(rows, "BpreShuffle_32x128", "n%32=16") == {"wrong"}
+    assert _cells(rows, "BpreShuffle_32x128", "n%tile_n") == {"safe"}
+    assert _cells(rows, "BpreShuffle_256x256", "n%tile_n") == {"wrong"}
+    assert _cells(rows, "BpreShuffle_256x256", "m%tile_m") == {"safe"}
+    assert _cells(rows, "noBpreShuffle_256x256", "m%tile_m") == {"fault"}
+    assert _cells(rows, "noBpreShuffle_256x256", "k=256") == {"fault"}
+    wrong = [r for r in rows if r["verdict"] == "wrong"]
+    assert all(r["races"] > 0 and r["first_bad_row"] is not None for r in wrong)
+    # the order matters somewhere: hardware may give either answer
+    assert any(r["order_dependent"] for r in wrong)
+
+
+def test_each_unsafe_cell_has_a_reproducer_that_fails(subset_rows, f4gemm_dir, monkeypatch):
+    monkeypatch.setenv("AITER_ASM_DIR", str(f4gemm_dir))
+    done = set()
+    for r in subset_rows:
+        cell = (r["kernel"], r["edge_class"])
+        if r["verdict"] == "safe" or r["policy"] != "unsafe" or cell in done:
+            continue
+        done.add(cell)
+        argv = shlex.split(r["reproducer"].replace("$AITER_ASM_DIR", str(f4gemm_dir)))[1:]
+        want = EXIT_ERROR if r["verdict"] == "fault" else EXIT_FAILED
+        assert main(argv) == want, r["reproducer"]
+    assert len(done) >= 4
+
+
+def test_edge_shapes_cover_every_class_and_stay_small(manifest) -> None:
+    for entry in manifest:
+        shapes = edge_shapes(entry)
+        assert {s.edge_class for s in shapes} == set(EDGE_CLASSES)
+        assert all(s.m <= 2 * entry.tile_m + 33 and s.n <= 2 * entry.tile_n for s in shapes)
+        n_edges = [s.n % entry.tile_n for s in shapes if s.edge_class.startswith("n")]
+        assert 16 in n_edges and entry.tile_n - 16 in n_edges
+
+
+# --- the heuristic and the CLI ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bpreshuffle", [True, False])
+def test_heuristic_never_picks_an_unsafe_kernel(manifest, bpreshuffle) -> None:
+    rng = np.random.default_rng(7)
+    picked = 0
+    for i in range(300):
+        # every other shape aligned to 256, so that the noBpreShuffle tile qualifies too
+        unit = (1, 16, 256) if i % 2 else (256, 256, 256)
+        m = unit[0] * int(rng.integers(1, 5000 // unit[0] + 1))
+        n = unit[1] * int(rng.integers(1, 9600 // unit[1] + 1))
+        k = unit[2] * int(rng.integers(1, 9))
+        try:
+            choice = select_kernel(manifest, m, n, k=k, bpreshuffle=bpreshuffle)
+        except ShapeError as exc:
+            assert "unsafe at this shape" in str(exc)
+            continue
+        assert is_safe(choice.entry, m, n, k), (choice.entry.name, m, n, k)
+        picked += 1
+    assert picked > 30
+
+
+def test_heuristic_refusal_names_the_rules_and_the_override(manifest) -> None:
+    with pytest.raises(ShapeError, match=r"noBpreShuffle_256x256 \(M=300 is not a multiple"):
+        select_kernel(manifest, 300, 512, k=512, bpreshuffle=False)
+    choice = select_kernel(manifest, 300, 512, k=512, bpreshuffle=False, allow_unsafe=True)
+    assert not choice.entry.bpreshuffle
+    # N % 32 == 16 leaves no BpreShuffle kernel either
+    with pytest.raises(ShapeError, match="--pad-output"):
+        select_kernel(manifest, 64, 144, k=512)
+
+
+def test_gemm_cli_refuses_pads_or_runs_unsafe(f4gemm_dir, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("AITER_ASM_DIR", str(f4gemm_dir))
+    base = ["gemm", "--device", "emulator", "--kernel", PREFIX + "BpreShuffle_256x256"]
+    shape = ["-m", "64", "-n", "288", "-k", "256", "--iters", "0"]
+    assert main(base + shape) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "N=288 is not a multiple of 256" in err and "no N guard" in err
+    assert "f4pipe gemm --device emulator" in err and "--pad-output" in err
+    assert main(base + shape + ["--pad-output"]) == EXIT_OK
+    assert "padded output: N padded 288 -> 512" in capsys.readouterr().out
+    assert main(base + shape + ["--unsafe", "--workgroup-order", "reversed"]) == EXIT_FAILED
+    assert "dword(s) written by several workgroups" in capsys.readouterr().out
+
+
+def test_gemm_cli_traces_one_wave(f4gemm_dir, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("AITER_ASM_DIR", str(f4gemm_dir))
+    out = tmp_path / "wave1.trace"
+    argv = ["gemm", "--device", "emulator", "-m", "32", "-n", "256", "-k", "256"]
+    argv += ["--iters", "0", "--trace", "1", "--trace-out", str(out)]
+    assert main(argv) == EXIT_OK
+    lines = out.read_text().splitlines()
+    assert lines[-1].endswith("s_endpgm") and len(lines) > 100
+
+
+def test_workgroup_order_changes_a_racy_result_but_not_a_safe_one(manifest) -> None:
+    entry = manifest.get(PREFIX + "BpreShuffle_256x256")
+    results = {}
+    for order in ("in-order", "reversed", "shuffle:1"):
+        device = EmulatorDevice(workgroup_order=order, max_waves_per_batch=4)
+        for n in (288, 512):
+            request = GemmRequest(64, n, 256, edge_policy="unsafe", keep_padded_d=True)
+            results[order, n] = run_gemm(device, entry, manifest.co_path(entry), request)
+    assert not np.array_equal(
+        results["in-order", 288].d_padded_bits, results["reversed", 288].d_padded_bits
+    )
+    assert all(results[o, 288].races > 0 for o in ("in-order", "reversed", "shuffle:1"))
+    safe = [results[o, 512] for o in ("in-order", "reversed", "shuffle:1")]
+    assert all(r.races == 0 and r.verification.passed for r in safe)
+    assert np.array_equal(safe[0].d_padded_bits, safe[1].d_padded_bits)
+
+
+# --- the tuned-config audit -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tuned_csv(tmp_path_factory) -> Path:
+    from conftest import DEFAULT_SOURCE
+
+    return extract_wheel_file(DEFAULT_SOURCE, tmp_path_factory.mktemp("tuned") / "tuned.csv")
+
+
+def test_audit_of_aiters_tuned_table_flags_exactly_the_rule_breakers(manifest, tuned_csv):
+    rows = audit_tuned(tuned_csv, manifest, KEYS, emulate=False)
+    table_from_rows(rows, AUDIT)
+    df = read_tuned(tuned_csv)
+    assert len(rows) == int(df["kernelName"].str.startswith("_ZN").sum()) > 0
+    by_symbol = {e.symbol: e for e in manifest}
+    for r in rows:
+        entry = by_symbol[r["symbol"]]
+        assert (r["status"] == "unsafe") == (not is_safe(entry, r["m"], r["n"], r["k"]))
+    assert any(r["status"] == "unsafe" for r in rows)
+
+
+def test_audit_emulates_unsafe_rows_with_a_failing_reproducer(manifest, tuned_csv, tmp_path):
+    df = read_tuned(tuned_csv)
+    asm = df[df["kernelName"].str.startswith("_ZN")]
+    by_symbol = {e.symbol: e for e in manifest}
+    bad = asm[[not is_safe(by_symbol[s], m, n, k) for s, m, n, k in
+               zip(asm["kernelName"], asm["M"], asm["N"], asm["K"], strict=True)]]  # fmt: skip
+    small = tmp_path / "few.csv"
+    pd_rows = df.loc[[asm.index[0], bad.index[0]]].drop(columns=["line"])
+    pd_rows.to_csv(small, index=False)
+    rows = audit_tuned(small, manifest, KEYS, co_dir_hint=str(manifest.directory))
+    unsafe = [r for r in rows if r["status"] == "unsafe"]
+    assert len(unsafe) == 1 and unsafe[0]["emulated"] in ("wrong", "race", "fault")
+    assert unsafe[0]["emu_n"] == unsafe[0]["n"]
+    assert main(shlex.split(unsafe[0]["reproducer"])[1:]) in (EXIT_FAILED, EXIT_ERROR)
+    out = tmp_path / "audit.parquet"
+    argv = ["audit-tuned", str(small), "--co-dir", str(manifest.directory), "--aiter-id", "a"]
+    assert main([*argv, "--toolchain-id", "t", "--no-emulate", "-o", str(out)]) == EXIT_FAILED
+    assert out.is_file()
+
+
+def test_report_shows_the_safety_table_and_the_audit(
+    manifest, subset_rows, tuned_csv, f4gemm_dir, toolchain, tmp_path
+) -> None:
+    from f4pipe.report import build_report
+    from f4pipe.schemas import write_rows
+    from f4pipe.toolchain import write_toolchain_json
+
+    res = tmp_path / "test-aiter"
+    res.mkdir()
+    write_toolchain_json(toolchain, res / "toolchain.json")
+    argv = ["kernels", "--co-dir", str(f4gemm_dir), "--aiter-id", "test-aiter", "-o"]
+    argv += [str(res / "kernels.parquet"), "--toolchain-json", str(res / "toolchain.json")]
+    assert main(argv) == 0
+    write_rows(res / "safety.parquet", subset_rows, SAFETY)
+    audit = audit_tuned(tuned_csv, manifest, KEYS, emulate=False)
+    write_rows(res / "audit.parquet", audit, AUDIT)
+    report = build_report(res)
+    sections = {s.key: s for s in report.sections}
+    safety = sections["safety"]
+    assert safety.state == "info" and "n%32=16: " in safety.verdict
+    assert list(safety.table["kernel"]) == sorted(SUBSET, key=lambda k: PREFIX + k)
+    (repro,) = safety.code.values()
+    assert any("--unsafe" in line for line in repro)
+    unsafe = sum(r["status"] == "unsafe" for r in audit)
+    assert sections["audit"].state == "bad"
+    assert f"{len(audit)} asm rows" in sections["audit"].verdict
+    assert f"{unsafe} unsafe by the rules" in sections["audit"].verdict
+    html = report.index.read_text()
+    assert '<h2 id="safety">' in html and '<h2 id="audit">' in html

@@ -1,0 +1,78 @@
+# Shape-edge safety: the edge sweep per kernel on the emulator, and the audit of aiter's tuned
+# GEMM table against the rules it proves.
+
+
+rule safety_kernel:
+    input:
+        co_dir=get_variant_dir,
+        toolchain=RESULTS / "toolchain.json",
+    output:
+        RESULTS / "safety" / "{variant}" / "{kernel}.parquet",
+    log:
+        LOGS / "safety" / "{variant}" / "{kernel}.log",
+    benchmark:
+        LOGS / "safety" / "{variant}" / "{kernel}.benchmark.tsv"
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        aiter_id=AITER_ID,
+    shell:
+        "f4pipe safety --co-dir {input.co_dir} --kernel {wildcards.kernel} "
+        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
+        "-o {output} > {log} 2>&1"
+
+
+rule safety_table:
+    input:
+        get_safety_rows,
+    output:
+        report(
+            RESULTS / "safety.parquet",
+            caption="../report/safety.rst",
+            category="Shape-edge safety",
+        ),
+    log:
+        LOGS / "safety_table.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    shell:
+        "f4pipe gather safety {input} -o {output} > {log} 2>&1"
+
+
+rule tuned_csv:
+    output:
+        TUNED_CSV,
+    log:
+        LOGS / "tuned_csv.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        source=get_tuned_csv_args,
+        member=config["audit_tuned"]["member"],
+    shell:
+        "f4pipe tuned-csv {params.source} --member {params.member} -o {output} > {log} 2>&1"
+
+
+rule audit_tuned:
+    input:
+        csv=TUNED_CSV,
+        fetched=AITER_DIR,
+        toolchain=RESULTS / "toolchain.json",
+    output:
+        report(
+            RESULTS / "audit.parquet",
+            caption="../report/audit.rst",
+            category="Shape-edge safety",
+        ),
+    log:
+        LOGS / "audit_tuned.log",
+    benchmark:
+        LOGS / "audit_tuned.benchmark.tsv"
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        aiter_id=AITER_ID,
+    shell:
+        "f4pipe audit-tuned {input.csv} --co-dir {input.fetched}/f4gemm "
+        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
+        "-o {output} > {log} 2>&1"
