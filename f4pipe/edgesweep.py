@@ -36,6 +36,7 @@ from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import KERNARG_FIELDS, BufferLayout
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.operands import SEED_A, SEED_B, generate_operand
+from f4pipe.progress import track
 from f4pipe.reference import reference_gemm
 from f4pipe.safety import (
     EDGE_K_MIN,
@@ -176,7 +177,8 @@ def sweep_kernel(
     devices = {o: EmulatorDevice(workgroup_order=o, max_waves_per_batch=4) for o in orders}
     rows = []
     try:
-        for shape in shapes if shapes is not None else edge_shapes(entry):
+        todo = list(shapes) if shapes is not None else edge_shapes(entry)
+        for shape in track(todo, f"safety {entry.name}"):
             ref = reference_for(shape)
             predicted_safe = is_safe(entry, shape.m, shape.n, shape.k)
             for policy in ("unsafe",) if predicted_safe else ("unsafe", "pad"):

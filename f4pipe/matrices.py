@@ -3,7 +3,9 @@
 A Case names a shape and split and which kernel(s) run it: None = the tile heuristic's choice,
 "*" = every manifest kernel, "splitk" = every splitK-capable kernel, else one kernel name.
 "seed" is the seed driver's run_tests.sh (51 checks); "throughput" the seed README's hardware
-table; "smoke" small shapes cheap enough for the emulator.
+table; "pipeline" the default for `snakemake --cores 1 all`: the seed's every-kernel check plus
+the seed's heuristic shapes that stay small (M edges 1, 17 and 300 among them), a few minutes on
+the emulator; "smoke" small shapes for tests.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ MATRICES: dict[str, tuple[Case, ...]] = {
             (128, 16384, 16384),
         ]
     ),
+    "pipeline": SEED_ALL_KERNELS
+    + tuple(c for c in SEED_HEURISTIC if c.m * c.n * c.k <= 2048 * 2048 * 1024),
     "smoke": (Case(32, 256, 512, kernel=ALL_KERNELS),),
     "smoke-splitk": tuple(Case(32, 256, 1024, log2, SPLITK_KERNELS) for log2 in range(3)),
 }

@@ -15,7 +15,7 @@ arithmetic; the unprotected behaviour is the safety table's business.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from f4pipe.kernarg import launch_geometry
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.matrices import Case, expand_case
 from f4pipe.operands import SEED_A, SEED_B
+from f4pipe.progress import track
 from f4pipe.schemas import ArtifactKeys
 
 NO_DEVICE_REASON = "no gfx950 device"
@@ -158,15 +159,21 @@ def _checked_row(
     return row
 
 
+def _tracked(
+    runs: list[tuple[KernelEntry, int, Case]], stage: str, settings: StageSettings
+) -> Iterator[tuple[KernelEntry, int, Case]]:
+    """The runs, with progress lines (done/total, rate, ETA) on stderr, i.e. in the job's log."""
+    label = f"{stage} {settings.variant}" + (f" {settings.kernel}" if settings.kernel else "")
+    return track(runs, label)
+
+
 def verify_stage(
     device: Device | None, manifest: Manifest, cases: Iterable[Case], settings: StageSettings
 ) -> list[dict[str, Any]]:
     """VERIFY rows: every run checked against the CPU reference (f4pipe.verify criteria)."""
     num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
-    return [
-        _checked_row(device, manifest, settings, entry, log2, case)
-        for entry, log2, case in plan_runs(manifest, cases, settings, num_cu)
-    ]
+    runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "verify", settings)
+    return [_checked_row(device, manifest, settings, e, log2, case) for e, log2, case in runs]
 
 
 def splitk_stage(
@@ -175,7 +182,8 @@ def splitk_stage(
     """SPLITK rows: split count vs error (err_frac = max abs err / max|ref|)."""
     num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
     rows = []
-    for entry, log2, case in plan_runs(manifest, cases, settings, num_cu):
+    runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "splitk", settings)
+    for entry, log2, case in runs:
         row = _checked_row(device, manifest, settings, entry, log2, case)
         geometry = launch_geometry(entry.tile_m, entry.tile_n, case.m, case.n, case.k, log2)
         row["k_num"] = geometry.k_num
@@ -194,7 +202,8 @@ def bench_stage(
     """
     num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
     rows = []
-    for entry, log2, case in plan_runs(manifest, cases, settings, num_cu):
+    runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "bench", settings)
+    for entry, log2, case in runs:
         device_id = device.device_id if device is not None else "none"
         row = _case_row(settings, device_id, entry, log2, case)
         row.update(iters=settings.iters, warmup=WARMUP_LAUNCHES, us=None, tflops=None)

@@ -125,6 +125,12 @@ def test_pipeline_runs_a_hand_edit_as_its_own_variant(pipeline_run: Path) -> Non
     assert [e.name for e in read_manifest(res / "variants" / "edit-nop")] == [KERNELS[0]]
 
 
+def test_stage_logs_show_progress(pipeline_run: Path) -> None:
+    (log,) = (pipeline_run / "logs").glob(f"*/verify/original/{KERNELS[0]}.log")
+    text = log.read_text()
+    assert re.search(rf"verify original {KERNELS[0]}: (\d+)/\1 \(.*total\)", text), text
+
+
 def test_pipeline_bench_says_why_it_has_no_numbers(pipeline_run: Path) -> None:
     bench = pd.read_parquet(results_dir(pipeline_run) / "bench.parquet")
     assert len(bench) > 0
