@@ -42,7 +42,15 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: pytest-benchmark files in benchmarks/ plus the round-trip floor comparison."""
     install(session, "test")
     session.run(
-        "pytest", "benchmarks", "--benchmark-only", "-p", "no:cacheprovider", *session.posargs
+        "pytest",
+        "benchmarks",
+        "-o",
+        "python_files=bench_*.py",
+        "--benchmark-only",
+        "--benchmark-columns=min,mean,max,rounds",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
     )
     session.run("python", "benchmarks/roundtrip_floor.py")
 
