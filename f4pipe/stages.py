@@ -121,16 +121,7 @@ def _checked_row(
     if device is None:
         row["reason"] = settings.skip_reason
         return row
-    request = GemmRequest(
-        case.m,
-        case.n,
-        case.k,
-        log2,
-        settings.seed_a,
-        settings.seed_b,
-        settings.alpha,
-        edge_policy=settings.edge_policy,
-    )
+    request = _request(settings, case, log2)
     start = time.perf_counter()
     try:
         result = run_gemm(device, entry, manifest.co_path(entry), request)
@@ -157,6 +148,21 @@ def _checked_row(
         gdz=result.gdz,
     )
     return row
+
+
+def _request(settings: StageSettings, case: Case, log2: int, **extra: Any) -> GemmRequest:
+    """The GemmRequest of one run: the case's shape with the stage's seeds, alpha and policy."""
+    return GemmRequest(
+        case.m,
+        case.n,
+        case.k,
+        log2,
+        settings.seed_a,
+        settings.seed_b,
+        settings.alpha,
+        edge_policy=settings.edge_policy,
+        **extra,
+    )
 
 
 def _tracked(
@@ -212,18 +218,7 @@ def bench_stage(
         elif not device.can_time:
             row["reason"] = BENCH_NOT_HARDWARE_REASON
         else:
-            request = GemmRequest(
-                case.m,
-                case.n,
-                case.k,
-                log2,
-                settings.seed_a,
-                settings.seed_b,
-                settings.alpha,
-                verify=False,
-                iters=settings.iters,
-                edge_policy=settings.edge_policy,
-            )
+            request = _request(settings, case, log2, verify=False, iters=settings.iters)
             try:
                 result = run_gemm(device, entry, manifest.co_path(entry), request)
             except (DeviceError, ShapeError) as exc:

@@ -10,17 +10,10 @@ import pytest
 from f4pipe.errors import ShapeError
 from f4pipe.heuristic import DEFAULT_NUM_CU, select_kernel
 from f4pipe.manifest import read_manifest
+from f4pipe.matrices import SEED_HEURISTIC
 
-SEED_HEURISTIC_SHAPES = [
-    (128, 1024, 1024),
-    (256, 2048, 2048),
-    (300, 2048, 1024),
-    (1, 4096, 2048),
-    (17, 512, 256),
-    (512, 1024, 2048),
-    (2048, 8192, 1024),
-    (4096, 4096, 512),
-]
+# The seed's run_tests.sh heuristic shapes, from the one place they are defined.
+SEED_HEURISTIC_SHAPES = [(c.m, c.n, c.k) for c in SEED_HEURISTIC]
 
 
 @pytest.fixture(scope="module")
