@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from f4pipe.assemble import assemble
-from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, toolchain_from_args
 from f4pipe.cli.gemm import co_dir_from, parse_seed
 from f4pipe.device import DEVICE_KINDS
 from f4pipe.edits import (
@@ -29,25 +29,12 @@ from f4pipe.edits import (
 )
 from f4pipe.fsio import write_text
 from f4pipe.matrices import parse_case
-from f4pipe.toolchain import Toolchain, find_toolchain, read_toolchain_json
+from f4pipe.toolchain import Toolchain
 from f4pipe.trykernel import try_edit
 
 #: Instruction changes shown on the terminal; the diff file has them all.
 TERMINAL_CHANGES = 20
 TERMINAL_FINDINGS = 10
-
-
-def _toolchain(args: argparse.Namespace) -> Toolchain:
-    if getattr(args, "toolchain_json", None):
-        return find_toolchain(read_toolchain_json(args.toolchain_json)["bin_dir"], provision=False)
-    return find_toolchain(args.toolchain_bin)
-
-
-def _add_toolchain_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--toolchain-bin", metavar="DIR", help="LLVM bin directory (default: search / provision)"
-    )
-    p.add_argument("--toolchain-json", help="use the toolchain recorded in this toolchain.json")
 
 
 # --- f4pipe try --------------------------------------------------------------------------------
@@ -60,7 +47,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     result = try_edit(
         asm,
         co_dir_from(args),
-        _toolchain(args),
+        toolchain_from_args(args),
         kernel=args.kernel,
         device=args.device,
         cases=cases,
@@ -97,7 +84,7 @@ def _as_object(path: Path, tmp: Path, toolchain: Toolchain, tag: str) -> tuple[P
 
 
 def cmd_asmdiff(args: argparse.Namespace) -> int:
-    tc = _toolchain(args)
+    tc = toolchain_from_args(args)
     with tempfile.TemporaryDirectory(prefix="f4pipe-asmdiff-") as tmp:
         a_co, a_asm = _as_object(Path(args.a), Path(tmp), tc, "a")
         b_co, b_asm = _as_object(Path(args.b), Path(tmp), tc, "b")
@@ -128,7 +115,7 @@ def cmd_edit_variant(args: argparse.Namespace) -> int:
             args.co_dir,
             args.kernel,
             args.output,
-            _toolchain(args),
+            toolchain_from_args(args),
             diff_path=args.diff,
             json_path=args.json,
             name=args.name,
@@ -180,7 +167,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not run the original to check the edit's output is bit-identical to it",
     )
-    _add_toolchain_args(p)
+    add_toolchain_args(p)
     p.set_defaults(func=cmd_try)
 
     p = subparsers.add_parser(
@@ -195,7 +182,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel", help="kernel symbol, when the objects hold more than one")
     p.add_argument("-o", "--output", help="also write the diff to this file")
     p.add_argument("--json", action="store_true", help="print the diff as one JSON object")
-    _add_toolchain_args(p)
+    add_toolchain_args(p)
     p.set_defaults(func=cmd_asmdiff)
 
     p = subparsers.add_parser(
@@ -212,5 +199,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="variant directory to write")
     p.add_argument("--diff", required=True, help="diff file to write")
     p.add_argument("--json", help="also write the diff as JSON here")
-    _add_toolchain_args(p)
+    add_toolchain_args(p)
     p.set_defaults(func=cmd_edit_variant)

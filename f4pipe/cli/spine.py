@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from f4pipe.assemble import assemble
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, toolchain_from_args
 from f4pipe.co2asm import co2asm
 from f4pipe.codeobject import CodeObject
 from f4pipe.errors import InputError
@@ -24,29 +25,10 @@ from f4pipe.schemas import (
     write_table,
 )
 from f4pipe.toolchain import (
-    Toolchain,
     find_toolchain,
     read_toolchain_id,
-    read_toolchain_json,
     write_toolchain_json,
 )
-
-EXIT_OK, EXIT_FAILED = 0, 1
-
-
-def _add_toolchain_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--toolchain-bin",
-        metavar="DIR",
-        help="LLVM bin directory to use (default: search ROCm, PATH, /usr/lib/llvm-N, "
-        "then provision Debian's LLVM 22 into ~/.cache/f4pipe)",
-    )
-
-
-def _toolchain(args: argparse.Namespace) -> Toolchain:
-    if getattr(args, "toolchain_json", None):
-        return find_toolchain(read_toolchain_json(args.toolchain_json)["bin_dir"], provision=False)
-    return find_toolchain(args.toolchain_bin)
 
 
 def _keys(args: argparse.Namespace, toolchain_id: str) -> ArtifactKeys:
@@ -64,19 +46,19 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
 def cmd_co2asm(args: argparse.Namespace) -> int:
     src = Path(args.code_object)
     out = Path(args.output) if args.output else src.with_suffix(".s")
-    write_text(out, co2asm(src, _toolchain(args)))
+    write_text(out, co2asm(src, toolchain_from_args(args)))
     print(f"wrote {out}")
     return EXIT_OK
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
-    out = assemble(args.assembly, args.output, _toolchain(args))
+    out = assemble(args.assembly, args.output, toolchain_from_args(args))
     print(f"wrote {out}")
     return EXIT_OK
 
 
 def cmd_roundtrip(args: argparse.Namespace) -> int:
-    tc = _toolchain(args)
+    tc = toolchain_from_args(args)
     out_dir = Path(args.out) if args.out else Path(args.code_object).parent / "rebuilt"
     rt = roundtrip(args.code_object, out_dir, tc)
     eq = rt.equivalence
@@ -156,7 +138,7 @@ def cmd_rebuilt_dir(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("toolchain", help="find or provision an LLVM that knows gfx950")
-    _add_toolchain_args(p)
+    add_toolchain_args(p)
     p.add_argument("--no-provision", action="store_true", help="only search, never download")
     p.add_argument("-o", "--output", help="write toolchain.json here")
     p.set_defaults(func=cmd_toolchain)
@@ -164,13 +146,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("co2asm", help="code object -> reassemblable assembly")
     p.add_argument("code_object", help="an AMDGPU code object (.co / .hsaco), v3+")
     p.add_argument("-o", "--output", help="output .s (default: beside the input)")
-    _add_toolchain_args(p)
+    add_toolchain_args(p)
     p.set_defaults(func=cmd_co2asm)
 
     p = subparsers.add_parser("assemble", help="assembly -> code object (llvm-mc + ld.lld)")
     p.add_argument("assembly", help=".s with an .amdgcn_target directive (as co2asm writes)")
     p.add_argument("-o", "--output", required=True, help="output code object")
-    _add_toolchain_args(p)
+    add_toolchain_args(p)
     p.set_defaults(func=cmd_assemble)
 
     p = subparsers.add_parser(
@@ -193,8 +175,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="exit 0 when the verdict was recorded, equivalent or not (for pipelines)",
     )
-    p.add_argument("--toolchain-json", help="use the toolchain recorded in this toolchain.json")
-    _add_toolchain_args(p)
+    add_toolchain_args(p)
     p.set_defaults(func=cmd_roundtrip)
 
     p = subparsers.add_parser("kernels", help="manifest + code object headers -> kernels.parquet")
