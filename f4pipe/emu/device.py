@@ -30,6 +30,7 @@ from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa
 from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.memory import GlobalMemory, RaceReport
 from f4pipe.emu.program import Program
+from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.fsio import write_text
 
@@ -87,6 +88,7 @@ class LaunchStats:
     steps: int = 0  # lockstep groups executed (numpy dispatches)
     workgroup_order: str = "in-order"
     races: RaceReport = field(default_factory=RaceReport)
+    hazards: HazardReport | None = None  # None: timing was not checked (check_hazards=False)
 
     @property
     def instructions_per_second(self) -> float:
@@ -107,6 +109,8 @@ class EmulatorDevice:
     workgroup_order: "in-order", "reversed" or "shuffle:SEED" (see the module docstring);
     with max_waves_per_batch = waves per workgroup each workgroup runs alone, to completion,
     in exactly that order.
+    check_hazards: check memory counters, LDS visibility and wait states as hardware timing
+    requires (timing.py); each launch's findings are in last_stats.hazards. Off only for speed.
     """
 
     device_id = "emulator"
@@ -122,6 +126,7 @@ class EmulatorDevice:
         max_waves_per_batch: int = DEFAULT_MAX_WAVES_PER_BATCH,
         max_instructions_per_wave: int = DEFAULT_MAX_INSTRUCTIONS_PER_WAVE,
         workgroup_order: str = "in-order",
+        check_hazards: bool = True,
     ) -> None:
         parse_workgroup_order(workgroup_order)
         if trace_wave is not None and trace_wave < 0:
@@ -134,8 +139,11 @@ class EmulatorDevice:
         self.max_waves_per_batch = max_waves_per_batch
         self.max_instructions_per_wave = max_instructions_per_wave
         self.workgroup_order = workgroup_order
+        self.check_hazards = check_hazards
         self.last_stats = LaunchStats()
         self._programs: dict[tuple[Path, str], Program] = {}
+        self._models: dict[int, TimingModel] = {}
+        self._lds_words: LdsWords | None = None
         self._buffers: dict[int, DeviceBuffer] = {}
 
     # --- Device protocol -----------------------------------------------------------------
@@ -205,6 +213,8 @@ class EmulatorDevice:
         ka = self.memory.alloc(kernarg_size)
         self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
         sink, owned = self._trace_sink()
+        model = self._timing_model(prog) if self.check_hazards else None
+        hazards = HazardReport() if model is not None else None
         self.memory.begin_launch()
         try:
             groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
@@ -228,11 +238,23 @@ class EmulatorDevice:
                     trace_out=sink,
                 )
                 initial_state(ex, prog, ka, block)
+                if model is not None and hazards is not None:
+                    ex.timing = TimingRun(
+                        model,
+                        hazards,
+                        self._lds_pool(ex.num_wg, ex.lds.shape[1], waves_per_group),
+                        num_waves=ex.W,
+                        wave_wg=ex.wg,
+                        waves_per_group=waves_per_group,
+                    )
                 ex.run()
+                if ex.timing is not None:
+                    ex.timing.finish()
                 stats.wave_instructions += ex.dynamic_instructions
                 stats.steps += ex.steps
         finally:
             stats.races = self.memory.end_launch()
+            stats.hazards = hazards
             self.memory.free(ka)
             if owned is not None and sink is not None:
                 write_text(owned, sink.getvalue())  # type: ignore[union-attr]
@@ -250,8 +272,28 @@ class EmulatorDevice:
             self.memory.free(addr)
         self._buffers.clear()
         self._programs.clear()
+        self._models.clear()
 
     # --- helpers -------------------------------------------------------------------------
+
+    def _lds_pool(self, num_wg: int, words: int, waves_per_group: int) -> LdsWords:
+        """The LDS bookkeeping arrays, reused across batches and launches (see LdsWords)."""
+        pool = self._lds_words
+        if pool is None or not pool.fits(num_wg, words, waves_per_group):
+            per_batch = max(1, self.max_waves_per_batch // waves_per_group)
+            pool = LdsWords(max(num_wg, per_batch), words, waves_per_group)
+            self._lds_words = pool
+        return pool
+
+    def _timing_model(self, prog: Program) -> TimingModel:
+        """One per program, so its memoised transitions serve every later launch."""
+        from f4pipe.emu.hazards import flagged_pcs
+
+        model = self._models.get(id(prog))
+        if model is None:
+            model = TimingModel(prog, flagged_pcs(prog))
+            self._models[id(prog)] = model
+        return model
 
     def _check(self, buf: DeviceBuffer) -> None:
         if self._buffers.get(buf.addr) != buf:

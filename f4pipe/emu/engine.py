@@ -5,8 +5,11 @@ lockstep: each step takes the waves at the lowest pc and executes that one instr
 of them at once, with register files shaped [registers, waves, lanes]. Waves that diverge (a
 branch on a workgroup id) simply split into groups; lowest-pc-first lets a lagging group catch
 up so they merge again. Waves wait at s_barrier until every live wave of their workgroup has
-arrived. Memory operations complete at issue (zero latency, a legal schedule for kernels that
-wait with s_waitcnt/s_barrier as they must), so s_waitcnt and s_nop are no-ops.
+arrived. Values are computed with memory completing at issue; whether the kernel may rely on
+that is timing.py's question: with a TimingRun attached (`Executor.timing`, on by default in
+EmulatorDevice) every step first advances the waves' memory counters and wait-state windows and
+reports any read of a result before the wait that retires it on hardware, any LDS word read
+before its writer's wait and barrier, and any wait state too few (timing.py, waitstates.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction, Operand
 from f4pipe.emu.memory import GlobalMemory
 from f4pipe.emu.program import Program
+from f4pipe.emu.timing import TimingRun
 from f4pipe.errors import EmulatorError
 
 NUM_SGPRS = 128  # operand codes 0..127 (incl. vcc, m0, exec) index this array directly
@@ -115,6 +119,8 @@ class Executor:
         self.trace_out = trace_out
         self.steps = 0
         self.dynamic_instructions = 0
+        self.timing: TimingRun | None = None  # set by the device when hazards are checked
+        self.gpr_idx_active = False  # some wave has s_set_gpr_idx_on in force
 
     # --- naming -------------------------------------------------------------------------
 
@@ -133,6 +139,15 @@ class Executor:
             f"({format_instruction(inst, self.program.labels)}), "
             f"wave {self.global_wave(w)} (workgroup {tuple(int(x) for x in wg)}, "
             f"wave {w % self.ids.waves_per_group} of it){more}"
+        )
+
+    def where_wave(self, sel: Sel) -> str:
+        """The first selected wave, named as in errors (for hazard reports)."""
+        w = int(np.arange(self.W)[sel][0])
+        wg = self.ids.wg_ids[self.wg[w]]
+        return (
+            f"wave {self.global_wave(w)}, workgroup {tuple(int(x) for x in wg)}, "
+            f"wave {w % self.ids.waves_per_group} of it"
         )
 
     def error(self, inst: Instruction, sel: Sel, what: str) -> EmulatorError:
@@ -238,7 +253,7 @@ class Executor:
         en = self.gpr_idx_en[sel]
         if not en.any():
             return None
-        m0 = self.sgpr[isa.M0, sel]
+        m0 = self.sgpr[isa.M0, sel] & np.uint32(0xF0FF)  # only index and mode bits matter
         if not en.all() or (m0 != m0[0]).any():
             raise _SplitGroup
         m = int(m0[0])
@@ -275,6 +290,8 @@ class Executor:
                 n = int(group.sum())
                 sel = slice(None) if n == W else np.nonzero(group)[0]
             inst = prog.at(pc)
+            if self.timing is not None:
+                self._advance_timing(inst, sel)
             self._execute(inst, sel)
             # Only control flow can split or stop waves; an unconditional branch keeps them.
             converged = n == W and (inst.fmt != "SOPP" or inst.name == "s_branch")
@@ -291,6 +308,21 @@ class Executor:
                     f"instruction budget of {self.max_instructions} per wave exhausted "
                     "(runaway loop?)",
                 )
+
+    def _advance_timing(self, inst: Instruction, sel: Sel) -> None:
+        """Let the timing model see `inst` before it runs; under GPR indexing the registers a
+        vector instruction touches depend on each wave's M0, so waves go one by one."""
+        assert self.timing is not None
+        if not (self.gpr_idx_active and inst.fmt.startswith("VOP")):
+            self.timing.before(self, inst, sel)
+            return
+        try:
+            self.timing.before(self, inst, sel, self.gpr_index(inst, sel) or (0, 0, 0, 0))
+        except _SplitGroup:
+            for w in np.arange(self.W)[sel]:
+                one = np.array([w])
+                offsets = self.gpr_index(inst, one) or (0, 0, 0, 0)
+                self.timing.before(self, inst, one, offsets)
 
     def _execute(self, inst: Instruction, sel: Sel) -> None:
         fn = HANDLERS.get(inst.name)

@@ -53,6 +53,8 @@ def ds_read(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
     widx = _lds_index(ex, inst, sel, addr, ndw)
+    if ex.timing is not None:
+        ex.timing.lds_read(ex, inst, sel, widx, ex.lane_mask(sel))
     data = ex.lds[_wg_rows(ex, sel), widx]  # [n, 64, ndw]
     base = ex.reg_index(inst.dst)
     for i in range(ndw):
@@ -64,6 +66,8 @@ def ds_write(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
     widx = _lds_index(ex, inst, sel, addr, ndw)
+    if ex.timing is not None:
+        ex.timing.lds_write(ex, inst, sel, widx, ex.lane_mask(sel), dma=False)
     data = np.stack(list(ex.vregs(inst.srcs[1], sel)), axis=-1)  # [n, 64, ndw]
     rows = np.broadcast_to(_wg_rows(ex, sel), widx.shape)
     mask = np.broadcast_to(ex.lane_mask(sel)[..., None], widx.shape)
@@ -136,6 +140,8 @@ def _load_to_lds(ex: Executor, inst: Instruction, sel: Sel, data: np.ndarray, nd
     lane = np.arange(64, dtype=np.int64)
     addr = lds_base[:, None] + lane * 4 * ndw  # [n, 64]
     widx = _lds_index(ex, inst, sel, addr, ndw)
+    if ex.timing is not None:
+        ex.timing.lds_write(ex, inst, sel, widx, ex.lane_mask(sel), dma=True)
     rows = np.broadcast_to(_wg_rows(ex, sel), widx.shape)
     mask = np.broadcast_to(ex.lane_mask(sel)[..., None], widx.shape)
     ex.lds[rows[mask], widx[mask]] = data[mask]

@@ -180,16 +180,18 @@ def s_set_gpr_idx_on(ex: Executor, inst: Instruction, sel: Sel) -> None:
     m0 = (m0 & ~0xF0FF) | idx | (inst.imm << 12)
     ex.set_s(isa.M0, sel, np.broadcast_to(m0, (ex.nsel(sel),)).astype(np.uint32))
     ex.gpr_idx_en[sel] = True
+    ex.gpr_idx_active = True
 
 
 @handler("s_set_gpr_idx_off")
 def s_set_gpr_idx_off(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.gpr_idx_en[sel] = False
+    ex.gpr_idx_active = bool(ex.gpr_idx_en.any())
 
 
 @handler("s_nop", "s_waitcnt")
 def s_nothing(ex: Executor, inst: Instruction, sel: Sel) -> None:
-    """Memory completes at issue and results are ready at once: nothing to wait for."""
+    """Values complete at issue; what waiting means is the timing model's (timing.py)."""
 
 
 @handler("s_endpgm")
