@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +83,11 @@ class GemmResult:
     padding: str = ""  # the edge remedy applied ("" when the shape ran as asked)
     races: int | None = None  # dwords written by several workgroups (emulator only)
     race_summary: str = ""
+    # Timing hazards (f4pipe.emu.timing): None = not checked (hardware, or checks turned off).
+    hazards: int | None = None
+    hazard_summary: str = ""
+    advisories: int = 0
+    advisory_summary: str = ""
 
     @property
     def gdz(self) -> int:
@@ -94,6 +100,17 @@ class GemmResult:
     @property
     def tflops(self) -> float | None:
         return None if self.us is None else tflops(self.m, self.n, self.k, self.us)
+
+    @property
+    def status(self) -> str:
+        """ "failed" (wrong values in any schedule), else "hazard" (right values only because
+        the emulator's schedule hid a timing fault), else "passed"; "unverified" with
+        verify=False and no hazard."""
+        if self.verification is not None and not self.verification.passed:
+            return "failed"
+        if self.hazards:
+            return "hazard"
+        return "unverified" if self.verification is None else "passed"
 
 
 def tflops(m: int, n: int, k: int, us: float) -> float:
@@ -228,8 +245,9 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
             log2_k_split=r.log2_k_split if entry.splitk else 0,
         )
         device.launch(kernel, geometry.grid, geometry.block, kernarg)
-        stats = getattr(device, "last_stats", None)  # the emulator records races per launch
+        stats = getattr(device, "last_stats", None)  # the emulator: races and hazards
         race_report = getattr(stats, "races", None)
+        hazard_report = getattr(stats, "hazards", None)
         d_bits = device.download(d_buf).view(np.uint16).reshape(layout.d_shape).copy()
 
         us: float | None = None
@@ -277,4 +295,18 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         padding=padding,
         races=None if race_report is None else race_report.count,
         race_summary="" if race_report is None else race_report.summary(),
+        **hazard_fields(hazard_report),
     )
+
+
+def hazard_fields(report: Any) -> dict[str, Any]:
+    """GemmResult's hazard fields from a launch's HazardReport (None: not checked)."""
+    if report is None:
+        return {}
+    advisory = report.advisory[0].message if report.advisory else ""
+    return {
+        "hazards": report.count,
+        "hazard_summary": report.summary() if report.count else "",
+        "advisories": report.advisories,
+        "advisory_summary": advisory,
+    }

@@ -123,8 +123,12 @@ def read_table(path: str | os.PathLike[str], schema: pa.Schema | None = None) ->
 
 
 # --- GEMM stages (verify / splitk / bench): one row per (variant, kernel, shape, split) ---------
-# status: "passed" | "failed" | "error" | "skipped" (verify, splitk); "measured" | "error" |
-# "skipped" (bench). `reason` says why a row is skipped or errored; metrics are null then.
+# status: "passed" | "failed" | "hazard" | "error" | "skipped" (verify, splitk); "measured" |
+# "error" | "skipped" (bench). `reason` says why a row is skipped, errored or failed; metrics
+# are null then. "hazard": right values, but only because the emulator's schedule hid a timing
+# fault that hardware can expose (f4pipe.emu.timing); `hazards` counts them, null = timing not
+# checked (hardware, or checks off), `advisories` counts what the kernel relies on beyond the
+# ISA's promises (reported, never a failure).
 
 _GEMM_CASE_FIELDS: list[pa.Field] = [
     pa.field("variant", pa.string(), nullable=False),  # original / rebuilt / ...
@@ -152,6 +156,8 @@ _ERROR_FIELDS: list[pa.Field] = [
     pa.field("atol", pa.float64()),
     pa.field("rtol", pa.float64()),
     pa.field("seconds", pa.float64()),  # wall time of the run (host + device)
+    pa.field("hazards", pa.int64()),
+    pa.field("advisories", pa.int64()),
 ]
 
 VERIFY = with_keys(*_GEMM_CASE_FIELDS, *_ERROR_FIELDS)

@@ -116,7 +116,10 @@ def _checked_row(
 ) -> dict[str, Any]:
     device_id = device.device_id if device is not None else "none"
     row = _case_row(settings, device_id, entry, log2, case)
-    row.update({name: None for name in (*_ERROR_METRICS, "atol", "rtol", "seconds")})
+    row.update(
+        {name: None for name in (*_ERROR_METRICS, "atol", "rtol", "seconds", "hazards")},
+        advisories=None,
+    )
     row["alpha"] = settings.alpha
     if device is None:
         row["reason"] = settings.skip_reason
@@ -130,12 +133,17 @@ def _checked_row(
         return row
     v = result.verification
     assert v is not None  # verify=True
-    reason = "" if v.passed else f"{v.bad} element(s) outside atol + rtol*|ref|"
-    if result.padding:
-        reason = "; ".join(x for x in (reason, f"padded output: {result.padding}") if x)
+    notes = [
+        "" if v.passed else f"{v.bad} element(s) outside atol + rtol*|ref|",
+        result.hazard_summary,
+        f"padded output: {result.padding}" if result.padding else "",
+        f"{result.advisories} advisory: {result.advisory_summary}" if result.advisories else "",
+    ]
     row.update(
-        status="passed" if v.passed else "failed",
-        reason=reason,
+        status=result.status,
+        reason="; ".join(x for x in notes if x),
+        hazards=result.hazards,
+        advisories=None if result.hazards is None else result.advisories,
         passed=v.passed,
         bad=v.bad,
         max_abs_err=v.max_abs_err,

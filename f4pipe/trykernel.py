@@ -10,7 +10,12 @@ Runs use the same host code as every other stage (f4pipe.gemm.run_gemm) on the e
 when one answers, on a gfx950 GPU. A failing run
 names its first wrong element (row, column, expected, got) by the verification criteria of
 f4pipe.verify; a passing one also says whether the output is bit-identical to the original's
-(an edit meant to keep semantics should be).
+(an edit meant to keep semantics should be). On the emulator every run is also checked for
+timing hazards (f4pipe.emu.timing: s_waitcnt counters, LDS visibility between waves, wait
+states): an edit whose values come out right only because the emulator completes memory at
+issue fails as `hazard`, naming both instructions and the rule. Because a launch only covers
+the path it takes, the edit's code is also checked statically over every path of its control
+flow (f4pipe.emu.hazards); a finding the original does not have fails the edit too.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from f4pipe.reference import reference_gemm
 from f4pipe.toolchain import Toolchain
 from f4pipe.verify import bad_mask
 
-#: K of the quick shapes: two 256-wide K steps, so the main loop runs more than once.
-QUICK_K = 512
+#: K of the quick shapes: four 256-wide K steps, so every body of the kernels' 4x-unrolled
+#: main loops runs at least once (a timing fault in a body that never runs cannot show).
+QUICK_K = 1024
 
 
 def quick_cases(entry: KernelEntry) -> list[Case]:
@@ -64,7 +70,7 @@ class TryRun:
 
     device_id: str
     case: Case
-    status: str  # passed | failed | fault
+    status: str  # passed | failed | hazard | fault
     bad: int = 0
     elements: int = 0
     first_wrong: WrongElement | None = None
@@ -78,6 +84,8 @@ class TryRun:
         also = " (the original fails here too: not the edit's doing)" if self.original_fails else ""
         if self.status == "fault":
             return f"{where}: device fault{also}: {self.message}"
+        if self.status == "hazard":
+            return f"{where}: {self.message}"
         if self.status == "failed":
             assert self.first_wrong is not None
             return (
@@ -90,15 +98,23 @@ class TryRun:
 
 @dataclass
 class TryResult:
-    """What `try` found. prepared.co_path exists afterwards only if `out_co` was given."""
+    """What `try` found. prepared.co_path exists afterwards only if `out_co` was given.
+
+    static_hazards: timing findings of the edit over all paths (f4pipe.emu.hazards) that the
+    original does not have."""
 
     prepared: PreparedEdit
     runs: list[TryRun] = field(default_factory=list)
     seconds: float = 0.0
+    static_hazards: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not self.prepared.findings and all(r.status == "passed" for r in self.runs)
+        return (
+            not self.prepared.findings
+            and not self.static_hazards
+            and all(r.status == "passed" for r in self.runs)
+        )
 
     def verdict_line(self) -> str:
         p = self.prepared
@@ -112,6 +128,12 @@ class TryResult:
         bad = [r for r in self.runs if r.status != "passed"]
         if bad:
             return f"FAIL {what}: {bad[0].render()} {took}"
+        if self.static_hazards:
+            more = len(self.static_hazards) - 1
+            return (
+                f"FAIL {what}: on a path the runs did not take: {self.static_hazards[0]}"
+                f"{f' (+{more} more)' if more else ''} {took}"
+            )
         devices = ", ".join(dict.fromkeys(r.device_id for r in self.runs))
         ident = [r.identical for r in self.runs]
         same = (
@@ -126,11 +148,12 @@ class TryResult:
         )
 
 
-def open_devices(kind: str) -> list[Device]:
+def open_devices(kind: str, check_hazards: bool = True) -> list[Device]:
     """`auto`: the emulator, plus a gfx950 GPU when one answers; else just the one asked for."""
+    options = {"check_hazards": check_hazards}
     if kind != "auto":
-        return [open_device(kind)]
-    devices = [open_device("emulator")]
+        return [open_device(kind, **options)]
+    devices = [open_device("emulator", **options)]
     with contextlib.suppress(NoDeviceError):  # no GPU here: the emulator alone decides
         devices.append(open_device("hip"))
     return devices
@@ -195,6 +218,15 @@ def run_case(
             original_fails=original_fails,
             seconds=time.perf_counter() - start,
         )
+    if result.hazards:
+        return TryRun(
+            device.device_id,
+            case,
+            "hazard",
+            elements=elements,
+            message=result.hazard_summary,
+            seconds=time.perf_counter() - start,
+        )
     identical = None
     if baseline:
         original_request = replace(request, verify=False)
@@ -208,6 +240,29 @@ def run_case(
         identical=identical,
         seconds=time.perf_counter() - start,
     )
+
+
+def new_static_hazards(prepared: PreparedEdit) -> list[str]:
+    """Static timing findings of the edit (all paths) that its original does not have, matched
+    by rule and instruction text (an edit moves pcs)."""
+    from f4pipe.emu.disasm import format_instruction
+    from f4pipe.emu.hazards import analyse
+    from f4pipe.emu.program import Program
+
+    def findings(co: Path) -> dict[tuple[str, str, str], str]:
+        program = Program.load(co, prepared.entry.symbol)
+        report = analyse(program)
+        out: dict[tuple[str, str, str], str] = {}
+        for f in (*report.wait_states, *report.counters):
+            h = f.hazard
+            texts = (
+                format_instruction(program.at(pc), {}) for pc in (h.producer_pc, h.consumer_pc)
+            )
+            out.setdefault((h.rule, *texts), h.message)
+        return out
+
+    original = findings(prepared.original_co)
+    return [msg for key, msg in findings(prepared.co_path).items() if key not in original]
 
 
 def _original_fails(device: Device, prepared: PreparedEdit, request: GemmRequest) -> bool:
@@ -230,6 +285,7 @@ def try_edit(
     baseline: bool = True,
     seed_a: int = SEED_A,
     seed_b: int = SEED_B,
+    check_hazards: bool = True,
 ) -> TryResult:
     """Assemble, diff, check and (if the checks pass) run an edit; see the module docstring.
 
@@ -240,9 +296,11 @@ def try_edit(
         target = Path(out_co) if out_co is not None else Path(tmp) / f"{Path(asm_path).stem}.co"
         prepared = prepare_edit(asm_path, co_dir, target, toolchain, kernel)
         result = TryResult(prepared)
+        if not prepared.findings and check_hazards:
+            result.static_hazards = new_static_hazards(prepared)
         if not prepared.findings:
             todo = cases if cases is not None else quick_cases(prepared.entry)
-            devices = open_devices(device)
+            devices = open_devices(device, check_hazards)
             try:
                 for dev in devices:
                     for case in todo:

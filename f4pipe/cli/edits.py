@@ -55,6 +55,7 @@ def cmd_try(args: argparse.Namespace) -> int:
         baseline=not args.no_baseline,
         seed_a=seed_a,
         seed_b=seed_b,
+        check_hazards=not args.no_hazard_check,
     )
     p = result.prepared
     diff_path = Path(args.diff) if args.diff else asm.with_suffix(".diff.txt")
@@ -135,8 +136,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Assemble EDIT.s, diff it against its original (aligned by label), check "
         "its registers, LDS offsets and kernarg reads against its descriptor, then verify it "
         "at quick shapes (an M edge, an N edge, a split for splitK kernels) on the emulator and "
-        "on a gfx950 GPU when one answers. Prints one verdict line last, naming the first wrong "
-        "element of a failing run. Exit 0 pass, 1 fail, 2 error.",
+        "on a gfx950 GPU when one answers; on the emulator every run is also checked for "
+        "timing hazards (s_waitcnt counters, LDS visibility between waves, wait states). Prints "
+        "one verdict line last, naming the first wrong element of a failing run or both "
+        "instructions of a hazard. Exit 0 pass, 1 fail or hazard, 2 error.",
     )
     p.add_argument("edit", help="the edited assembly (a co2asm .s, edited)")
     p.add_argument(
@@ -166,6 +169,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-baseline",
         action="store_true",
         help="do not run the original to check the edit's output is bit-identical to it",
+    )
+    p.add_argument(
+        "--no-hazard-check",
+        action="store_true",
+        help="skip the emulator's timing checks (faster; the verdict then covers values only)",
     )
     add_toolchain_args(p)
     p.set_defaults(func=cmd_try)

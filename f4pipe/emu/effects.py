@@ -255,6 +255,9 @@ def _mubuf(inst: Instruction) -> Effects:
         )
     reads["vdata"] = operand_regs(vdata)
     tags = {"atomic" if "atomic" in name else "store"}
+    if inst.lds:  # buffer_store_lds_dword: LDS data at M0 to memory
+        reads["m0"] = M0
+        tags.add("lds_dma")
     # B1 #11: more than 64 bits of store data, and (for MUBUF) no SGPR soffset.
     if vdata.count > 2 and soffset.kind != "s":
         tags.add("wide_store")

@@ -247,15 +247,14 @@ class TimingModel:
 
     def _pending(self, counter: int, op_pc: int, pc: int, regs, younger: int, verb: str) -> Hazard:
         if counter == VM:
-            rule, need = "vmcnt", f"s_waitcnt vmcnt({younger})"
+            rule, need = "vmcnt", f"s_waitcnt vmcnt({younger}) or lower"
         elif counter == LDS:
-            rule, need = "lgkmcnt", f"s_waitcnt lgkmcnt({younger})"
+            rule, need = "lgkmcnt", f"s_waitcnt lgkmcnt({younger}) or lower"
         else:
             rule, need = "lgkmcnt", "s_waitcnt lgkmcnt(0) (scalar loads return out of order)"
         msg = (
             f"hazard [{rule}]: pc {pc:#x} `{self.text(pc)}` {verb} {reg_list(regs)} before the "
-            f"load at pc {op_pc:#x} `{self.text(op_pc)}` has landed; needs {need} or lower "
-            "between them on every path"
+            f"load at pc {op_pc:#x} `{self.text(op_pc)}` has landed; needs {need} between them"
         )
         return Hazard(rule, pc, op_pc, msg)
 
@@ -358,7 +357,7 @@ class TimingRun:
         self.first_wave = (np.arange(W) // waves_per_group) * waves_per_group  # of its workgroup
         self.lds = lds
         self.logs = (PcLog(W, base), PcLog(W, base))  # [VM | LDS]
-        self.seq: np.ndarray | None = None  # sequence numbers of the op being issued
+        self.seq = np.zeros(W, np.int64)  # per wave: sequence number of the op being issued
 
     def finish(self) -> None:
         """Hand the used sequence numbers back to the shared LdsWords."""
@@ -395,10 +394,10 @@ class TimingRun:
         e = self.model.effects(inst.pc, offsets)
         if e.counter in ("vm", "lds"):
             c = VM if e.counter == "vm" else LDS
-            self.seq = self.issued[c, sel].copy()
+            self.seq[sel] = self.issued[c, sel]
             self.issued[c, sel] += 1
             if "lds_dma" in e.tags or c == LDS:
-                self.logs[c].record(np.arange(self.W)[sel], self.seq, inst.pc)
+                self.logs[c].record(np.arange(self.W)[sel], self.seq[sel], inst.pc)
         if "barrier" in e.tags:
             self._arrive(sel)
         elif "endpgm" in e.tags:
@@ -456,8 +455,7 @@ class TimingRun:
             bad &= lanes[..., None]
         if bad.any():
             self._read_too_early(ex, inst, sel, waves, rows, widx, bad)
-        assert self.seq is not None
-        stamp = (self.seq + 1).astype(np.int32)
+        stamp = (self.seq[waves] + 1).astype(np.int32)
         local = (waves - self.first_wave[waves])[:, None, None]
         if ex.exec_full:
             lw.r_tag[rows, widx, local] = stamp[:, None, None]
@@ -533,9 +531,10 @@ class TimingRun:
             issued = np.where(own, NEVER, self.snap_issued[LDS, readers, slot[:, None]])
             unordered = late & (rseq1 > issued[:, None, None, :])
             self._war(ex, inst, sel, widx, readers, rseq1, unordered if unordered.any() else late)
-        assert self.seq is not None
         local = waves - self.first_wave[waves]
-        tag = (((self.seq + 1) << W_SEQ_SHIFT) | (W_DMA_BIT if dma else 0) | local).astype(np.int32)
+        tag = (((self.seq[waves] + 1) << W_SEQ_SHIFT) | (W_DMA_BIT if dma else 0) | local).astype(
+            np.int32
+        )
         if ex.exec_full:
             lw.w_tag[rows, widx] = tag[:, None, None]
         else:

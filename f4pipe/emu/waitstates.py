@@ -170,6 +170,11 @@ def valu_overwrites_vgpr(e: Effects) -> Regs:
     return _vgprs(e.writes) if _is_valu(e) else frozenset()
 
 
+def plain_valu_overwrites_vgpr(e: Effects) -> Regs:
+    """Not an MFMA: the next MFMA of an accumulation chain rewrites its SrcC by design."""
+    return _vgprs(e.writes) if _plain_valu(e) else frozenset()
+
+
 def lds_dma_store_reads_m0(e: Effects) -> Regs:
     """M0 read by the LDS-DMA forms Table 11 names: buffer_store_lds_dword, ds_*_addtid,
     global/scratch with LDS=1. Not buffer_load ... lds: see rule B1.15's note."""
@@ -465,7 +470,7 @@ RULES: tuple[WaitStateRule, ...] = (
         "B3.10",
         "XDL MFMA reads SrcC, then a VALU overwrites those registers (WAR)",
         xdl_reads_srcc,
-        valu_overwrites_vgpr,
+        plain_valu_overwrites_vgpr,
         _by_passes(XDL_SRCC_WAR),
         f"{ISA38}; LLVM IsSMFMAReadAsCFn; rocRoller XDLReadSrcC94x",
         bound=lambda p: XDL_SRCC_WAR[p.passes],

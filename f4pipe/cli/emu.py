@@ -1,0 +1,102 @@
+"""`f4pipe hazards`: the static timing check of any gfx950 code object (f4pipe.emu.hazards)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.errors import InputError
+
+
+def rules_text() -> str:
+    """The wait-state rule table, one block per rule (id, what, wait states, source, note)."""
+    from f4pipe.emu.waitstates import RULES
+
+    lines = []
+    for r in RULES:
+        lines.append(f"{r.rule:6s} {r.what}")
+        lines.append(f"       source: {r.source}")
+        if r.note:
+            lines.append(f"       note: {r.note}")
+    lines.append(
+        "counters: vmcnt (buffer loads/stores/atomics, LDS DMA; in order), lgkmcnt (DS in "
+        "order; SMEM out of order: only lgkmcnt(0) covers it); s_barrier waits for nothing; "
+        "s_endpgm retires all (shared/reference/hazards.md A1-A4)"
+    )
+    return "\n".join(lines)
+
+
+def cmd_hazards(args: argparse.Namespace) -> int:
+    from f4pipe.codeobject import CodeObject
+    from f4pipe.emu.hazards import analyse
+    from f4pipe.emu.program import Program
+
+    if args.rules:
+        print(rules_text())
+        return EXIT_OK
+    if args.code_object is None:
+        raise InputError("give a gfx950 code object, or --rules to print the rule table")
+    path = Path(args.code_object)
+    symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
+    if args.kernel:
+        symbols = [s for s in symbols if args.kernel in s]
+    reports = [analyse(Program.load(path, s)) for s in symbols]
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "kernel": r.symbol,
+                        "instructions": r.instructions,
+                        "findings": [
+                            {
+                                "kind": kind,
+                                "rule": f.hazard.rule,
+                                "consumer_pc": f.hazard.consumer_pc,
+                                "producer_pc": f.hazard.producer_pc,
+                                "required": f.required,
+                                "actual": f.actual,
+                                "message": f.hazard.message,
+                            }
+                            for kind, found in (
+                                ("wait-state", r.wait_states),
+                                ("counter", r.counters),
+                            )
+                            for f in found
+                        ],
+                    }
+                    for r in reports
+                ],
+                indent=1,
+            )
+        )
+    else:
+        for r in reports:
+            print(
+                f"{path.name}:{r.symbol}: {r.instructions} reachable instructions, "
+                f"{len(r.wait_states)} wait-state and {len(r.counters)} counter finding(s)"
+            )
+            for f in (*r.wait_states, *r.counters):
+                print(f"  {f.hazard.message}")
+    return EXIT_FAILED if any(r.count for r in reports) else EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "hazards",
+        help="static timing check of a gfx950 code object (s_waitcnt counters, wait states)",
+        description="Check every kernel of a gfx950 code object, over all paths of its control "
+        "flow (branches both ways), for reads of a load's registers before the s_waitcnt that "
+        "retires it and for too few wait states between the producer/consumer pairs of the "
+        "gfx950 rule table (`--rules` prints it, with sources). Conservative: a finding names a "
+        "path the code allows, which a launch may not take; LDS ordering between waves depends "
+        "on addresses and is checked only when the emulator runs the kernel (f4pipe gemm, try, "
+        "verify). Exit 0 none, 1 findings, 2 error.",
+    )
+    p.add_argument("code_object", nargs="?", help="a gfx950 code object (.co)")
+    p.add_argument("--kernel", help="only kernels whose symbol contains this")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--rules", action="store_true", help="print the rule table and exit")
+    p.set_defaults(func=cmd_hazards)
