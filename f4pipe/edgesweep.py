@@ -58,7 +58,7 @@ from f4pipe.verify import bad_mask
 CANARY = 0x7FC1
 #: Orders every sweep runs (one workgroup at a time, so the order is the only freedom).
 DEFAULT_ORDERS = ("in-order", "reversed")
-VERDICTS = ("safe", "race", "wrong", "fault")
+VERDICTS = ("safe", "race", "hazard", "wrong", "fault")
 M_EDGE_RESIDUES = (1, 17, 31, 33)
 K_MULTIPLES = (768, 1024)
 BASE_K = 512
@@ -104,6 +104,8 @@ class OrderOutcome:
     first_canary: tuple[int, int] | None = None
     races: int = 0
     race_summary: str = ""
+    hazards: int = 0  # timing hazards (f4pipe.emu.timing) of the run
+    hazard_summary: str = ""
 
 
 def run_order(
@@ -127,8 +129,12 @@ def run_order(
     except EmulatorError as exc:
         races = device.last_stats.races
         return OrderOutcome(order, fault=str(exc), races=races.count, race_summary=races.summary())
+    out: dict[str, Any] = {
+        "hazards": result.hazards or 0,
+        "hazard_summary": result.hazard_summary,
+    }
     bad = bad_mask(result.d, ref, result.gdz)
-    out: dict[str, Any] = {"bad": int(bad.sum())}
+    out["bad"] = int(bad.sum())
     if out["bad"]:
         i, j = (int(x) for x in np.argwhere(bad)[0])
         out.update(first_bad=(i, j), expected=float(ref[i, j]), got=float(result.d[i, j]))
@@ -149,6 +155,8 @@ def verdict_of(outcomes: Sequence[OrderOutcome]) -> str:
         return "fault"
     if any(o.bad or o.canary_damaged for o in outcomes):
         return "wrong"
+    if any(o.hazards for o in outcomes):
+        return "hazard"
     if any(o.races for o in outcomes):
         return "race"
     return "safe"
@@ -198,7 +206,7 @@ def sweep_kernel(
 
 
 def _worst(outcomes: Sequence[OrderOutcome]) -> OrderOutcome:
-    rank = {"fault": 3, "wrong": 2, "race": 1, "safe": 0}
+    rank = {"fault": 4, "wrong": 3, "hazard": 2, "race": 1, "safe": 0}
     return max(outcomes, key=lambda o: rank[verdict_of([o])])
 
 
@@ -214,7 +222,7 @@ def _row(
 ) -> dict[str, Any]:
     worst = _worst(outcomes)
     wrong_orders = [o.order for o in outcomes if o.bad or o.canary_damaged]
-    detail = worst.fault
+    detail = worst.fault or worst.hazard_summary
     if worst.bad:
         i, j = worst.first_bad  # type: ignore[misc]
         detail = (

@@ -1,7 +1,9 @@
 """The round-trip stage: code object -> .s -> rebuilt code object -> equivalence verdict.
 
 Per kernel it writes `<out>/<stem>.s`, `<out>/<stem>.co` (rebuilt) and `<out>/<stem>.diff.txt`
-(the readable verdict), and returns one roundtrip.parquet row.
+(the readable verdict), and returns one roundtrip.parquet row. For gfx950 objects the row also
+carries the static timing check of the rebuilt object (f4pipe.emu.hazards: s_waitcnt counters
+and wait states over every path), so an edit's round trip shows a hazard before anything runs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class RoundTrip:
     co2asm_seconds: float
     assemble_seconds: float
     check_seconds: float
+    hazards: int | None = None  # static findings in the rebuilt object; None: not checked
+    hazard_detail: str = ""
 
     def row(self, keys: ArtifactKeys) -> dict[str, Any]:
         eq = self.equivalence
@@ -55,7 +59,27 @@ class RoundTrip:
             "assemble_seconds": self.assemble_seconds,
             "check_seconds": self.check_seconds,
             "detail": "; ".join(eq.problems),
+            "hazards": self.hazards,
+            "hazard_detail": self.hazard_detail,
         }
+
+
+def static_hazards(co_path: Path) -> tuple[int | None, str]:
+    """(findings, first finding or why not checked) of every kernel in a code object."""
+    from f4pipe.codeobject import CodeObject
+    from f4pipe.emu.hazards import analyse
+    from f4pipe.emu.program import Program
+    from f4pipe.errors import F4PipeError
+
+    try:
+        co = CodeObject.read(co_path)
+        if co.arch != "gfx950":
+            return None, f"not checked: the hazard rules are gfx950's, this is {co.arch}"
+        reports = [analyse(Program.load(co_path, k.name)) for k in co.kernel_symbols()]
+    except F4PipeError as exc:
+        return None, f"not checked: {exc}"
+    findings = [f.hazard.message for r in reports for f in (*r.wait_states, *r.counters)]
+    return len(findings), findings[0] if findings else ""
 
 
 def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) -> RoundTrip:
@@ -74,6 +98,7 @@ def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) ->
     t2 = time.perf_counter()
     eq = compare(co_path, rebuilt, toolchain, original_insns=original_insns)
     t3 = time.perf_counter()
+    hazards, hazard_detail = static_hazards(rebuilt)
     header = f"original: {co_path}\nrebuilt:  {rebuilt}\ntoolchain: {toolchain.toolchain_id}\n"
     write_text(diff_path, header + eq.summary())
     return RoundTrip(
@@ -85,4 +110,6 @@ def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) ->
         co2asm_seconds=t1 - t0,
         assemble_seconds=t2 - t1,
         check_seconds=t3 - t2,
+        hazards=hazards,
+        hazard_detail=hazard_detail,
     )

@@ -86,6 +86,9 @@ ROUNDTRIP = with_keys(
     pa.field("assemble_seconds", pa.float64(), nullable=False),
     pa.field("check_seconds", pa.float64(), nullable=False),
     pa.field("detail", pa.string(), nullable=False),
+    # static timing findings of the rebuilt object (null: not gfx950 or not decodable)
+    pa.field("hazards", pa.int64()),
+    pa.field("hazard_detail", pa.string(), nullable=False),
 )
 
 
@@ -178,7 +181,8 @@ BENCH = with_keys(
 )
 
 # --- shape-edge safety (f4pipe.edgesweep): one row per (kernel, edge shape, policy) ----------
-# verdict: safe | race | wrong | fault; policy: "unsafe" (the seed layout, as aiter runs it) or
+# verdict: safe | race | hazard | wrong | fault ("hazard": a timing fault, f4pipe.emu.timing,
+# named in `detail`); policy: "unsafe" (the seed layout, as aiter runs it) or
 # "pad" (f4pipe.safety's remedy). rule_safe: what f4pipe.safety predicts; agrees: it matched.
 
 SAFETY = with_keys(

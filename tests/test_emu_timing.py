@@ -5,6 +5,8 @@ broken one, so every check is shown able to pass and to fail."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from emu_snippets import make_executor
@@ -428,3 +430,32 @@ def test_the_lds_pool_is_reused_without_clearing_and_stale_tags_read_as_retired(
     pool.advance(9)
     assert pool.base == 10  # the next batch numbers from here: 5 < 10 reads as retired
     np.testing.assert_array_equal(pool.w_tag[0, :3], 0)
+
+
+# --- fail closed ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("asm", "field"),
+    [
+        ("buffer_load_dword v1, off, s[8:11], 0 sc0", "glc/sc0"),
+        ("buffer_load_dword v1, off, s[8:11], 0 sc1", "sc1"),
+        ("buffer_store_dword v1, off, s[8:11], 0 nt", "slc/nt"),
+        ("s_load_dword s4, s[0:1], 0x0 glc", "glc (scalar cache coherence)"),
+    ],
+)
+def test_fields_the_emulator_does_not_model_are_refused_by_name(toolchain, asm, field) -> None:
+    from f4pipe.errors import EmulatorError
+
+    ex = make_executor(toolchain, asm)
+    with pytest.raises(EmulatorError, match=re.escape(field)):
+        ex.run()
+
+
+def test_the_readme_shows_the_fidelity_table_as_the_report_does() -> None:
+    from pathlib import Path
+
+    from f4pipe.emu.fidelity import fidelity_markdown
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert fidelity_markdown() in readme

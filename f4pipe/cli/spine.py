@@ -69,6 +69,11 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
     else:
         print(f"{rt.original.name}: {'EQUIVALENT' if eq.equivalent else 'NOT EQUIVALENT'}")
         print(eq.summary(), end="")
+        if rt.hazards is None:
+            print(f"timing (static): {rt.hazard_detail}")
+        else:
+            first = f"; first: {rt.hazard_detail}" if rt.hazards else ""
+            print(f"timing (static, all paths): {rt.hazards} finding(s){first}")
         print(f"assembly: {rt.asm}\nrebuilt:  {rt.rebuilt}\ndiff:     {rt.diff}")
     return EXIT_OK if eq.equivalent or args.record else EXIT_FAILED
 

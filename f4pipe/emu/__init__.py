@@ -1,10 +1,14 @@
-"""gfx950 functional emulator: runs f4gemm code objects on the CPU, exactly, as a Device.
+"""gfx950 functional emulator: runs f4gemm code objects on the CPU as a Device, checking the
+timing (memory counters, LDS visibility, wait states) that its own legal schedule hides.
+What it models exactly, as a schedule, or refuses: fidelity.py.
 
 `EmulatorDevice` implements f4pipe.device.Device. The pieces: isa.py (encoding tables),
 decode.py (machine code from the code object's .text), disasm.py (LLVM's spelling, for traces
 and the llvm-objdump cross-check), program.py (kernel entry and launch settings from the
 descriptor), engine.py (register state, lockstep scheduler), ops_scalar/ops_vector/ops_memory/
-ops_mfma.py (instruction semantics), memory.py (global memory), trace.py, device.py.
+ops_mfma.py (instruction semantics), memory.py (global memory), effects.py / timing.py /
+waitstates.py / hazards.py (the timing model, its rule table and the static check), trace.py,
+device.py.
 """
 
 from f4pipe.emu.device import EmulatorDevice, EmulatorKernel, LaunchStats

@@ -263,6 +263,7 @@ def _decode_smem(w0: int, w1: int, pc: int) -> Instruction:
         srcs=(Operand("s", sbase, 2, code=sbase),),
         offset=w1 & 0x1FFFFF,
         glc=bool((w0 >> 16) & 1),
+        extra=_unmodelled(("glc (scalar cache coherence)", (w0 >> 16) & 1)),
     )
 
 
@@ -422,6 +423,12 @@ def _decode_scaled_mfma(w0: int, w1: int, w2: int, w3: int, pc: int) -> Instruct
     c = _vsrc(c_code, 4, None, acc=acc_cd) if c_code >= 256 else _vsrc(c_code, 1, None)
     if any(o.is_literal for o in (scale0, scale1, a, b, c)):
         return _unknown(pc, 16, "VOP3P_SCALE_LITERAL", op)
+    unmodelled = _unmodelled(
+        ("neg/neg_hi of the scale sources", w1 >> 29),
+        ("clamp of the scale word", (w0 >> 15) & 1),
+        # LLVM always encodes 1 here for the scaled MFMA (the round trip reproduces it)
+        ("abid other than 1", ((w2 >> 11) & 0xF) != 1),
+    )
     return Instruction(
         pc,
         16,
@@ -435,7 +442,7 @@ def _decode_scaled_mfma(w0: int, w1: int, w2: int, w3: int, pc: int) -> Instruct
         op_sel_hi=op_sel_hi,
         cbsz=(w2 >> 8) & 7,
         blgp=(w3 >> 29) & 7,
-        extra={"abid": (w2 >> 11) & 0xF},
+        extra={"abid": (w2 >> 11) & 0xF, **unmodelled},
     )
 
 
@@ -474,6 +481,13 @@ def _decode_mubuf(w0: int, w1: int, pc: int) -> Instruction:
     if soff_code == isa.LITERAL:
         return _unknown(pc, 8, "MUBUF_LITERAL", op)
     soffset = _sop_src(soff_code, 1, None)
+    coherence = "the emulator's memory is coherent and ordered, which these bits exist to change"
+    returning_atomic = name.startswith("buffer_atomic") and (w0 >> 14) & 1
+    unmodelled = _unmodelled(
+        (f"glc/sc0 ({coherence})", (w0 >> 14) & 1 and not returning_atomic),
+        (f"sc1 ({coherence})", (w0 >> 15) & 1),
+        (f"slc/nt ({coherence})", (w0 >> 17) & 1),
+    )
     return Instruction(
         pc,
         8,
@@ -488,7 +502,15 @@ def _decode_mubuf(w0: int, w1: int, pc: int) -> Instruction:
         lds=lds,
         glc=bool((w0 >> 14) & 1),
         slc=bool((w0 >> 17) & 1),
+        extra=unmodelled,
     )
+
+
+def _unmodelled(*fields: tuple[str, int | bool]) -> dict[str, str]:
+    """{"unmodelled": names} for fields set that the emulator does not model: the instruction
+    still decodes (listings, diffs), and the executor refuses to run it (fail closed)."""
+    names = [name for name, value in fields if value]
+    return {"unmodelled": ", ".join(names)} if names else {}
 
 
 def decode_all(text: bytes, base: int = 0) -> list[Instruction]:

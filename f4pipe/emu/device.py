@@ -96,7 +96,8 @@ class LaunchStats:
 
 
 class EmulatorDevice:
-    """Runs gfx950 code objects on the CPU, exactly; throughput is not measured here.
+    """Runs gfx950 code objects on the CPU (fidelity.py says how faithfully); throughput is
+    not measured here.
 
     trace_wave: the wave to trace, numbered in launch order (workgroups with x fastest, then
     y, z; times waves per workgroup; plus the wave's index in its workgroup, whatever the

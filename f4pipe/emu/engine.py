@@ -331,6 +331,10 @@ class Executor:
             raw = self.program.text[pos : pos + inst.size]
             words = " ".join(f"{w:08X}" for w in np.frombuffer(raw, dtype="<u4"))
             raise self.error(inst, sel, f"unsupported instruction {inst.name} [{words}]")
+        if "unmodelled" in inst.extra:
+            raise self.error(
+                inst, sel, f"{inst.name} sets {inst.extra['unmodelled']}: not modelled"
+            )
         tracing = self.trace_wave is not None and self._traced_in(sel)
         before = self._snapshot() if tracing else None
         try:
