@@ -39,7 +39,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: pytest-benchmark files in benchmarks/ plus the round-trip floor comparison."""
+    """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison and
+    the cost of the emulator's hazard checks."""
     install(session, "test")
     session.run(
         "pytest",
@@ -53,6 +54,7 @@ def bench(session: nox.Session) -> None:
         *session.posargs,
     )
     session.run("python", "benchmarks/roundtrip_floor.py")
+    session.run("python", "benchmarks/hazard_overhead.py")
 
 
 @nox.session(default=False)

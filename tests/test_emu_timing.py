@@ -13,9 +13,9 @@ from emu_snippets import make_executor
 
 from f4pipe.emu.decode import Instruction, Operand
 from f4pipe.emu.effects import effects_of
-from f4pipe.emu.hazards import flagged_pcs
+from f4pipe.emu.hazards import timing_model
 from f4pipe.emu.memory import GlobalMemory
-from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
+from f4pipe.emu.timing import HazardReport, LdsWords, TimingRun
 from f4pipe.emu.waitstates import RULES, check_window
 
 
@@ -25,7 +25,7 @@ def run_timed(toolchain, asm: str, *, waves_per_group: int = 1, memory=None) -> 
     ex = make_executor(toolchain, asm, waves_per_group=waves_per_group, memory=mem)
     report = HazardReport()
     ex.timing = TimingRun(
-        TimingModel(ex.program, flagged_pcs(ex.program)),
+        timing_model(ex.program),
         report,
         LdsWords(1, ex.lds.shape[1], waves_per_group),
         num_waves=ex.W,

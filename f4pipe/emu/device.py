@@ -288,11 +288,11 @@ class EmulatorDevice:
 
     def _timing_model(self, prog: Program) -> TimingModel:
         """One per program, so its memoised transitions serve every later launch."""
-        from f4pipe.emu.hazards import flagged_pcs
+        from f4pipe.emu.hazards import timing_model
 
         model = self._models.get(id(prog))
         if model is None:
-            model = TimingModel(prog, flagged_pcs(prog))
+            model = timing_model(prog)
             self._models[id(prog)] = model
         return model
 

@@ -193,9 +193,16 @@ def analyse(program: Program) -> StaticReport:
 
 def flagged_pcs(program: Program) -> frozenset[int]:
     """Consumers some path brings too close to a producer: the run-time check watches these."""
-    cfg = build_cfg(program)
+    return timing_model(program).flagged
+
+
+def timing_model(program: Program) -> TimingModel:
+    """The run-time model of `program`, watching the pcs the static wait-state pass flags
+    (the pass fills the model's effects cache, which the run then reuses)."""
     model = TimingModel(program, frozenset())
-    return frozenset(f.hazard.consumer_pc for f in wait_state_findings(model, cfg))
+    findings = wait_state_findings(model, build_cfg(program))
+    model.watch(frozenset(f.hazard.consumer_pc for f in findings))
+    return model
 
 
 def effects_table(program: Program) -> dict[int, Effects]:

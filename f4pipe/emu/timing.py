@@ -133,14 +133,24 @@ class State:
     lds: tuple[int, ...] = ()
     smem: tuple[int, ...] = ()
     window: tuple[tuple[int, tuple[int, int, int, int]], ...] = ()
+    #: Registers some outstanding load will still write (derived from the queues).
+    pending: frozenset[int] = field(default=frozenset(), compare=False, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Transition:
+    """The effect of one instruction on a wave: its next state, the hazards it raises, the
+    ops it retires, and what TimingRun must do at run time (counter: issue on VM/LDS, -1
+    none; log: remember its pc by sequence number; barrier / endpgm)."""
+
     next: int
     hazards: tuple[Hazard, ...]
     retire_vm: int
     retire_lds: int
+    counter: int = -1
+    log: bool = False
+    barrier: bool = False
+    endpgm: bool = False
 
 
 class TimingModel:
@@ -155,6 +165,12 @@ class TimingModel:
         self.states: list[State] = [State()]
         self._ids: dict[State, int] = {State(): 0}
         self._memo: dict[tuple[int, int, tuple[int, int, int, int]], Transition] = {}
+
+    def watch(self, flagged: frozenset[int]) -> None:
+        """Check wait states at run time at these pcs (before any transition is memoised)."""
+        assert not self._memo, "watch() must come before the first transition"
+        self.flagged = flagged
+        self.track_window = bool(flagged)
 
     def effects(self, pc: int, offsets: tuple[int, int, int, int] = NO_OFFSETS) -> Effects:
         key = (pc, offsets)
@@ -221,13 +237,30 @@ class TimingModel:
             lds, retire_lds = lds[full:], retire_lds + min(full, len(lds))
         elif e.counter == "smem":
             smem = (*smem, op)
-        nxt = self._intern(State(vm, lds, smem, window))
-        return Transition(nxt, tuple(hazards), retire_vm, retire_lds)
+        if (vm, lds, smem) == (s.vm, s.lds, s.smem):
+            pending = s.pending
+        else:
+            ops = (*vm, *lds, *smem)
+            pending = frozenset().union(*(self.effects(o).load_dest for o in ops if o >= 0))
+        nxt = self._intern(State(vm, lds, smem, window, pending))
+        counter = COUNTER_OF.get(e.counter or "", -1)
+        return Transition(
+            nxt,
+            tuple(hazards),
+            retire_vm,
+            retire_lds,
+            counter=counter if counter in (VM, LDS) else -1,
+            log="lds_dma" in e.tags or counter == LDS,
+            barrier="barrier" in e.tags,
+            endpgm="endpgm" in e.tags,
+        )
 
     def _counter_hazards(self, s: State, pc: int, e: Effects) -> list[Hazard]:
         reads = e.read_regs()
         writes = e.writes | e.load_dest
         out: list[Hazard] = []
+        if not (s.pending & (reads | writes)):
+            return out
         queues = ((VM, s.vm), (LDS, s.lds), (SMEM, s.smem))
         for counter, queue in queues:
             for i, op_pc in enumerate(queue):
@@ -391,21 +424,21 @@ class TimingRun:
                     self._apply(ex, inst, part, t)
             if full and (self.state == self.state[0]).all():
                 self.uniform = int(self.state[0])
-        e = self.model.effects(inst.pc, offsets)
-        if e.counter in ("vm", "lds"):
-            c = VM if e.counter == "vm" else LDS
+        if t.counter >= 0:  # the same instruction: every split group has the same flags
+            c = t.counter
             self.seq[sel] = self.issued[c, sel]
             self.issued[c, sel] += 1
-            if "lds_dma" in e.tags or c == LDS:
+            if t.log:
                 self.logs[c].record(np.arange(self.W)[sel], self.seq[sel], inst.pc)
-        if "barrier" in e.tags:
+        if t.barrier:
             self._arrive(sel)
-        elif "endpgm" in e.tags:
+        elif t.endpgm:
             self._end(sel)
 
     def _apply(self, ex, inst, sel, t: Transition) -> None:
-        for h in t.hazards:
-            self.report.add(h, ex.where_wave(sel))
+        if t.hazards:
+            for h in t.hazards:
+                self.report.add(h, ex.where_wave(sel))
         if t.retire_vm:
             self.retired[VM, sel] += t.retire_vm
         if t.retire_lds:
