@@ -280,3 +280,20 @@ def test_all_35_original_and_rebuilt_kernels_agree_bit_for_bit_at_small_shapes(
         if entry.bpreshuffle:
             assert (orig.d_padded_bits[m:] == CANARY).all(), entry.name
     device.close()
+
+
+def test_a_faulting_launch_leaves_no_stale_timing_state_for_the_next(f4gemm_dir: Path) -> None:
+    """noBpreShuffle_256x256 faults at an M edge (it stores whole tiles past D); the next
+    launch on the same device must start with clean LDS bookkeeping: no false hazards."""
+    entry = _entry(f4gemm_dir, "noBpreShuffle_256x256")
+    device = EmulatorDevice(max_waves_per_batch=4)
+    co = read_manifest(f4gemm_dir).co_path(entry)
+    run_gemm(device, entry, co, GemmRequest(256, 256, 512))
+    pool = device._lds_words
+    assert pool is not None
+    base = pool.base
+    with pytest.raises(EmulatorError):
+        run_gemm(device, entry, co, GemmRequest(300, 256, 256, edge_policy="unsafe"))
+    assert pool.base > base  # the faulting batch's sequence numbers were handed back
+    result = run_gemm(device, entry, co, GemmRequest(256, 256, 512))
+    assert result.status == "passed" and result.hazards == 0

@@ -59,15 +59,27 @@ def caught(result) -> bool:
     return "hazard [" in line or "elements wrong" in line
 
 
-def test_every_dropped_s_waitcnt_of_32x128_is_caught(tmp_path, asm_of, toolchain, f4gemm_dir):
-    base = asm_of("32x128")
-    assert len(waits(base)) == 12
+#: Waits whose removal is harmless by the ISA's own rules, and why: right before s_endpgm
+#: (which waits for everything itself, ISA §12.5), and 256x256's wait at the loop exit
+#: (label_0EC7), whose outstanding loads are the next K step's prefetch that the epilogue never
+#: reads: their registers and LDS words are untouched until s_endpgm retires them.
+HARMLESS_DROPS = {"32x128": set(), "64x128": set(), "256x256": {"label_0EC7:"}}
+
+
+@pytest.mark.parametrize(("tile", "count"), [("32x128", 12), ("64x128", 20), ("256x256", 12)])
+def test_every_dropped_s_waitcnt_is_caught(tile, count, tmp_path, asm_of, toolchain, f4gemm_dir):
+    """Each s_waitcnt removed on its own: caught as a hazard (dynamic or all-paths static) or
+    as wrong values, except the harmless ones, which pass both checks."""
+    base = asm_of(tile)
+    assert len(waits(base)) == count
+    entry = read_manifest(f4gemm_dir).get(PREFIX + tile)
     for i in waits(base):
         result = try_lines(
-            tmp_path, f"drop{i}", base[:i] + base[i + 1 :], toolchain, f4gemm_dir, baseline=False
-        )
-        if before_endpgm(base, i):  # s_endpgm waits for everything itself (ISA §12.5)
-            assert result.passed, result.verdict_line()
+            tmp_path, f"drop{i}", base[:i] + base[i + 1 :], toolchain, f4gemm_dir,
+            baseline=False, cases=quick_cases(entry)[:1],
+        )  # fmt: skip
+        if before_endpgm(base, i) or base[i - 1].strip() in HARMLESS_DROPS[tile]:
+            assert result.passed and not result.static_hazards, result.verdict_line()
         else:
             assert caught(result), f"dropping line {i} `{base[i].strip()}` passed"
 

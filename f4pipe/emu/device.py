@@ -248,9 +248,11 @@ class EmulatorDevice:
                         wave_wg=ex.wg,
                         waves_per_group=waves_per_group,
                     )
-                ex.run()
-                if ex.timing is not None:
-                    ex.timing.finish()
+                try:
+                    ex.run()
+                finally:  # a faulting batch's LDS tags must still read as old to the next one
+                    if ex.timing is not None:
+                        ex.timing.finish()
                 stats.wave_instructions += ex.dynamic_instructions
                 stats.steps += ex.steps
         finally:
