@@ -15,7 +15,6 @@ f4pipe.verify; a passing one also says whether the output is bit-identical to th
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ import numpy as np
 
 from f4pipe.device import Device, open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
-from f4pipe.errors import DeviceError, NoDeviceError
+from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.manifest import KernelEntry
 from f4pipe.matrices import Case
@@ -131,8 +130,12 @@ def open_devices(kind: str) -> list[Device]:
     if kind != "auto":
         return [open_device(kind)]
     devices = [open_device("emulator")]
-    with contextlib.suppress(NoDeviceError):  # no GPU here: the emulator alone decides
+    try:
         devices.append(open_device("hip"))
+    except HipVersionError:
+        raise  # a HIP runtime that the installed hip-python does not match: fix the install
+    except NoDeviceError:
+        pass  # no GPU here: the emulator alone decides
     return devices
 
 
