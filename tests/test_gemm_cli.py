@@ -147,7 +147,7 @@ def test_cli_json_run(f4gemm_dir, model_device, capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {
         "kernel", "M", "N", "K", "log2_k_split", "gdz", "max_abs_err", "max_rel_err",
-        "err_frac", "passed", "us", "tflops", "device", "padding", "races",
+        "err_frac", "passed", "us", "tflops", "us_is_hardware", "device", "padding", "races",
     }  # fmt: skip
     assert out["passed"] is True and out["us"] is None and out["device"] == "hostmodel"
     assert out["kernel"] == PREFIX + "BpreShuffle_256x256" and out["log2_k_split"] >= 1
