@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from hip import hip
-from rocm.bindings._hip_helpers import HipModuleLaunchKernel_extra
+from hip._hip_helpers import HipModuleLaunchKernel_extra
 
 from f4pipe.device import open_device
 from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
