@@ -11,7 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 from hip import hip
-from hip._hip_helpers import HipModuleLaunchKernel_extra
+
+try:  # where hip-python keeps its `extra` wrapper: rocm.bindings from 10.0 on, hip before
+    from rocm.bindings._hip_helpers import HipModuleLaunchKernel_extra
+except ImportError:
+    from hip._hip_helpers import HipModuleLaunchKernel_extra
 
 from f4pipe.device import open_device
 from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
