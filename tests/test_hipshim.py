@@ -103,26 +103,44 @@ def test_hip_path_runs_on_the_shim(shim_lib, f4gemm_dir):
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
 
 
-def other_hip_version() -> tuple[int, int]:
-    """A HIP major.minor that the installed hip-python is not built for."""
-    return (6, 4) if (hip.HIP_VERSION_MAJOR, hip.HIP_VERSION_MINOR) != (6, 4) else (7, 0)
-
-
-@pytest.mark.parametrize("device", ["auto", "hip"])
-def test_mismatched_hip_python_is_one_clear_error(device, tmp_path, f4gemm_dir):
-    """A HIP runtime from another ROCm release: exit 2 naming both versions and the fix, no
-    traceback, and `auto` does not quietly fall back to the emulator."""
-    major, minor = other_hip_version()
-    lib = build_shim(tmp_path / "rocm", hip_version_number(major, minor, 1))
-    proc = subprocess.run(
-        [sys.executable, "-m", "f4pipe", "gemm", "--co-dir", str(f4gemm_dir), "-m", "32",
-         "-n", "256", "-k", "512", "--device", device],
+def run_f4pipe(lib: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m f4pipe ARGS` in a new process whose hip-python finds the shim `lib`."""
+    return subprocess.run(
+        [sys.executable, "-m", "f4pipe", *args],
         env=shim_environment(lib),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
-    )  # fmt: skip
+    )
+
+
+def test_gemm_command_runs_on_the_shim(shim_lib, f4gemm_dir):
+    shape = ["-m", "32", "-n", "256", "-k", "512", "--kernel", KERNEL_256]
+    proc = run_f4pipe(shim_lib, "gemm", "--co-dir", str(f4gemm_dir), *shape, "--device", "hip")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "device: hip-shim-emulator" in proc.stdout and "PASSED" in proc.stdout
+    assert "not GPU time, no TFLOP/s" in proc.stdout and "TFLOP/s," not in proc.stdout
+
+
+def other_hip_version() -> tuple[int, int]:
+    """A HIP major.minor that the installed hip-python is not built for."""
+    return (6, 4) if (hip.HIP_VERSION_MAJOR, hip.HIP_VERSION_MINOR) != (6, 4) else (7, 0)
+
+
+@pytest.mark.parametrize(
+    "command", [("gemm", "auto"), ("gemm", "hip"), ("verify", "auto")], ids="-".join
+)
+def test_mismatched_hip_python_is_one_clear_error(command, tmp_path, f4gemm_dir):
+    """A HIP runtime from another ROCm release: exit 2 naming both versions and the fix, no
+    traceback, and `auto` does not quietly fall back to the emulator (nor a stage to rows
+    that say skipped)."""
+    major, minor = other_hip_version()
+    lib = build_shim(tmp_path / "rocm", hip_version_number(major, minor, 1))
+    name, device = command
+    extra = ["--aiter-id", "a", "--toolchain-id", "t", "-o", str(tmp_path / "v.parquet")]
+    args = ["--co-dir", str(f4gemm_dir), "--device", device, *(extra if name == "verify" else [])]
+    proc = run_f4pipe(lib, name, *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     bound = f"{hip.HIP_VERSION_MAJOR}.{hip.HIP_VERSION_MINOR}"
     assert (
@@ -131,6 +149,7 @@ def test_mismatched_hip_python_is_one_clear_error(device, tmp_path, f4gemm_dir):
     )
     assert f"pip install 'hip-python=={major}.{minor}.*'" in proc.stderr
     assert "Traceback" not in proc.stderr and "PASSED" not in proc.stdout
+    assert not (tmp_path / "v.parquet").exists()
 
 
 def test_the_supported_releases_are_the_tested_ones():

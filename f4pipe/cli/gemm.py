@@ -16,7 +16,7 @@ from typing import Any
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK
 from f4pipe.device import DEVICE_KINDS, Device, open_device
-from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
+from f4pipe.errors import ConfigError, HipVersionError, ManifestError, NoDeviceError, ShapeError
 from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, run_gemm
 from f4pipe.heuristic import select_kernel
 from f4pipe.kernarg import BLOCK, check_shape
@@ -345,6 +345,8 @@ def run_stage_command(args: argparse.Namespace) -> int:
     reason = NO_DEVICE_REASON
     try:
         device = open_device(args.device)
+    except HipVersionError:
+        raise  # a HIP runtime the installed hip-python does not match: fix the install (exit 2)
     except NoDeviceError as exc:
         detail = str(exc)
         reason = detail if detail.startswith(NO_DEVICE_REASON) else f"{NO_DEVICE_REASON}: {detail}"

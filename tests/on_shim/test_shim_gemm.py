@@ -21,7 +21,7 @@ from f4pipe.hipdevice import HipDevice
 from f4pipe.kernarg import BufferLayout, gemm_kernarg, launch_geometry
 from f4pipe.manifest import read_manifest
 from f4pipe.matrices import Case
-from f4pipe.schemas import ArtifactKeys
+from f4pipe.schemas import BENCH, ArtifactKeys, read_table
 from f4pipe.stages import SHIM_TIMED, StageSettings, bench_stage, splitk_stage, verify_stage
 from f4pipe.trykernel import try_edit
 
@@ -155,6 +155,16 @@ def test_stages_on_the_shim_mark_their_times(device, shim, manifest):
     (row,) = bench
     assert row["status"] == SHIM_TIMED and row["tflops"] is None and row["us"] > 0
     assert "not GPU time" in row["reason"]
+
+
+def test_bench_stage_command_writes_marked_rows(shim, f4gemm_dir, tmp_path):
+    out = tmp_path / "bench.parquet"
+    common = ["--co-dir", str(f4gemm_dir), "--aiter-id", "a", "--toolchain-id", "t"]
+    shape = ["--matrix", "smoke", "--kernel", SMALL_KERNEL, "--iters", "1"]  # M=32 N=256 K=512
+    assert main(["bench", *common, *shape, "--device", "hip", "-o", str(out)]) == 0
+    (row,) = read_table(out, BENCH).to_pylist()
+    assert row["device_id"] == HIP_SHIM_DEVICE_ID and row["status"] == SHIM_TIMED
+    assert row["tflops"] is None and row["us"] > 0
 
 
 def test_gemm_cli_on_the_shim(shim, f4gemm_dir, capsys):
