@@ -116,7 +116,7 @@ def run_f4pipe(lib: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_gemm_command_runs_on_the_shim(shim_lib, f4gemm_dir):
-    shape = ["-m", "32", "-n", "256", "-k", "512", "--kernel", KERNEL_256]
+    shape = ["-m", "32", "-n", "256", "-k", "512", "--kernel", KERNEL_256, "--iters", "1"]
     proc = run_f4pipe(shim_lib, "gemm", "--co-dir", str(f4gemm_dir), *shape, "--device", "hip")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "device: hip-shim-emulator" in proc.stdout and "PASSED" in proc.stdout
