@@ -10,12 +10,19 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["verify", "lint"]
 
 PYTEST_FLAGS = ("--strict-markers", "--strict-config", "--durations=10")
+#: The hip-python releases f4pipe supports, one per ROCm series (pyproject's [tool.f4pipe]).
+HIP_PYTHON_RELEASES = nox.project.load_toml("pyproject.toml")["tool"]["f4pipe"][
+    "hip-python-releases"
+]
+#: The tests that drive the hip-python launcher (on f4pipe's HIP shim where there is no GPU).
+HIP_TESTS = ("tests/test_hipshim.py", "tests/test_hipdevice.py")
 
 
-def install(session: nox.Session, *extras: str) -> None:
-    """The project itself (editable) with the optional dependency groups from pyproject.toml."""
+def install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> None:
+    """The project itself (editable) with the optional dependency groups from pyproject.toml,
+    plus `also` (requirements resolved in the same pip run)."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install("-e", spec, *also)
 
 
 @nox.session
@@ -70,6 +77,15 @@ def pipeline(session: nox.Session) -> None:
     """The main job, `snakemake --cores 1 all`, inside the nox environment."""
     install(session)
     session.run("snakemake", "--cores", "1", "all", *session.posargs)
+
+
+@nox.session(default=False)
+@nox.parametrize("hip_python", [nox.param(r, id=r) for r in HIP_PYTHON_RELEASES])
+def hip(session: nox.Session, hip_python: str) -> None:
+    """The hip-python launcher on f4pipe's HIP shim (no GPU needed), once per supported
+    hip-python release; one of them: `nox -s "hip(7.0.2.555.40)"`."""
+    install(session, "test", also=(f"hip-python=={hip_python}",))
+    session.run("pytest", *PYTEST_FLAGS, *HIP_TESTS, *session.posargs)
 
 
 @nox.session(default=False)

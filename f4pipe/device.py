@@ -13,7 +13,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from f4pipe.errors import NoDeviceError
+from f4pipe.errors import HipVersionError, NoDeviceError
+
+#: device_id of f4pipe's emulator-backed HIP runtime (f4pipe.hipshim): the hardware launcher's
+#: real hip-python calls, but the emulator's results and the host's clock, never a GPU's.
+HIP_SHIM_DEVICE_ID = "hip-shim-emulator"
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,12 @@ class Device(Protocol):
 DEVICE_KINDS = ("auto", "hip", "emulator")
 
 
+def measures_throughput(device: Device) -> bool:
+    """True only for a GPU: a device that can time launches and is not f4pipe's HIP shim
+    (whose times are the host's wall clock around emulated launches)."""
+    return device.can_time and device.device_id != HIP_SHIM_DEVICE_ID
+
+
 def open_emulator(**options: Any) -> Device:
     """The gfx950 functional emulator, imported lazily (it is optional and heavy); `options`
     go to EmulatorDevice (trace_wave, trace_out, workgroup_order, ...)."""
@@ -108,8 +118,10 @@ def open_emulator(**options: Any) -> Device:
 
 def open_device(kind: str = "auto", **emulator_options: Any) -> Device:
     """Open a launch device: `hip` (a gfx950 GPU through hip-python), `emulator`, or `auto`
-    (hip when a gfx950 GPU answers, else the emulator). Raises NoDeviceError naming why.
-    `emulator_options` configure the emulator if that is what opens."""
+    (hip when a gfx950 GPU answers, else the emulator). Raises NoDeviceError naming why;
+    `auto` raises HipVersionError too (a HIP runtime is there but hip-python does not match
+    it: fix the install rather than silently emulate). `emulator_options` configure the
+    emulator if that is what opens."""
     from f4pipe.hipdevice import HipDevice
 
     if kind == "hip":
@@ -119,6 +131,8 @@ def open_device(kind: str = "auto", **emulator_options: Any) -> Device:
     if kind == "auto":
         try:
             return HipDevice.open()
+        except HipVersionError:
+            raise
         except NoDeviceError as hip_error:
             try:
                 return open_emulator(**emulator_options)

@@ -50,5 +50,10 @@ class NoDeviceError(DeviceError):
     """The requested device is not available (no HIP runtime, no gfx950 GPU)."""
 
 
+class HipVersionError(NoDeviceError):
+    """hip-python and the HIP runtime belong to different ROCm releases. A setup error to fix,
+    so `device: auto` reports it instead of falling back to the emulator."""
+
+
 class EmulatorError(DeviceError):
     """The gfx950 emulator met an instruction or access it cannot execute faithfully."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from f4pipe.device import Device, DeviceBuffer
+from f4pipe.device import Device, DeviceBuffer, measures_throughput
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.kernarg import BufferLayout, LaunchGeometry, gemm_kernarg, launch_geometry
 from f4pipe.manifest import KernelEntry
@@ -32,6 +32,10 @@ from f4pipe.verify import Verification, verify_output
 #: Untimed launches before the timed ones (the seed driver's).
 WARMUP_LAUNCHES = 5
 NOT_TIMED_NO_HARDWARE = "throughput is measured only on gfx950 hardware"
+#: What `us` means when f4pipe's HIP shim timed it (the timing path ran, but not on a GPU).
+SHIM_TIME_NOTE = (
+    "host wall clock around emulated launches on f4pipe's HIP shim: not GPU time, no TFLOP/s"
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class GemmResult:
     us: float | None
     not_timed_reason: str | None
     d: np.ndarray = field(repr=False)  # float64 [M, N], the kernel's output
+    us_is_hardware: bool = False  # False: `us` is the HIP shim's host clock (SHIM_TIME_NOTE)
     d_padded_bits: np.ndarray | None = field(default=None, repr=False)  # uint16 layout.d_shape
     layout: BufferLayout | None = None  # the buffers the kernel ran on
     padding: str = ""  # the edge remedy applied ("" when the shape ran as asked)
@@ -99,7 +104,10 @@ class GemmResult:
 
     @property
     def tflops(self) -> float | None:
-        return None if self.us is None else tflops(self.m, self.n, self.k, self.us)
+        """TFLOP/s, only for times a GPU measured (never for the HIP shim's host clock)."""
+        if self.us is None or not self.us_is_hardware:
+            return None
+        return tflops(self.m, self.n, self.k, self.us)
 
     @property
     def status(self) -> str:
@@ -290,6 +298,7 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         us=us,
         not_timed_reason=not_timed,
         d=d,
+        us_is_hardware=us is not None and measures_throughput(device),
         d_padded_bits=d_bits if r.keep_padded_d else None,
         layout=layout,
         padding=padding,

@@ -20,7 +20,6 @@ flow (f4pipe.emu.hazards); a finding the original does not have fails the edit t
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -30,7 +29,7 @@ import numpy as np
 
 from f4pipe.device import Device, open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
-from f4pipe.errors import DeviceError, NoDeviceError
+from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.manifest import KernelEntry
 from f4pipe.matrices import Case
@@ -154,8 +153,12 @@ def open_devices(kind: str, check_hazards: bool = True) -> list[Device]:
     if kind != "auto":
         return [open_device(kind, **options)]
     devices = [open_device("emulator", **options)]
-    with contextlib.suppress(NoDeviceError):  # no GPU here: the emulator alone decides
+    try:
         devices.append(open_device("hip"))
+    except HipVersionError:
+        raise  # a HIP runtime that the installed hip-python does not match: fix the install
+    except NoDeviceError:
+        pass  # no GPU here: the emulator alone decides
     return devices
 
 

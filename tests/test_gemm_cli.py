@@ -147,8 +147,8 @@ def test_cli_json_run(f4gemm_dir, model_device, capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {
         "kernel", "M", "N", "K", "log2_k_split", "gdz", "max_abs_err", "max_rel_err",
-        "err_frac", "passed", "us", "tflops", "device", "padding", "races", "status",
-        "hazards", "hazard", "advisories",
+        "err_frac", "passed", "us", "tflops", "us_is_hardware", "device", "padding", "races",
+        "status", "hazards", "hazard", "advisories",
     }  # fmt: skip
     assert out["passed"] is True and out["us"] is None and out["device"] == "hostmodel"
     assert out["status"] == "passed" and out["hazards"] is None  # no timing model here

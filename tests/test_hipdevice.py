@@ -1,5 +1,6 @@
-"""The hip-python Device's host logic. The HIP path itself needs ROCm and a gfx950 GPU; here we
-check what surrounds it: the `extra` launch array, error translation, and the no-device paths."""
+"""The hip-python Device's host logic: the `extra` launch array, error translation, kernarg
+sizing, the version check and the no-device paths. The HIP path itself runs on f4pipe's HIP
+shim in tests/test_hipshim.py and on a GPU in tests/test_hardware.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,23 @@ from types import SimpleNamespace
 
 import pytest
 from hip import hip
-from rocm.bindings._hip_helpers import HipModuleLaunchKernel_extra
+
+try:  # where hip-python keeps its `extra` wrapper: rocm.bindings from 10.0 on, hip before
+    from rocm.bindings._hip_helpers import HipModuleLaunchKernel_extra
+except ImportError:
+    from hip._hip_helpers import HipModuleLaunchKernel_extra
 
 from f4pipe.device import open_device
-from f4pipe.errors import DeviceError, NoDeviceError
-from f4pipe.hipdevice import HipDevice, KernargExtra, _call, _text, device_id_from
+from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
+from f4pipe.hipdevice import (
+    HipDevice,
+    KernargExtra,
+    _call,
+    _text,
+    check_versions,
+    device_id_from,
+    fit_kernarg,
+)
 from f4pipe.kernarg import KERNARG_SIZE, pack_kernarg
 
 HAS_HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None
@@ -38,11 +51,35 @@ def test_call_translates_hip_errors_by_name():
     fake = SimpleNamespace(
         hipError_t=SimpleNamespace(hipSuccess=0),
         hipGetErrorName=lambda err: (0, b"hipErrorOutOfMemory"),
+        hipGetErrorString=lambda err: (0, b"out of memory"),
     )
     assert _call(fake, "hipMalloc", (0, 1234)) == 1234
     assert _call(fake, "hipFree", (0,)) is None
-    with pytest.raises(DeviceError, match=r"hipMalloc\(64\) failed: hipErrorOutOfMemory"):
+    with pytest.raises(
+        DeviceError, match=r"hipMalloc\(64\) failed: hipErrorOutOfMemory: out of memory"
+    ):
         _call(fake, "hipMalloc(64)", (2, None))
+
+
+def test_kernarg_is_sized_to_the_kernels_segment():
+    blob = pack_kernarg({"M": 300, "N": 2048, "K": 1024})
+    assert fit_kernarg(blob, 384) == blob + bytes(12)
+    assert fit_kernarg(blob, 368) == blob[:368]  # noBpreShuffle: log2_k_split (0) falls off
+    split = pack_kernarg({"M": 300, "N": 2048, "K": 1024, "log2_k_split": 1})
+    with pytest.raises(DeviceError, match="sets bytes past the kernel's 368-byte"):
+        fit_kernarg(split, 368)
+
+
+def test_version_mismatch_names_both_versions_and_the_release_to_install():
+    built_for_7_0 = SimpleNamespace(HIP_VERSION_MAJOR=7, HIP_VERSION_MINOR=0)
+    check_versions(built_for_7_0, 70051831)  # 7.0.x: any patch level matches
+    with pytest.raises(HipVersionError) as info:
+        check_versions(built_for_7_0, 60443484)
+    message = str(info.value)
+    assert "is built for HIP 7.0, but the HIP runtime (libamdhip64.so) is HIP 6.4" in message
+    assert "pip install 'hip-python==6.4.*'" in message
+    with pytest.raises(HipVersionError, match="f4pipe supports the hip-python releases for HIP"):
+        check_versions(built_for_7_0, 60200000)
 
 
 def test_device_properties_text():

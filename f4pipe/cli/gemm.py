@@ -16,8 +16,8 @@ from typing import Any
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK
 from f4pipe.device import DEVICE_KINDS, Device, open_device
-from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
-from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
+from f4pipe.errors import ConfigError, HipVersionError, ManifestError, NoDeviceError, ShapeError
+from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, run_gemm
 from f4pipe.heuristic import select_kernel
 from f4pipe.kernarg import BLOCK, check_shape
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
@@ -134,6 +134,7 @@ def result_json(result: GemmResult) -> dict[str, Any]:
         "passed": None if v is None else v.passed,
         "us": result.us,
         "tflops": result.tflops,
+        "us_is_hardware": result.us_is_hardware,
         "device": result.device_id,
         "padding": result.padding,
         "races": result.races,
@@ -169,8 +170,10 @@ def print_result(result: GemmResult, device: Device) -> None:
         print(f"{PREFIX} timing: {timing_line(result)}")
         if result.hazards:
             print(f"{PREFIX} HAZARD (the values are right only in the emulator's schedule)")
-    if result.us is not None:
+    if result.us is not None and result.us_is_hardware:
         print(f"{PREFIX} time: {result.us:.1f} us, {result.tflops:.1f} TFLOP/s")
+    elif result.us is not None:
+        print(f"{PREFIX} time: {result.us:.1f} us on {device.device_id}: {SHIM_TIME_NOTE}")
     elif not device.can_time:
         print(f"{PREFIX} time: not measured: no gfx950 device ({device.device_id})")
     else:
@@ -367,6 +370,8 @@ def run_stage_command(args: argparse.Namespace) -> int:
     reason = NO_DEVICE_REASON
     try:
         device = open_device(args.device)
+    except HipVersionError:
+        raise  # a HIP runtime the installed hip-python does not match: fix the install (exit 2)
     except NoDeviceError as exc:
         detail = str(exc)
         reason = detail if detail.startswith(NO_DEVICE_REASON) else f"{NO_DEVICE_REASON}: {detail}"

@@ -1,0 +1,86 @@
+"""f4pipe's HIP runtime shim: a libamdhip64.so backed by host memory and the gfx950 emulator.
+
+Why: the hardware launcher (f4pipe.hipdevice) goes through hip-python, whose API changes
+between releases; the shim lets it run for real, with every supported hip-python release, on
+a machine without ROCm (rung 4 of the design's ladder: API use, kernarg, grid and block
+checked against the code object's metadata; nothing learned about silicon).
+
+Pieces: libamdhip64.c (the HIP functions f4pipe calls, in C, built here with the system C
+compiler), backend.py (what needs the code object: metadata, launch checks, the emulator).
+The library is found the way hip-python finds ROCm: put it at `<root>/lib/libamdhip64.so`
+and set ROCM_PATH=<root> (hip-python 10) and LD_LIBRARY_PATH=<root>/lib (hip-python 6.x and
+7.x dlopen the bare name) before the process starts; `shim_environment` gives both.
+
+The device can never pass for a GPU: it is named SHIM_DEVICE_NAME, HipDevice gives it the
+device_id f4pipe.device.HIP_SHIM_DEVICE_ID, and its times are host wall clock, which the
+bench stage records as such and never as TFLOP/s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from f4pipe.errors import ToolchainError
+
+#: What the shim's hipGetDeviceProperties calls itself; HipDevice recognises the shim by it.
+SHIM_DEVICE_NAME = "f4pipe HIP shim (gfx950 emulator, not a GPU)"
+SHIM_ARCH = "gfx950:sramecc+:xnack-"
+LIBRARY_NAME = "libamdhip64.so"
+SOURCE_NAME = "libamdhip64.c"
+
+
+def hip_version_number(major: int, minor: int, patch: int) -> int:
+    """HIP's version integer, as hipRuntimeGetVersion reports it."""
+    return major * 10_000_000 + minor * 100_000 + patch
+
+
+def build_shim(root: Path, hip_version: int, cc: str | None = None) -> Path:
+    """Compile the shim into `<root>/lib/libamdhip64.so`, reporting HIP version `hip_version`
+    (the integer of hip_version_number); return the library's path. The soname is the bare
+    name, so a process that loaded it by path also satisfies dlopen("libamdhip64.so")."""
+    compiler = cc or os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise ToolchainError("no C compiler to build the HIP shim: apt-get install gcc")
+    lib = Path(root) / "lib" / LIBRARY_NAME
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    source = resources.files(__package__).joinpath(SOURCE_NAME)
+    with resources.as_file(source) as src:
+        command = [
+            compiler,
+            "-std=c11",
+            "-D_POSIX_C_SOURCE=199309L",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fPIC",
+            "-shared",
+            "-fvisibility=hidden",
+            f"-Wl,-soname,{LIBRARY_NAME}",
+            f'-DF4PIPE_SHIM_DEVICE_NAME="{SHIM_DEVICE_NAME}"',
+            f'-DF4PIPE_SHIM_ARCH="{SHIM_ARCH}"',
+            f"-DF4PIPE_SHIM_HIP_VERSION={int(hip_version)}",
+            str(src),
+            "-o",
+            str(lib),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ToolchainError(f"building the HIP shim failed ({compiler}):\n{done.stderr.strip()}")
+    return lib
+
+
+def shim_environment(lib: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (default os.environ) with ROCM_PATH and LD_LIBRARY_PATH naming the shim, so a
+    new process's hip-python finds it by its ordinary search."""
+    env = dict(os.environ if base is None else base)
+    lib_dir = Path(lib).parent
+    env["ROCM_PATH"] = str(lib_dir.parent)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(lib_dir), env.get("LD_LIBRARY_PATH", "")) if p
+    )
+    return env
