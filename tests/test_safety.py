@@ -252,7 +252,9 @@ def test_report_shows_the_safety_table_and_the_audit(
     assert any("--unsafe" in line for line in repro)
     unsafe = sum(r["status"] == "unsafe" for r in audit)
     assert sections["audit"].state == "bad"
-    assert f"{len(audit)} asm rows" in sections["audit"].verdict
-    assert f"{unsafe} unsafe by the rules" in sections["audit"].verdict
+    assert f"tuned.csv: {len(audit)} asm rows checked, {unsafe} unsafe" in sections["audit"].verdict
+    (findings,) = sections["audit"].code.values()  # one table, one block of findings
+    assert sum(line.startswith("tuned.csv:") for line in findings) == unsafe
+    assert sum("aiter recorded: us " in line and "errRatio" in line for line in findings) == unsafe
     html = report.index.read_text()
     assert '<h2 id="safety">' in html and '<h2 id="audit">' in html

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK
 from f4pipe.device import DEVICE_KINDS, Device, open_device
-from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
+from f4pipe.errors import ConfigError, NoDeviceError, ShapeError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.heuristic import select_kernel
 from f4pipe.kernarg import BLOCK, check_shape
+from f4pipe.locate import locate_co_dir
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
 from f4pipe.operands import SEED_A, SEED_B
@@ -35,13 +35,8 @@ WAVES_PER_WG = BLOCK[0] // 64
 
 
 def co_dir_from(args: argparse.Namespace) -> str:
-    co_dir = args.co_dir or os.environ.get("AITER_ASM_DIR")
-    if not co_dir:
-        raise ManifestError(
-            "no code object directory: pass --co-dir DIR or set AITER_ASM_DIR (aiter's "
-            "hsa/gfx950/f4gemm directory, or either parent)"
-        )
-    return co_dir
+    """--co-dir, else $AITER_ASM_DIR, else the fetched aiter (f4pipe.locate's rules)."""
+    return str(locate_co_dir(getattr(args, "co_dir", None)).co_dir)
 
 
 def parse_seed(text: str) -> tuple[int, int]:
@@ -238,7 +233,7 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--co-dir",
         help="directory with the f4gemm manifest and .co files (aiter's hsa/gfx950/f4gemm or "
-        "a parent); default $AITER_ASM_DIR",
+        "a parent); default $AITER_ASM_DIR, else the aiter fetched under ./resources",
     )
     p.add_argument(
         "--seed",
