@@ -3,6 +3,7 @@ reassembled (one instruction changed)."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 
 import pytest
@@ -10,7 +11,8 @@ from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL, get_result_set
 
 from f4pipe.archive import create_archive, tarball_bytes
 from f4pipe.cli import main as cli_main
-from f4pipe.compare import compare_sets, descriptor_directives, open_result_set
+from f4pipe.asmfacts import descriptor_directives
+from f4pipe.compare import compare_sets, open_result_set
 from f4pipe.report import ResultSet, short_kernel
 
 
@@ -58,8 +60,7 @@ def test_cli_compare_archive_with_directory(result_sets, tmp_path, capsys):
     capsys.readouterr()
     out_dir = tmp_path / "cmp"
     argv = ["compare", str(tarball), str(result_sets["B"]), "-o", str(out_dir)]
-    assert cli_main(argv) == 0
-    assert cli_main([*argv, "--exit-code"]) == 1
+    assert cli_main(argv) == 1  # a verdict input changed
     text = capsys.readouterr().out
     assert f"changed: {EDITED} (instructions " in text and "code objects changed: 1" in text
     assert "verify results changed: 2" in text
@@ -67,8 +68,13 @@ def test_cli_compare_archive_with_directory(result_sets, tmp_path, capsys):
     summary = (out_dir / "summary.md").read_text()
     assert short_kernel(EDITED) in page and "passed -&gt; failed" in page
     assert EDIT_TO.strip() in summary and "not measured in both sets" in summary
-    # identical sets: exit 0 even with --exit-code
+    # identical sets: exit 0 (--exit-code is still accepted)
     assert cli_main(["compare", str(tarball), str(result_sets["A"]), "--exit-code"]) == 0
+    capsys.readouterr()
+    assert cli_main(["compare", str(tarball), str(result_sets["B"]), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["differs"] is True and out["verdict_changes"]["code objects"] == 1
+    assert out["verdict_changes"]["verify"] == 2 and out["verdict_changes"]["manifest"] == 0
 
 
 def test_measured_throughput_deltas(result_sets, tmp_path):
