@@ -33,6 +33,7 @@ import pandas as pd
 
 from f4pipe.archive import PROVENANCE_NAME, SUFFIX, extract_archive
 from f4pipe.asmfacts import fact_changes, instruction_diff
+from f4pipe.audit import TARGET_ARCH
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir
 from f4pipe.report import (
@@ -166,6 +167,11 @@ MANIFEST_ATTRIBUTES = (
 )
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (so a bool prints as yes/no)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def kernel_list_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
     """Kernels added, removed and renamed (same bytes, new name)."""
     fa, fb = _kernel_facts(a), _kernel_facts(b)
@@ -194,16 +200,12 @@ def manifest_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
         pairs = {k: k for k in ia.index.intersection(ib.index)} | renamed_kernels(a, b)
         for ka_name, kb_name in sorted(pairs.items()):
             for attr in MANIFEST_ATTRIBUTES:
-                va, vb = ia.loc[ka_name, attr], ib.loc[kb_name, attr]
-                if fmt_value(va) != fmt_value(vb):
-                    rows.append(
-                        {
-                            "kernel": kb_name,
-                            "attribute": attr,
-                            "A": fmt_value(va),
-                            "B": fmt_value(vb),
-                        }
-                    )
+                va, vb = (
+                    fmt_value(_plain(ia.loc[ka_name, attr])),
+                    fmt_value(_plain(ib.loc[kb_name, attr])),
+                )
+                if va != vb:
+                    rows.append({"kernel": kb_name, "attribute": attr, "A": va, "B": vb})
     ha, hb = (aiter_fetch(rs).get("manifest_header") for rs in (a, b))
     if ha and hb and ha != hb:
         rows.append({"kernel": "(manifest CSV)", "attribute": "header", "A": ha, "B": hb})
@@ -356,13 +358,13 @@ def _audit_state(r: pd.Series, side: str) -> str:
 
 def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     """Tuned-table rows added, removed or changed (kernel, splitK or verdict), each marked when
-    it is newly unsafe. Rows are matched by (table, gfx, cu_num, M, N, K). None when either set
-    lacks the table."""
+    it is newly unsafe. Rows are matched by (table, gfx, cu_num, M, N, K); a table without the
+    gfx column (before aiter added it) holds gfx950 rows. None when either set lacks the table."""
     ta, tb = a.table("audit"), b.table("audit")
     if ta is None or tb is None:
         return None
     cols = [*AUDIT_KEY, "line", "kernel", "symbol", "log2_k_split", "status", "emulated"]
-    fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("")) for t in (ta, tb))
+    fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", TARGET_ARCH)) for t in (ta, tb))
     m = fa.drop_duplicates(AUDIT_KEY).merge(
         fb.drop_duplicates(AUDIT_KEY), on=AUDIT_KEY, how="outer", suffixes=(" A", " B")
     )
@@ -374,7 +376,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
         change = "added" if state_a == "-" else "removed" if state_b == "-" else "changed"
         rows.append(
             {
-                "table": r["csv"],
+                "table": r["csv"] + (f" [{r['gfx']}]" if r["gfx"] != TARGET_ARCH else ""),
                 "line B": fmt_value(r["line B"]),
                 "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",
                 "change": change,
