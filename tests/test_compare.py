@@ -10,8 +10,8 @@ import pytest
 from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL, get_result_sets
 
 from f4pipe.archive import create_archive, tarball_bytes
-from f4pipe.cli import main as cli_main
 from f4pipe.asmfacts import descriptor_directives
+from f4pipe.cli import main as cli_main
 from f4pipe.compare import compare_sets, open_result_set
 from f4pipe.report import ResultSet, short_kernel
 

@@ -30,8 +30,8 @@ from f4pipe.fetch import (
     extract_wheel_tree,
     fetch_aiter,
     read_provenance,
-    verify_aiter_dir,
     tuned_tables,
+    verify_aiter_dir,
     wheel_cache_dir,
 )
 from f4pipe.fsio import sha256_file
@@ -441,3 +441,69 @@ def test_cli_fetch(tmp_path: Path, aiter_tree: Path, capsys: pytest.CaptureFixtu
     assert "does not exist" in capsys.readouterr().err
     assert main(["fetch", "--source", "git", "--path", "x"]) == 2
     assert "--source git takes" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Tuned tables (fetched with the code objects, every source kind)
+
+
+def test_tuned_csv_from_git_local_and_the_fetched_aiter(
+    tmp_path: Path, git_repo: tuple[str, str, Path], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    url, commit, repo = git_repo
+    monkeypatch.chdir(tmp_path)  # --resources defaults to ./resources
+    want = (repo / "aiter" / "configs" / MODEL_TUNED).read_bytes()
+    argv = ["tuned-csv", "--source", "git", "--url", url, "--rev", commit, "--member"]
+    assert main([*argv, f"aiter/configs/{MODEL_TUNED}", "-o", "git.csv"]) == 0
+    assert (tmp_path / "git.csv").read_bytes() == want
+    # no source option: the aiter fetched under ./resources
+    assert main(["tuned-csv", "--member", MODEL_TUNED, "-o", "fetched.csv"]) == 0
+    assert (tmp_path / "fetched.csv").read_bytes() == want
+    argv = ["tuned-csv", "--source", "local", "--path", str(repo / "hsa"), "-o", "local.csv"]
+    assert main(argv) == 0
+    assert (tmp_path / "local.csv").read_bytes() == (repo / "aiter/configs" / TUNED).read_bytes()
+    capsys.readouterr()
+    assert main(["tuned-csv", "--member", "nope.csv", "-o", "x.csv"]) == 2
+    assert "has no tuned table 'nope.csv'" in capsys.readouterr().err
+
+
+def test_local_id_names_the_tables_too(tmp_path: Path, aiter_tree: Path) -> None:
+    """A retuned table is new content: a new id, so the audit reruns."""
+    source = {"kind": "local", "path": str(aiter_tree / "hsa")}
+    first = fetch_aiter(source, tmp_path / "res")
+    table = aiter_tree.parent / "aiter" / "configs" / TUNED
+    table.write_text(table.read_text().replace(",0.0\n", ",0.5\n", 1))
+    second = fetch_aiter(source, tmp_path / "res")
+    assert second.fetched and second.aiter_id != first.aiter_id
+    assert (
+        read_provenance(first.f4gemm_dir.parent)["files"]
+        == read_provenance(second.f4gemm_dir.parent)["files"]
+    )
+
+
+def test_changed_table_in_a_fetch_is_an_error(tmp_path: Path, aiter_tree: Path) -> None:
+    result = fetch_aiter({"kind": "local", "path": str(aiter_tree / "hsa")}, tmp_path / "res")
+    copy = result.f4gemm_dir.parent / "configs" / TUNED
+    copy.write_text(copy.read_text() + "256,1,1,1,0,0,1.0,x,1,1,0.0\n")
+    with pytest.raises(ChecksumError, match=f"{TUNED} is missing or changed after it was fetched"):
+        verify_aiter_dir(result.f4gemm_dir.parent)
+
+
+@pytest.mark.network
+def test_fetch_made_before_tables_is_completed_once(tmp_path: Path) -> None:
+    """A provenance without "tables" (an older f4pipe) gets the wheel's tables added, nothing
+    else changed."""
+    res = tmp_path / "resources"
+    aiter_dir = fetch_aiter(PYPI, res).f4gemm_dir.parent
+    record = read_provenance(aiter_dir)
+    legacy = {k: v for k, v in record.items() if k not in ("tables", "manifest_header")}
+    legacy["source"] = {k: v for k, v in record["source"].items() if k != "tables_dir"}
+    shutil.rmtree(aiter_dir / "configs")
+    (aiter_dir / PROVENANCE_NAME).write_text(json.dumps(legacy))
+    f4gemm_before = mtimes(aiter_dir / "f4gemm")
+    again = fetch_aiter(PYPI, res)
+    assert not again.fetched
+    completed = verify_aiter_dir(aiter_dir)
+    assert completed["tables"] == record["tables"]
+    assert completed["content_sha256"] == record["content_sha256"]
+    assert mtimes(aiter_dir / "f4gemm") == f4gemm_before

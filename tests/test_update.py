@@ -227,6 +227,6 @@ def test_standalone_commands_find_the_fetched_aiter(updated) -> None:
     asm = (updated["new"] / "roundtrip" / f"{FLIPPED}.s").read_text()
     symbol = read_manifest(updated["new"] / "variants" / "rebuilt").get(FLIPPED).symbol
     edit.write_text(asm.replace(f"{symbol}:\n", f"{symbol}:\n\ts_nop 0\n", 1))
-    proc = f4pipe(workdir, "try", str(edit), "--shape", "32,256,512")
+    proc = f4pipe(workdir, "try", str(edit))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"-> {FLIPPED}" in proc.stdout
