@@ -20,6 +20,8 @@ import yaml
 from f4pipe.errors import F4PipeError, ManifestError
 from f4pipe.fetch import PROVENANCE_NAME, aiter_id_for, read_provenance, tuned_tables
 from f4pipe.manifest import find_f4gemm_dir
+from f4pipe.schemas import ArtifactKeys
+from f4pipe.toolchain import find_toolchain, read_toolchain_id
 
 DEFAULT_RESOURCES = Path("resources")
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -105,3 +107,20 @@ def toolchain_json_for(aiter_id: str, results: Path = DEFAULT_RESULTS) -> Path |
     """results/<aiter-id>/toolchain.json when the pipeline wrote one."""
     path = results / aiter_id / "toolchain.json"
     return path if path.is_file() else None
+
+
+def artifact_keys(
+    located: Located,
+    device_id: str,
+    *,
+    aiter_id: str | None = None,
+    toolchain_id: str | None = None,
+    toolchain_json: str | os.PathLike[str] | None = None,
+) -> ArtifactKeys:
+    """The keys given, else the located aiter's id and the toolchain the pipeline recorded for
+    it (or the one f4pipe finds, provisioning it if need be)."""
+    aiter_id = aiter_id or aiter_id_of(located)
+    if not toolchain_id:
+        recorded = toolchain_json or toolchain_json_for(aiter_id)
+        toolchain_id = read_toolchain_id(recorded) if recorded else find_toolchain().toolchain_id
+    return ArtifactKeys(aiter_id, str(toolchain_id), device_id)

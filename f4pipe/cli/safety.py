@@ -17,6 +17,7 @@ from pathlib import Path
 from f4pipe.audit import audit_tables, format_finding, summarize
 from f4pipe.cli import EXIT_FAILED, EXIT_OK
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
+from f4pipe.cli.gemm import write_if_asked
 from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
 from f4pipe.errors import InputError
 from f4pipe.fetch import (
@@ -29,35 +30,23 @@ from f4pipe.fetch import (
 from f4pipe.fsio import write_bytes
 from f4pipe.locate import (
     Located,
-    aiter_id_of,
+    artifact_keys,
     default_tables,
     fetched_aiter_dir,
     locate_co_dir,
-    toolchain_json_for,
 )
 from f4pipe.manifest import read_manifest
-from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys, write_rows
-from f4pipe.toolchain import find_toolchain, read_toolchain_id
+from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys
 
 
 def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
-    """The artifact keys: given, else the located aiter's id and the toolchain the pipeline
-    recorded for it (or the one f4pipe finds)."""
-    aiter_id = args.aiter_id or aiter_id_of(located)
-    if args.toolchain_id:
-        toolchain_id = str(args.toolchain_id)
-    else:
-        recorded = args.toolchain_json or toolchain_json_for(aiter_id)
-        toolchain_id = read_toolchain_id(recorded) if recorded else find_toolchain().toolchain_id
-    return ArtifactKeys(aiter_id, toolchain_id, "emulator")
-
-
-def _write(args: argparse.Namespace, rows: list, schema) -> str:
-    """Write the Parquet table only when -o names one; the suffix for the summary line."""
-    if args.output is None:
-        return ""
-    write_rows(args.output, rows, schema)
-    return f" -> {args.output}"
+    return artifact_keys(
+        located,
+        "emulator",
+        aiter_id=args.aiter_id,
+        toolchain_id=args.toolchain_id,
+        toolchain_json=args.toolchain_json,
+    )
 
 
 def run_safety(args: argparse.Namespace) -> int:
@@ -65,7 +54,7 @@ def run_safety(args: argparse.Namespace) -> int:
     manifest = read_manifest(located.co_dir)
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
     rows = sweep(manifest, _keys(args, located), kernels=args.kernel, orders=orders)
-    written = _write(args, rows, SAFETY)
+    written = write_if_asked(args.output, rows, SAFETY)
     counts: dict[str, int] = {}
     for r in rows:
         if r["policy"] == "unsafe":
@@ -114,7 +103,7 @@ def run_audit(args: argparse.Namespace) -> int:
     rows = audit_tables(
         tables, manifest, _keys(args, located), emulate=not args.no_emulate, co_dir_hint=hint
     )
-    written = _write(args, rows, AUDIT)
+    written = write_if_asked(args.output, rows, AUDIT)
     print(
         f"f4pipe audit-tuned: {len(tables)} table(s) ({', '.join(tables) or 'none'}) with the "
         f"kernels of {located.how}"
