@@ -388,7 +388,7 @@ def _manifest_header(csv_path: Path) -> str:
         return fh.readline().strip()
 
 
-def _find_tables(configs_dir: Path | None) -> dict[str, Path]:
+def find_tables(configs_dir: Path | None) -> dict[str, Path]:
     """The tuned tables below `configs_dir` (aiter/configs of a source): {relative path: file}."""
     if configs_dir is None or not configs_dir.is_dir():
         return {}
@@ -402,7 +402,7 @@ def _find_tables(configs_dir: Path | None) -> dict[str, Path]:
 def _copy_tables(configs_dir: Path | None, dest: Path) -> dict[str, dict[str, Any]]:
     """Copy the tuned tables of `configs_dir` into `dest` (paths kept); sha256 + size each."""
     tables: dict[str, dict[str, Any]] = {}
-    for rel, path in _find_tables(configs_dir).items():
+    for rel, path in find_tables(configs_dir).items():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
@@ -924,7 +924,7 @@ def _local_files(
         files[name] = {"sha256": sha256_file(path), "size": path.stat().st_size}
     tables = {
         rel: {"sha256": sha256_file(path), "size": path.stat().st_size}
-        for rel, path in _find_tables(local_configs_dir(directory)).items()
+        for rel, path in find_tables(local_configs_dir(directory)).items()
     }
     return directory, files, tables
 

@@ -18,7 +18,14 @@ from pathlib import Path
 import yaml
 
 from f4pipe.errors import F4PipeError, ManifestError
-from f4pipe.fetch import PROVENANCE_NAME, aiter_id_for, read_provenance, tuned_tables
+from f4pipe.fetch import (
+    PROVENANCE_NAME,
+    aiter_id_for,
+    find_tables,
+    local_configs_dir,
+    read_provenance,
+    tuned_tables,
+)
 from f4pipe.manifest import find_f4gemm_dir
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.toolchain import find_toolchain, read_toolchain_id
@@ -99,8 +106,11 @@ def aiter_id_of(located: Located) -> str:
 
 
 def default_tables(located: Located) -> dict[str, Path]:
-    """The tuned tables fetched with the located code objects ({} for a bare directory)."""
-    return tuned_tables(located.aiter_dir) if located.aiter_dir is not None else {}
+    """The tuned tables fetched with the located code objects, or, for code objects in an aiter
+    checkout or installed wheel, the tables in its aiter/configs ({} when there are none)."""
+    if located.aiter_dir is not None:
+        return tuned_tables(located.aiter_dir)
+    return find_tables(local_configs_dir(located.co_dir))
 
 
 def toolchain_json_for(aiter_id: str, results: Path = DEFAULT_RESULTS) -> Path | None:

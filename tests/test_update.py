@@ -13,6 +13,7 @@ of the first run's archive with the second run's results must name every one of 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,8 @@ def git(repo: Path, *args: str) -> str:
 def f4pipe(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The command line as a user types it, in the workflow's directory."""
     cmd = [sys.executable, "-m", "f4pipe", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=900)
+    env = {k: v for k, v in os.environ.items() if k != "AITER_ASM_DIR"}
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=900)
 
 
 def tuned_rows(wheel_table: Path, manifest) -> pd.DataFrame:
@@ -230,3 +232,14 @@ def test_standalone_commands_find_the_fetched_aiter(updated) -> None:
     proc = f4pipe(workdir, "try", str(edit))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"-> {FLIPPED}" in proc.stdout
+
+
+def test_audit_tuned_in_an_aiter_checkout(history, tmp_path: Path) -> None:
+    """--co-dir in an aiter checkout: its aiter/configs tables are audited, no fetch needed."""
+    url, _, _, asm_rows = history
+    checkout = Path(url.removeprefix("file://"))
+    proc = f4pipe(tmp_path, "audit-tuned", "--no-emulate", "--co-dir", str(checkout / "hsa"))
+    assert proc.returncode == 1, proc.stderr  # the second commit is checked out
+    assert f"1 table(s) ({TABLE})" in proc.stdout
+    assert f"{asm_rows} asm row(s) checked, 1 unsafe by the rules" in proc.stdout
+    assert "1 for other archs skipped" in proc.stdout

@@ -89,8 +89,8 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
         tables = {name: path for name, path in tables.items() if name in wanted}
     if not tables and located.aiter_dir is None:
         raise InputError(
-            f"no tuned table given and {located.co_dir} is not a fetched aiter: pass the CSV "
-            "(e.g. aiter/configs/a4w4_blockscale_tuned_gemm.csv) or fetch aiter first"
+            f"no tuned table given and none beside {located.co_dir} (no aiter/configs with a4w4 "
+            "tuned tables): pass the CSV, e.g. aiter/configs/a4w4_blockscale_tuned_gemm.csv"
         )
     return tables
 
