@@ -36,6 +36,7 @@ from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.safety import (
     EDGE_K_MIN,
     EDGE_M_ROWS,
+    Violation,
     edge_rule,
     reproducer,
     violations,
@@ -177,6 +178,55 @@ def _recorded(r: pd.Series, column: str) -> float | None:
     return None if pd.isna(value) else float(value)
 
 
+def _row(keys: ArtifactKeys, name: str, r: pd.Series, gfx: str) -> dict[str, Any]:
+    """A tuned row as an AUDIT row before any check: safe, nothing emulated."""
+    return {
+        **keys.as_row(),
+        "csv": name,
+        "line": int(r["line"]),
+        "gfx": gfx,
+        "cu_num": int(r["cu_num"]),
+        "m": int(r["M"]),
+        "n": int(r["N"]),
+        "k": int(r["K"]),
+        "kernel": "",
+        "symbol": str(r["kernelName"]),
+        "log2_k_split": int(r["splitK"]),
+        "status": "safe",
+        "edge_classes": "",
+        "reason": "",
+        "emu_m": None,
+        "emu_n": None,
+        "emu_k": None,
+        "emulated": "",
+        "emu_detail": "",
+        "emu_orders": "",
+        "reproducer": "",
+        "finding": "",
+        **{ours: _recorded(r, theirs) for theirs, ours in RECORDED_COLUMNS.items()},
+    }
+
+
+def _check(row: dict[str, Any], entry: KernelEntry) -> list[Violation]:
+    """Hold a row against the shape and edge rules; marks it unsafe. The edge violations."""
+    m, n, k = row["m"], row["n"], row["k"]
+    problems = []
+    try:
+        check_shape(m, n, k, row["log2_k_split"])
+    except ShapeError as exc:
+        problems.append(f"shape rule: {exc}")
+    found = violations(entry, m, n, k)
+    problems += [v.message for v in found]
+    if problems:
+        row.update(
+            status="unsafe",
+            edge_classes=",".join(sorted({v.edge_class for v in found})),
+            reason="; ".join(problems) + (f" ({edge_rule(entry).evidence})" if found else ""),
+            finding="breaks the rules above; not emulated",
+        )
+    return found
+
+
 def audit_tuned(
     csv_path: Path,
     manifest: Manifest,
@@ -193,76 +243,33 @@ def audit_tuned(
     by_symbol = {e.symbol: e for e in manifest}
     rows = []
     for _, r in asm.iterrows():
-        m, n, k, split = int(r["M"]), int(r["N"]), int(r["K"]), int(r["splitK"])
         gfx = str(r[GFX_COLUMN]).strip() if GFX_COLUMN in df.columns else ""
-        row: dict[str, Any] = {
-            **keys.as_row(),
-            "csv": name or csv_path.name,
-            "line": int(r["line"]),
-            "gfx": gfx,
-            "cu_num": int(r["cu_num"]),
-            "m": m,
-            "n": n,
-            "k": k,
-            "kernel": "",
-            "symbol": str(r["kernelName"]),
-            "log2_k_split": split,
-            "status": "safe",
-            "edge_classes": "",
-            "reason": "",
-            "emu_m": None,
-            "emu_n": None,
-            "emu_k": None,
-            "emulated": "",
-            "emu_detail": "",
-            "emu_orders": "",
-            "reproducer": "",
-            "finding": "",
-            **{ours: _recorded(r, theirs) for theirs, ours in RECORDED_COLUMNS.items()},
-        }
-        if gfx and gfx != TARGET_ARCH:
-            reason = f"row is for {gfx}, the kernels for {TARGET_ARCH}"
-            row.update(status="other-arch", reason=reason)
-            rows.append(row)
-            continue
-        entry = by_symbol.get(row["symbol"])
-        if entry is None:
-            row.update(status="unknown-kernel", reason="symbol not in the f4gemm manifest")
-            rows.append(row)
-            continue
-        row["kernel"] = entry.name
-        problems = []
-        try:
-            check_shape(m, n, k, split)
-        except ShapeError as exc:
-            problems.append(f"shape rule: {exc}")
-        found = violations(entry, m, n, k)
-        problems += [v.message for v in found]
-        if not problems:
-            rows.append(row)
-            continue
-        row.update(
-            status="unsafe",
-            edge_classes=",".join(sorted({v.edge_class for v in found})),
-            reason="; ".join(problems) + (f" ({edge_rule(entry).evidence})" if found else ""),
-            finding="breaks the rules above; not emulated",
-        )
-        if emulate and found:
-            shape = _emulation_shape(entry, m, n, k)
-            emu = _emulate(entry, manifest.co_path(entry), shape, orders)
-            row.update(
-                emu_m=shape.m,
-                emu_n=shape.n,
-                emu_k=shape.k,
-                emulated=emu.verdict,
-                emu_detail=emu.detail,
-                emu_orders=emu.orders,
-                finding=emu.finding,
-                reproducer=reproducer(
-                    entry.name, shape.m, shape.n, shape.k, order=emu.order, co_dir=co_dir_hint
-                ),
-            )
+        row = _row(keys, name or csv_path.name, r, gfx)
         rows.append(row)
+        entry = by_symbol.get(row["symbol"])
+        if gfx and gfx != TARGET_ARCH:
+            row.update(
+                status="other-arch", reason=f"row is for {gfx}, the kernels for {TARGET_ARCH}"
+            )
+        elif entry is None:
+            row.update(status="unknown-kernel", reason="symbol not in the f4gemm manifest")
+        else:
+            row["kernel"] = entry.name
+            if _check(row, entry) and emulate:
+                shape = _emulation_shape(entry, row["m"], row["n"], row["k"])
+                emu = _emulate(entry, manifest.co_path(entry), shape, orders)
+                row.update(
+                    emu_m=shape.m,
+                    emu_n=shape.n,
+                    emu_k=shape.k,
+                    emulated=emu.verdict,
+                    emu_detail=emu.detail,
+                    emu_orders=emu.orders,
+                    finding=emu.finding,
+                    reproducer=reproducer(
+                        entry.name, shape.m, shape.n, shape.k, order=emu.order, co_dir=co_dir_hint
+                    ),
+                )
     return rows
 
 
