@@ -55,6 +55,14 @@ from f4pipe import __version__
 from f4pipe.errors import ChecksumError, CodeObjectError, ConfigError, FetchError, ManifestError
 from f4pipe.fsio import atomic_dir, sha256_file, write_bytes, write_json, write_text
 from f4pipe.manifest import MANIFEST_NAME, find_f4gemm_dir, read_manifest
+from f4pipe.tables import (
+    CONFIGS_PATH,
+    TABLES_DIR,
+    configs_dir_beside,
+    copy_tables,
+    find_tables,
+    is_tuned_table,
+)
 from f4pipe.toolchain import cache_root
 
 DEFAULT_PACKAGE = "amd-aiter"
@@ -62,10 +70,6 @@ DEFAULT_VERSION = "0.1.7.post2.dev18"
 WHEEL_F4GEMM_PREFIX = "aiter_meta/hsa/gfx950/f4gemm/"
 WHEEL_HSA_PREFIX = "aiter_meta/hsa/"
 GIT_F4GEMM_PATH = "hsa/gfx950/f4gemm"
-#: Where aiter keeps its tuned tables: in the repository and in the wheel alike.
-CONFIGS_PATH = "aiter/configs"
-#: The tables' directory inside a fetched aiter directory.
-TABLES_DIR = "configs"
 PROVENANCE_NAME = "provenance.json"
 PROVENANCE_SCHEMA = 1
 TREE_MARKER_NAME = ".f4pipe-wheel-tree.json"
@@ -218,19 +222,6 @@ def _content_digest(
     named = {**files, **{f"{TABLES_DIR}/{rel}": v for rel, v in (tables or {}).items()}}
     lines = "".join(f"{name}\t{named[name]['sha256']}\n" for name in sorted(named))
     return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def is_tuned_table(rel_path: str) -> bool:
-    """Whether a file under aiter/configs is an a4w4 tuned GEMM table (not an untuned shape
-    list, not a MoE table): the one naming rule for every source kind."""
-    name = rel_path.rsplit("/", 1)[-1].lower()
-    return (
-        name.endswith(".csv")
-        and "a4w4" in name
-        and "gemm" in name
-        and "tuned" in name
-        and "untuned" not in name
-    )
 
 
 def tuned_tables(aiter_dir: Path) -> dict[str, Path]:
@@ -388,32 +379,10 @@ def _manifest_header(csv_path: Path) -> str:
         return fh.readline().strip()
 
 
-def find_tables(configs_dir: Path | None) -> dict[str, Path]:
-    """The tuned tables below `configs_dir` (aiter/configs of a source): {relative path: file}."""
-    if configs_dir is None or not configs_dir.is_dir():
-        return {}
-    return {
-        p.relative_to(configs_dir).as_posix(): p
-        for p in sorted(configs_dir.rglob("*.csv"))
-        if p.is_file() and is_tuned_table(p.relative_to(configs_dir).as_posix())
-    }
-
-
-def _copy_tables(configs_dir: Path | None, dest: Path) -> dict[str, dict[str, Any]]:
-    """Copy the tuned tables of `configs_dir` into `dest` (paths kept); sha256 + size each."""
-    tables: dict[str, dict[str, Any]] = {}
-    for rel, path in find_tables(configs_dir).items():
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-        tables[rel] = {"sha256": sha256_file(target), "size": target.stat().st_size}
-    return tables
-
-
 def _complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict[str, Any]:
     """Add the tuned tables to a fetch recorded without them; the rewritten provenance."""
     record = read_provenance(target)
-    tables = _copy_tables(configs_dir, target / TABLES_DIR)
+    tables = copy_tables(configs_dir, target / TABLES_DIR)
     record.update(
         tables=tables,
         content_sha256=_content_digest(record["files"], tables),
@@ -449,7 +418,7 @@ def _fetch_into(
     target = Path(resources_dir) / "aiter" / aiter_id
     with atomic_dir(target) as tmp:
         files, skipped = _copy_f4gemm(src_dir, tmp / "f4gemm", where)
-        tables = _copy_tables(configs_dir, tmp / TABLES_DIR)
+        tables = copy_tables(configs_dir, tmp / TABLES_DIR)
         _write_provenance(tmp, aiter_id, source, files, skipped, tables)
     return _result(target, fetched=True)
 
@@ -895,16 +864,11 @@ def _reuse_git(target: Path, commit: str) -> FetchResult:
 
 
 def local_configs_dir(f4gemm_dir: Path) -> Path | None:
-    """aiter/configs beside a local f4gemm directory: in an aiter checkout
-    (<root>/hsa/gfx950/f4gemm, <root>/aiter/configs), an installed wheel (<site>/aiter_meta/
-    hsa/gfx950/f4gemm, <site>/aiter/configs) or a fetched copy (<id>/f4gemm, <id>/configs)."""
-    f4gemm_dir = Path(f4gemm_dir).resolve()
-    if (f4gemm_dir.parent / PROVENANCE_NAME).is_file():
-        return f4gemm_dir.parent / TABLES_DIR
-    for ancestor in f4gemm_dir.parents[:4]:
-        if (ancestor / CONFIGS_PATH).is_dir():
-            return ancestor / CONFIGS_PATH
-    return None
+    """The tables beside a local f4gemm directory: a fetched copy's (<id>/configs), else
+    tables.configs_dir_beside's (an aiter checkout or an installed wheel)."""
+    if (Path(f4gemm_dir).resolve().parent / PROVENANCE_NAME).is_file():
+        return Path(f4gemm_dir).resolve().parent / TABLES_DIR
+    return configs_dir_beside(f4gemm_dir)
 
 
 def _local_files(

@@ -21,13 +21,13 @@ from f4pipe.errors import F4PipeError, ManifestError
 from f4pipe.fetch import (
     PROVENANCE_NAME,
     aiter_id_for,
-    find_tables,
     local_configs_dir,
     read_provenance,
     tuned_tables,
 )
 from f4pipe.manifest import find_f4gemm_dir
 from f4pipe.schemas import ArtifactKeys
+from f4pipe.tables import find_tables
 from f4pipe.toolchain import find_toolchain, read_toolchain_id
 
 DEFAULT_RESOURCES = Path("resources")

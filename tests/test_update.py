@@ -27,10 +27,11 @@ from test_pipeline import snakemake
 from f4pipe.assemble import assemble
 from f4pipe.audit import read_tuned
 from f4pipe.co2asm import co2asm
-from f4pipe.fetch import CONFIGS_PATH, GIT_F4GEMM_PATH, extract_wheel_file
+from f4pipe.fetch import GIT_F4GEMM_PATH, extract_wheel_file
 from f4pipe.manifest import MANIFEST_NAME, read_manifest
 from f4pipe.report import short_kernel
 from f4pipe.safety import is_safe
+from f4pipe.tables import CONFIGS_PATH
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_BpreShuffle_"
 EDITED = f"{PREFIX}256x128"  # one instruction edited: it then computes wrong D

@@ -21,7 +21,6 @@ from f4pipe.cli.gemm import write_if_asked
 from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
 from f4pipe.errors import InputError
 from f4pipe.fetch import (
-    CONFIGS_PATH,
     TUNED_CSV_MEMBER,
     extract_wheel_file,
     fetch_aiter,
@@ -37,6 +36,7 @@ from f4pipe.locate import (
 )
 from f4pipe.manifest import read_manifest
 from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys
+from f4pipe.tables import CONFIGS_PATH
 
 
 def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
