@@ -299,11 +299,16 @@ def audit_tables(
 
 def summarize(rows: Sequence[dict[str, Any]]) -> str:
     unsafe = [r for r in rows if r["status"] == "unsafe"]
-    wrong = [r for r in unsafe if r["emulated"] == "wrong"]
+    emulated = [r for r in unsafe if r["emulated"]]
+    wrong = [r for r in emulated if r["emulated"] == "wrong"]
     other = sum(r["status"] == "other-arch" for r in rows)
+    how = (
+        f"{len(wrong)} of {len(emulated)} emulated compute wrong D[:M,:N]"
+        if emulated or not unsafe
+        else "not emulated"
+    )
     return (
-        f"{len(rows) - other} asm row(s) checked, {len(unsafe)} unsafe by the rules "
-        f"({len(wrong)} compute wrong D[:M,:N] on the emulator), "
+        f"{len(rows) - other} asm row(s) checked, {len(unsafe)} unsafe by the rules ({how}), "
         f"{sum(r['status'] == 'unknown-kernel' for r in rows)} with unknown kernels, "
         f"{other} for other archs skipped"
     )
