@@ -14,8 +14,6 @@ from typing import Any
 
 import yaml
 
-from f4pipe.edits import diff_metadata
-
 #: EI_ABIVERSION of an AMDHSA code object by code object version (LLVM AMDGPUUsage, "ELF Code
 #: Object": ELFABIVERSION_AMDGPU_HSA_V4 = 2, _V5 = 3, _V6 = 4).
 HSA_ABI_VERSION = {4: 2, 5: 3, 6: 4}
@@ -80,6 +78,25 @@ def instructions(asm: str) -> list[str]:
     return out
 
 
+def flat_metadata(value: Any, prefix: str = "") -> dict[str, Any]:
+    """The metadata as "path: value" leaves. Kernels are keyed by their symbol, arguments by
+    position and name (`args[3:pad]`: aiter's kernels have many arguments named pad), and the
+    leading dot of metadata keys is dropped from paths."""
+    out: dict[str, Any] = {}
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            name = str(key).lstrip(".")
+            out.update(flat_metadata(value[key], f"{prefix}.{name}" if prefix else name))
+    elif isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        for i, item in enumerate(value):
+            label = item.get(".name", item.get(".symbol"))
+            key = label if prefix.endswith("kernels") else f"{i}:{label}" if label else str(i)
+            out.update(flat_metadata(item, f"{prefix}[{key}]"))
+    else:
+        out[prefix] = value
+    return out
+
+
 @dataclass(frozen=True)
 class InsnDiff:
     added: int
@@ -122,9 +139,40 @@ def fact_changes(asm_a: str, asm_b: str) -> list[str]:
             for k in sorted(fa.keys() | fb.keys())
             if fa.get(k) != fb.get(k)
         ]
+    meta_a, meta_b = metadata(asm_a), metadata(asm_b)
+    ma, mb = (
+        {k: v for k, v in flat_metadata(m).items() if ".args[" not in k} for m in (meta_a, meta_b)
+    )
     out += [
-        f"metadata {c.name}: {c.old if c.old is not None else '-'} -> "
-        f"{c.new if c.new is not None else '-'}"
-        for c in diff_metadata(metadata(asm_a), metadata(asm_b))
+        f"metadata {k}: {ma.get(k, '-')} -> {mb.get(k, '-')}"
+        for k in sorted(ma.keys() | mb.keys())
+        if ma.get(k) != mb.get(k)
     ]
+    aa, ab = kernel_args(meta_a), kernel_args(meta_b)
+    for kernel in sorted(aa.keys() | ab.keys()):
+        changed = _list_diff(aa.get(kernel, []), ab.get(kernel, []))
+        if changed:
+            out.append(f"metadata {kernel} args: {', '.join(changed)}")
+    return out
+
+
+def kernel_args(meta: dict[str, Any]) -> dict[str, list[str]]:
+    """Per kernel symbol, its arguments as "name@offset:size kind"."""
+    out: dict[str, list[str]] = {}
+    for kernel in meta.get("amdhsa.kernels") or []:
+        if isinstance(kernel, dict):
+            out[str(kernel.get(".name"))] = [
+                f"{a.get('.name', '?')}@{a.get('.offset')}:{a.get('.size')} {a.get('.value_kind')}"
+                for a in kernel.get(".args") or []
+                if isinstance(a, dict)
+            ]
+    return out
+
+
+def _list_diff(a: list[str], b: list[str]) -> list[str]:
+    """ "-x" for an element only `a` has, "+y" for one only `b` has, in order."""
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out += [f"-{x}" for x in a[i1:i2]] + [f"+{y}" for y in b[j1:j2]]
     return out

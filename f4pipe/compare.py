@@ -52,6 +52,7 @@ from f4pipe.report import (
 )
 
 ASM_DIFF_LINES = 40  # per kernel; the full diff is one `diff` of the two .s files away
+TERMINAL_ROWS = 20  # per list in the terminal summary; -o and --json carry every row
 GEMM_METRICS = {
     "verify": ("max_abs_err", "err_frac", "bad"),
     "splitk": ("max_abs_err", "err_frac", "bad"),
@@ -485,10 +486,12 @@ class Comparison:
         for name, df in self.gemm.items():
             lines.append(f"{name} results changed: {'not in both sets' if df is None else len(df)}")
             if df is not None:
-                lines += [
-                    f"  {r['variant']} {r['kernel']} {r['shape (MxNxK /split)']}: {r['status']}"
-                    for _, r in df.iterrows()
-                ]
+                lines += _capped(
+                    [
+                        f"  {r['variant']} {r['kernel']} {r['shape (MxNxK /split)']}: {r['status']}"
+                        for _, r in df.iterrows()
+                    ]
+                )
         lines += self._safety_audit_lines()
         tp = self.throughput
         lines.append(
@@ -504,10 +507,13 @@ class Comparison:
         sf = self.safety
         lines.append(f"safety verdicts changed: {'not in both sets' if sf is None else len(sf)}")
         if sf is not None:
-            lines += [
-                f"  {r['kernel']} {r['edge']} {r['shape (MxNxK)']} {r['policy']}: {r['verdict']}"
-                for _, r in sf.iterrows()
-            ]
+            lines += _capped(
+                [
+                    f"  {r['kernel']} {r['edge']} {r['shape (MxNxK)']} {r['policy']}: "
+                    f"{r['verdict']}"
+                    for _, r in sf.iterrows()
+                ]
+            )
         au = self.audit
         if au is None:
             lines.append("tuned-table audit rows changed: not in both sets")
@@ -517,12 +523,13 @@ class Comparison:
             f"({', '.join(f'{n} {c}' for c, n in sorted(au['change'].value_counts().items()))}"
             f"{', ' if len(au) else ''}{self.newly_unsafe} newly unsafe)"
         )
-        lines += [
+        ordered = pd.concat([au[au["newly unsafe"]], au[~au["newly unsafe"]]])
+        listed = [
             f"  {r['change']}{' NEWLY UNSAFE' if r['newly unsafe'] else ''}: {r['table']} "
             f"{r['shape (MxNxK)']}: {r['A']} -> {r['B']}"
-            for _, r in au.iterrows()
+            for _, r in ordered.iterrows()
         ]
-        return lines
+        return lines + _capped(listed, max(TERMINAL_ROWS, self.newly_unsafe))
 
     def as_json(self) -> dict[str, Any]:
         """Everything in the summary as data, for scripts."""
@@ -548,6 +555,13 @@ class Comparison:
             "audit": records(self.audit),
             "throughput": records(self.throughput),
         }
+
+
+def _capped(lines: list[str], limit: int = TERMINAL_ROWS) -> list[str]:
+    """At most `limit` lines, then how many more (the report and --json list them all)."""
+    if len(lines) <= limit:
+        return lines
+    return [*lines[:limit], f"  ... {len(lines) - limit} more (see -o DIR or --json)"]
 
 
 def set_label(rs: ResultSet) -> str:

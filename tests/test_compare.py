@@ -10,7 +10,13 @@ import pytest
 from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL, get_result_sets
 
 from f4pipe.archive import create_archive, tarball_bytes
-from f4pipe.asmfacts import descriptor_directives
+from f4pipe.asmfacts import (
+    descriptor_directives,
+    fact_changes,
+    header_facts,
+    instruction_diff,
+    metadata,
+)
 from f4pipe.cli import main as cli_main
 from f4pipe.compare import compare_sets, open_result_set
 from f4pipe.report import ResultSet, short_kernel
@@ -105,3 +111,23 @@ def test_descriptor_directives_parse_co2asm_blocks(result_sets):
     symbol = ResultSet.load(result_sets["A"]).table("kernels").set_index("kernel").loc[EDITED]
     assert fields[f"{symbol['symbol']}.amdhsa_kernarg_size"].isdigit()
     assert len(fields) > 20
+
+
+def test_fact_changes_name_code_object_version_abi_metadata_and_args(result_sets):
+    """The facts an update changed between aiter revisions (cov 5 -> 6, a new kernarg) are
+    named, read back from a real co2asm .s."""
+    new = (result_sets["A"] / "roundtrip" / f"{EDITED}.s").read_text()
+    assert header_facts(new) == {
+        "target": "amdgcn-amd-amdhsa--gfx950",
+        "code_object_version": "6",
+        "elf_abi_version": "4",
+    }
+    size = metadata(new)["amdhsa.kernels"][0][".kernarg_segment_size"]
+    old = new.replace(".amdhsa_code_object_version 6", ".amdhsa_code_object_version 5", 1)
+    old = old.replace(f".kernarg_segment_size: {size}", f".kernarg_segment_size: {size - 4}", 1)
+    assert old != new
+    facts = fact_changes(old, new)
+    assert "code_object_version: 5 -> 6" in facts and "elf_abi_version: 3 -> 4" in facts
+    assert any(f.endswith(f"kernarg_segment_size: {size - 4} -> {size}") for f in facts)
+    assert len(facts) == 3
+    assert instruction_diff(old, new).summary().startswith("+0 -0 ~0 instructions")
