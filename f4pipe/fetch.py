@@ -227,9 +227,31 @@ def _content_digest(
 def tuned_tables(aiter_dir: Path) -> dict[str, Path]:
     """The tuned tables of a fetched aiter directory: {path below aiter/configs: file}.
 
-    Empty when the source had none (a local f4gemm directory without its repository)."""
+    Empty when the source had none (a local f4gemm directory without its repository). A pypi
+    or git fetch recorded before tables were fetched is completed first (see the module
+    docstring), so a pipeline whose fetch predates this still audits its tables."""
     record = read_provenance(aiter_dir)
+    source = _recorded_source(record)
+    if "tables" not in record and source is not None:
+        fetch_aiter(source, Path(aiter_dir).parent.parent)
+        record = read_provenance(aiter_dir)
     return {rel: aiter_dir / TABLES_DIR / rel for rel in sorted(record.get("tables", {}))}
+
+
+def _recorded_source(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pinned source a provenance record was fetched from (None for a local directory,
+    whose id names its content: a fetch with tables has another id)."""
+    src = record.get("source", {})
+    if src.get("kind") == "pypi":
+        return {
+            "kind": "pypi",
+            "package": src["package"],
+            "version": src["version"],
+            "sha256": src["wheel_sha256"],
+        }
+    if src.get("kind") == "git":
+        return {"kind": "git", "url": src["url"], "rev": src["commit"]}
+    return None
 
 
 def _result(aiter_dir: Path, fetched: bool) -> FetchResult:

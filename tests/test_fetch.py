@@ -501,6 +501,7 @@ def test_fetch_made_before_tables_is_completed_once(tmp_path: Path) -> None:
     shutil.rmtree(aiter_dir / "configs")
     (aiter_dir / PROVENANCE_NAME).write_text(json.dumps(legacy))
     f4gemm_before = mtimes(aiter_dir / "f4gemm")
+    assert tuned_tables(aiter_dir) == {TUNED: aiter_dir / "configs" / TUNED}  # completes it
     again = fetch_aiter(PYPI, res)
     assert not again.fetched
     completed = verify_aiter_dir(aiter_dir)
