@@ -122,11 +122,11 @@ def _finding(shape: EdgeShape, outcomes: Sequence[OrderOutcome]) -> str:
     first = next(o for o in outcomes if o.bad)
     i, j = first.first_bad  # type: ignore[misc]
     return (
-        f"{where}: {race}; D[:M,:N] wrong when workgroups complete in order "
-        f"{', '.join(wrong)} (first D[{i},{j}] expected {first.expected:.6g} got "
-        f"{first.got:.6g}), right in order {', '.join(right) or 'none tried'}. Every order is "
-        "a legal dispatch order, so the result depends on which workgroup stores last; a run "
-        "on hardware (aiter's errRatio) sees one order and can measure 0"
+        f"{where}: {race}; D[:M,:N] wrong in workgroup order {', '.join(wrong)} (first "
+        f"D[{i},{j}] expected {first.expected:.6g} got {first.got:.6g}), right in workgroup "
+        f"order {', '.join(right) or '(none tried)'}. Each is a legal dispatch order, so the "
+        "result depends on which workgroup stores last; a run on hardware (aiter's errRatio) "
+        "sees one order and can measure 0"
     )
 
 

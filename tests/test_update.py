@@ -182,8 +182,8 @@ def test_git_source_gets_the_audit_with_findings(updated) -> None:
     assert (bad.m, bad.n, bad.k, bad.kernel) == (*RETUNED, FLIPPED)
     assert bad.emulated == "wrong" and bad.aiter_err_ratio == 0.0
     assert "write-write race across workgroups" in bad.finding
-    assert "wrong when workgroups complete in order in-order" in bad.finding
-    assert "right in order reversed" in bad.finding
+    assert "wrong in workgroup order in-order" in bad.finding
+    assert "right in workgroup order reversed" in bad.finding
     html = (updated["new"] / "report" / "index.html").read_text()
     assert f"{TABLE}: {n} asm rows checked, 1 unsafe (emulated: 1 wrong), 1 rows for other" in html
     assert "aiter recorded: us " in html and "errRatio 0" in html
