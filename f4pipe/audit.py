@@ -1,24 +1,34 @@
-"""Audit of aiter's tuned GEMM table: which asm rows would make a kernel compute wrong results.
+"""Audit of aiter's tuned GEMM tables: which asm rows would make a kernel compute wrong results.
 
-aiter's `a4w4_blockscale_tuned_gemm.csv` maps (cu_num, M, N, K) to a kernel; rows whose
-kernelName is a mangled f4gemm symbol (`_ZN...`) run our code objects. Each such row is held
+aiter's `a4w4_blockscale_tuned_gemm.csv` (and the per-model tables under `model_configs/`) maps
+([gfx,] cu_num, M, N, K) to a kernel; rows whose kernelName is a mangled f4gemm symbol (`_ZN...`)
+run our code objects. Headers vary between aiter revisions (a `gfx` first column since 2026;
+column names are matched without regard to case); rows for another arch than the kernels' are
+not checked but kept as `other-arch` rows, so they are counted. Each such row is held
 against the shape rules (f4pipe.kernarg.check_shape) and the edge rules (f4pipe.safety); a row
 that breaks an edge rule is then emulated at its own N (and a reduced M and K: the edge
 classes it breaks depend on N only, or the reduced M keeps the row's M edge) in two workgroup
 orders, and listed with a reproducer command. The emulated verdict is about the user's view:
 "wrong" when D[:M, :N] misses the reference, "race" when only aiter's padding rows or the
 order of stores differ, "fault" when the kernel leaves its buffers.
+
+Each row keeps aiter's own recorded columns (us, tflops, errRatio) beside f4pipe's verdict, and
+its `finding` says what f4pipe observed in terms that can be held against them: the
+write-write race across workgroups (several workgroups store the same D element), and in which
+legal workgroup orders D[:M,:N] came out wrong or right. aiter's tuner measures one run on
+hardware, i.e. one order, so a recorded errRatio of 0 and an f4pipe "wrong" can both be true.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from f4pipe.edgesweep import DEFAULT_ORDERS, EdgeShape, reference_for, run_order
+from f4pipe.edgesweep import DEFAULT_ORDERS, EdgeShape, OrderOutcome, reference_for, run_order
 from f4pipe.emu import EmulatorDevice
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.kernarg import check_shape
@@ -26,6 +36,7 @@ from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.safety import (
     EDGE_K_MIN,
     EDGE_M_ROWS,
+    Violation,
     edge_rule,
     reproducer,
     violations,
@@ -33,15 +44,22 @@ from f4pipe.safety import (
 from f4pipe.schemas import ArtifactKeys
 
 TUNED_COLUMNS = ("cu_num", "M", "N", "K", "splitK", "kernelName")
+#: aiter's own measurements of a row (its tuner, on hardware), kept beside f4pipe's verdict.
+RECORDED_COLUMNS = {"us": "aiter_us", "tflops": "aiter_tflops", "errRatio": "aiter_err_ratio"}
+GFX_COLUMN = "gfx"
+TARGET_ARCH = "gfx950"  # the arch of every f4gemm code object
 ASM_PREFIX = "_ZN"
+_CANONICAL = {c.lower(): c for c in (*TUNED_COLUMNS, *RECORDED_COLUMNS, GFX_COLUMN)}
 
 
 def read_tuned(csv_path: Path) -> pd.DataFrame:
-    """The tuned table, with its 1-based CSV line per row; missing columns are an error."""
+    """The tuned table with canonical column names and its 1-based CSV line per row; missing
+    columns are an error."""
     try:
-        df = pd.read_csv(csv_path)
+        df = pd.read_csv(csv_path, skipinitialspace=True)
     except (OSError, ValueError) as exc:
         raise InputError(f"{csv_path}: cannot read the tuned CSV: {exc}") from exc
+    df = df.rename(columns=lambda c: _CANONICAL.get(str(c).strip().lower(), str(c).strip()))
     missing = [c for c in TUNED_COLUMNS if c not in df.columns]
     if missing:
         raise InputError(
@@ -66,10 +84,55 @@ def _emulation_shape(entry: KernelEntry, m: int, n: int, k: int) -> EdgeShape:
     return EdgeShape("audit", m_emu, n, min(k, k_emu))
 
 
+@dataclass(frozen=True)
+class Emulated:
+    verdict: str  # safe | race | wrong | fault: about the user's view, D[:M,:N]
+    detail: str
+    order: str  # the order to reproduce with
+    orders: str  # per order: what came out
+    finding: str  # what f4pipe shows, in words that can be held against aiter's errRatio
+
+
+def _order_line(o: OrderOutcome) -> str:
+    if o.fault:
+        return f"{o.order}: fault ({o.fault})"
+    state = f"wrong ({o.bad} bad element(s) of D[:M,:N])" if o.bad else "right"
+    return f"{o.order}: {state}, {o.races} raced dword(s)"
+
+
+def _finding(shape: EdgeShape, outcomes: Sequence[OrderOutcome]) -> str:
+    """One paragraph: the race, and in which legal workgroup orders D[:M,:N] is wrong/right."""
+    where = f"emulated at M={shape.m} N={shape.n} K={shape.k}, workgroups one at a time"
+    faults = [o.order for o in outcomes if o.fault]
+    if faults:
+        return f"{where}: the kernel accesses memory outside its buffers in order(s) {faults}"
+    raced = [o for o in outcomes if o.races]
+    race = (
+        f"a write-write race across workgroups ({raced[0].race_summary})"
+        if raced
+        else "no two workgroups store the same element"
+    )
+    wrong = [o.order for o in outcomes if o.bad]
+    right = [o.order for o in outcomes if not o.bad]
+    if not wrong:
+        return (
+            f"{where}: {race}; D[:M,:N] right in every order tried ({', '.join(right)}): "
+            "the race touches only aiter's padding or stores equal values"
+        )
+    first = next(o for o in outcomes if o.bad)
+    i, j = first.first_bad  # type: ignore[misc]
+    return (
+        f"{where}: {race}; D[:M,:N] wrong in workgroup order {', '.join(wrong)} (first "
+        f"D[{i},{j}] expected {first.expected:.6g} got {first.got:.6g}), right in workgroup "
+        f"order {', '.join(right) or '(none tried)'}. Each is a legal dispatch order, so the "
+        "result depends on which workgroup stores last; a run on hardware (aiter's errRatio) "
+        "sees one order and can measure 0"
+    )
+
+
 def _emulate(
     entry: KernelEntry, co_path: Path, shape: EdgeShape, orders: Sequence[str]
-) -> tuple[str, str, str]:
-    """(verdict about the user's view, detail, order to reproduce with)."""
+) -> Emulated:
     ref = reference_for(shape)
     outcomes = []
     for order in orders:
@@ -78,6 +141,14 @@ def _emulate(
             outcomes.append(run_order(device, entry, co_path, shape, "unsafe", ref))
         finally:
             device.close()
+    verdict, detail, order = _verdict(outcomes, orders)
+    return Emulated(
+        verdict, detail, order, "; ".join(map(_order_line, outcomes)), _finding(shape, outcomes)
+    )
+
+
+def _verdict(outcomes: Sequence[OrderOutcome], orders: Sequence[str]) -> tuple[str, str, str]:
+    """(verdict about the user's view, detail, order to reproduce with)."""
     for o in outcomes:
         if o.fault:
             return "fault", o.fault, o.order
@@ -101,6 +172,61 @@ def _emulate(
     return "safe", "", orders[0]
 
 
+def _recorded(r: pd.Series, column: str) -> float | None:
+    """aiter's recorded value of a row (None when the table lacks the column or the cell)."""
+    value = pd.to_numeric(pd.Series([r.get(column)]), errors="coerce").iloc[0]
+    return None if pd.isna(value) else float(value)
+
+
+def _row(keys: ArtifactKeys, name: str, r: pd.Series, gfx: str) -> dict[str, Any]:
+    """A tuned row as an AUDIT row before any check: safe, nothing emulated."""
+    return {
+        **keys.as_row(),
+        "csv": name,
+        "line": int(r["line"]),
+        "gfx": gfx,
+        "cu_num": int(r["cu_num"]),
+        "m": int(r["M"]),
+        "n": int(r["N"]),
+        "k": int(r["K"]),
+        "kernel": "",
+        "symbol": str(r["kernelName"]),
+        "log2_k_split": int(r["splitK"]),
+        "status": "safe",
+        "edge_classes": "",
+        "reason": "",
+        "emu_m": None,
+        "emu_n": None,
+        "emu_k": None,
+        "emulated": "",
+        "emu_detail": "",
+        "emu_orders": "",
+        "reproducer": "",
+        "finding": "",
+        **{ours: _recorded(r, theirs) for theirs, ours in RECORDED_COLUMNS.items()},
+    }
+
+
+def _check(row: dict[str, Any], entry: KernelEntry) -> list[Violation]:
+    """Hold a row against the shape and edge rules; marks it unsafe. The edge violations."""
+    m, n, k = row["m"], row["n"], row["k"]
+    problems = []
+    try:
+        check_shape(m, n, k, row["log2_k_split"])
+    except ShapeError as exc:
+        problems.append(f"shape rule: {exc}")
+    found = violations(entry, m, n, k)
+    problems += [v.message for v in found]
+    if problems:
+        row.update(
+            status="unsafe",
+            edge_classes=",".join(sorted({v.edge_class for v in found})),
+            reason="; ".join(problems) + (f" ({edge_rule(entry).evidence})" if found else ""),
+            finding="breaks the rules above; not emulated",
+        )
+    return found
+
+
 def audit_tuned(
     csv_path: Path,
     manifest: Manifest,
@@ -109,78 +235,99 @@ def audit_tuned(
     emulate: bool = True,
     orders: Sequence[str] = DEFAULT_ORDERS,
     co_dir_hint: str | None = None,
+    name: str | None = None,
 ) -> list[dict[str, Any]]:
-    """AUDIT rows, one per asm row of the tuned CSV."""
+    """AUDIT rows, one per asm row of the tuned CSV (`name`, default its file name)."""
     df = read_tuned(csv_path)
     asm = df[df["kernelName"].astype(str).str.startswith(ASM_PREFIX)]
     by_symbol = {e.symbol: e for e in manifest}
     rows = []
     for _, r in asm.iterrows():
-        m, n, k, split = int(r["M"]), int(r["N"]), int(r["K"]), int(r["splitK"])
-        row: dict[str, Any] = {
-            **keys.as_row(),
-            "csv": csv_path.name,
-            "line": int(r["line"]),
-            "cu_num": int(r["cu_num"]),
-            "m": m,
-            "n": n,
-            "k": k,
-            "kernel": "",
-            "symbol": str(r["kernelName"]),
-            "log2_k_split": split,
-            "status": "safe",
-            "edge_classes": "",
-            "reason": "",
-            "emu_m": None,
-            "emu_n": None,
-            "emu_k": None,
-            "emulated": "",
-            "emu_detail": "",
-            "reproducer": "",
-        }
-        entry = by_symbol.get(row["symbol"])
-        if entry is None:
-            row.update(status="unknown-kernel", reason="symbol not in the f4gemm manifest")
-            rows.append(row)
-            continue
-        row["kernel"] = entry.name
-        problems = []
-        try:
-            check_shape(m, n, k, split)
-        except ShapeError as exc:
-            problems.append(f"shape rule: {exc}")
-        found = violations(entry, m, n, k)
-        problems += [v.message for v in found]
-        if not problems:
-            rows.append(row)
-            continue
-        row.update(
-            status="unsafe",
-            edge_classes=",".join(sorted({v.edge_class for v in found})),
-            reason="; ".join(problems) + (f" ({edge_rule(entry).evidence})" if found else ""),
-        )
-        if emulate and found:
-            shape = _emulation_shape(entry, m, n, k)
-            verdict, detail, order = _emulate(entry, manifest.co_path(entry), shape, orders)
-            row.update(
-                emu_m=shape.m,
-                emu_n=shape.n,
-                emu_k=shape.k,
-                emulated=verdict,
-                emu_detail=detail,
-                reproducer=reproducer(
-                    entry.name, shape.m, shape.n, shape.k, order=order, co_dir=co_dir_hint
-                ),
-            )
+        gfx = str(r[GFX_COLUMN]).strip() if GFX_COLUMN in df.columns else ""
+        row = _row(keys, name or csv_path.name, r, gfx)
         rows.append(row)
+        entry = by_symbol.get(row["symbol"])
+        if gfx and gfx != TARGET_ARCH:
+            row.update(
+                status="other-arch", reason=f"row is for {gfx}, the kernels for {TARGET_ARCH}"
+            )
+        elif entry is None:
+            row.update(status="unknown-kernel", reason="symbol not in the f4gemm manifest")
+        else:
+            row["kernel"] = entry.name
+            if _check(row, entry) and emulate:
+                shape = _emulation_shape(entry, row["m"], row["n"], row["k"])
+                emu = _emulate(entry, manifest.co_path(entry), shape, orders)
+                row.update(
+                    emu_m=shape.m,
+                    emu_n=shape.n,
+                    emu_k=shape.k,
+                    emulated=emu.verdict,
+                    emu_detail=emu.detail,
+                    emu_orders=emu.orders,
+                    finding=emu.finding,
+                    reproducer=reproducer(
+                        entry.name, shape.m, shape.n, shape.k, order=emu.order, co_dir=co_dir_hint
+                    ),
+                )
+    return rows
+
+
+def audit_tables(
+    tables: Mapping[str, Path],
+    manifest: Manifest,
+    keys: ArtifactKeys,
+    *,
+    emulate: bool = True,
+    orders: Sequence[str] = DEFAULT_ORDERS,
+    co_dir_hint: str | None = None,
+) -> list[dict[str, Any]]:
+    """AUDIT rows of every table ({name, e.g. its path below aiter/configs: file})."""
+    rows: list[dict[str, Any]] = []
+    for name, path in sorted(tables.items()):
+        rows += audit_tuned(
+            path,
+            manifest,
+            keys,
+            emulate=emulate,
+            orders=orders,
+            co_dir_hint=co_dir_hint,
+            name=name,
+        )
     return rows
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> str:
     unsafe = [r for r in rows if r["status"] == "unsafe"]
-    wrong = [r for r in unsafe if r["emulated"] == "wrong"]
-    return (
-        f"{len(rows)} asm row(s) checked, {len(unsafe)} unsafe by the rules "
-        f"({len(wrong)} compute wrong D[:M,:N] on the emulator), "
-        f"{sum(r['status'] == 'unknown-kernel' for r in rows)} with unknown kernels"
+    emulated = [r for r in unsafe if r["emulated"]]
+    wrong = [r for r in emulated if r["emulated"] == "wrong"]
+    other = sum(r["status"] == "other-arch" for r in rows)
+    how = (
+        f"{len(wrong)} of {len(emulated)} emulated compute wrong D[:M,:N]"
+        if emulated or not unsafe
+        else "not emulated"
     )
+    return (
+        f"{len(rows) - other} asm row(s) checked, {len(unsafe)} unsafe by the rules ({how}), "
+        f"{sum(r['status'] == 'unknown-kernel' for r in rows)} with unknown kernels, "
+        f"{other} for other archs skipped"
+    )
+
+
+def format_finding(r: Mapping[str, Any]) -> str:
+    """A row as a person reads it: where, aiter's record, f4pipe's verdict and evidence."""
+    aiter = ", ".join(
+        f"{theirs} {r[ours]:g}" for theirs, ours in RECORDED_COLUMNS.items() if r[ours] is not None
+    )
+    lines = [
+        f"{r['csv']}:{r['line']}: M={r['m']} N={r['n']} K={r['k']} splitK={r['log2_k_split']} "
+        f"{r['kernel'] or r['symbol']}",
+        f"  aiter recorded: {aiter or 'nothing'}",
+        f"  f4pipe: {r['status']}" + (f", emulated {r['emulated']}" if r["emulated"] else ""),
+        f"  rules: {r['reason']}",
+    ]
+    if r["finding"]:
+        lines.append(f"  shows: {r['finding']}")
+    if r["reproducer"]:
+        lines.append(f"  reproduce: {r['reproducer']}")
+    return "\n".join(lines)

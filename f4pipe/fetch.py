@@ -8,12 +8,16 @@ Sources (a dict, as in config/config.yaml):
 What lands in `resources/aiter/<aiter-id>/`: `f4gemm/` with the manifest CSV and exactly the .co
 files it lists (other files of the source directory, e.g. aiter's codegen.py or an unlisted .co,
 are not copied but named in the provenance under "skipped"; a listed .co that is missing is a
-ManifestError), and `provenance.json` (source, directory used, sha256 + size per file, f4pipe
-version, time). The directory appears whole or not at all (fsio.atomic_dir).
+ManifestError), `configs/` with every a4w4 tuned GEMM table of the source (aiter's
+`aiter/configs/**/*a4w4*tuned*gemm*.csv`, model_configs included, at their paths below
+`aiter/configs/`: the tables the tuned-table audit reads), and `provenance.json` (source,
+directories used, sha256 + size per file and per table, f4pipe version, time). The directory
+appears whole or not at all (fsio.atomic_dir).
 
 aiter ids name the bytes: `pypi-<package>-<version>`, `git-<12 hex of the commit>`, and
 `local-<12 hex of the content digest>`, the content digest being the sha256 over the sorted
-"name<TAB>sha256" lines of the copied files (recorded for every kind as `content_sha256`).
+"name<TAB>sha256" lines of the copied files, tables named `configs/<path>` (recorded for every
+kind as `content_sha256`).
 
 Pinning: once `<aiter-id>/provenance.json` exists, a fetch re-hashes the copies and returns without
 touching the network (`fetched=False`). Bytes that differ from the record are a ChecksumError,
@@ -23,6 +27,9 @@ directory's id is its content, so changed bytes give a *new* id (the old one sta
 a local directory, put its `content_sha256` in the source as `sha256`, and a change becomes a
 ChecksumError naming the changed files. A git commit pins its tree by construction; only a branch
 or tag needs the network on a re-run (to learn which commit it names now).
+
+A fetch made before tables were fetched (its provenance has no "tables") is completed once: the
+tables of the same wheel or commit are added and the record rewritten; nothing else changes.
 """
 
 from __future__ import annotations
@@ -48,6 +55,14 @@ from f4pipe import __version__
 from f4pipe.errors import ChecksumError, CodeObjectError, ConfigError, FetchError, ManifestError
 from f4pipe.fsio import atomic_dir, sha256_file, write_bytes, write_json, write_text
 from f4pipe.manifest import MANIFEST_NAME, find_f4gemm_dir, read_manifest
+from f4pipe.tables import (
+    CONFIGS_PATH,
+    TABLES_DIR,
+    configs_dir_beside,
+    copy_tables,
+    find_tables,
+    is_tuned_table,
+)
 from f4pipe.toolchain import cache_root
 
 DEFAULT_PACKAGE = "amd-aiter"
@@ -183,8 +198,8 @@ def aiter_id_for(source: Mapping[str, Any] | AiterSource) -> str:
             return f"git-{src.rev[:12]}"
         with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
             return f"git-{_git_fetch_commit(src, Path(tmp))[:12]}"
-    _, files = _local_files(src)
-    return f"local-{_content_digest(files)[:12]}"
+    _, files, tables = _local_files(src)
+    return f"local-{_content_digest(files, tables)[:12]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,10 +214,44 @@ class FetchResult:
     fetched: bool  # False when an existing, verified copy was reused
 
 
-def _content_digest(files: Mapping[str, Mapping[str, Any]]) -> str:
-    """sha256 over sorted `name\\tsha256\\n` lines: names the bytes, not where they came from."""
-    lines = "".join(f"{name}\t{files[name]['sha256']}\n" for name in sorted(files))
+def _content_digest(
+    files: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Mapping[str, Any]] | None = None
+) -> str:
+    """sha256 over sorted `name\\tsha256\\n` lines: names the bytes, not where they came from.
+    Tables count as `configs/<path>`, so a directory without tables keeps its digest."""
+    named = {**files, **{f"{TABLES_DIR}/{rel}": v for rel, v in (tables or {}).items()}}
+    lines = "".join(f"{name}\t{named[name]['sha256']}\n" for name in sorted(named))
     return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def tuned_tables(aiter_dir: Path) -> dict[str, Path]:
+    """The tuned tables of a fetched aiter directory: {path below aiter/configs: file}.
+
+    Empty when the source had none (a local f4gemm directory without its repository). A pypi
+    or git fetch recorded before tables were fetched is completed first (see the module
+    docstring), so a pipeline whose fetch predates this still audits its tables."""
+    record = read_provenance(aiter_dir)
+    source = _recorded_source(record)
+    if "tables" not in record and source is not None:
+        fetch_aiter(source, Path(aiter_dir).parent.parent)
+        record = read_provenance(aiter_dir)
+    return {rel: aiter_dir / TABLES_DIR / rel for rel in sorted(record.get("tables", {}))}
+
+
+def _recorded_source(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pinned source a provenance record was fetched from (None for a local directory,
+    whose id names its content: a fetch with tables has another id)."""
+    src = record.get("source", {})
+    if src.get("kind") == "pypi":
+        return {
+            "kind": "pypi",
+            "package": src["package"],
+            "version": src["version"],
+            "sha256": src["wheel_sha256"],
+        }
+    if src.get("kind") == "git":
+        return {"kind": "git", "url": src["url"], "rev": src["commit"]}
+    return None
 
 
 def _result(aiter_dir: Path, fetched: bool) -> FetchResult:
@@ -263,6 +312,14 @@ def verify_aiter_dir(aiter_dir: Path) -> dict[str, Any]:
             f"{f4gemm} holds file(s) not recorded in {PROVENANCE_NAME}: {extra}; remove them "
             "(derived files belong under results/)"
         )
+    for rel, info in sorted(record.get("tables", {}).items()):
+        path = aiter_dir / TABLES_DIR / rel
+        actual = sha256_file(path) if path.is_file() else None
+        if actual != info["sha256"]:
+            raise ChecksumError(
+                f"{path} is missing or changed after it was fetched: expected sha256 "
+                f"{info['sha256']} (recorded in {PROVENANCE_NAME}), actual {actual}; {redo}"
+            )
     return record
 
 
@@ -313,7 +370,12 @@ def _copy_f4gemm(
 
 
 def _write_provenance(
-    aiter_dir: Path, aiter_id: str, source: dict[str, Any], files: dict, skipped: list[str]
+    aiter_dir: Path,
+    aiter_id: str,
+    source: dict[str, Any],
+    files: dict,
+    skipped: list[str],
+    tables: dict[str, dict[str, Any]],
 ) -> None:
     write_json(
         aiter_dir / PROVENANCE_NAME,
@@ -321,13 +383,36 @@ def _write_provenance(
             "schema": PROVENANCE_SCHEMA,
             "aiter_id": aiter_id,
             "source": source,
-            "content_sha256": _content_digest(files),
+            "content_sha256": _content_digest(files, tables),
             "files": files,
             "skipped": skipped,
+            "manifest_header": _manifest_header(aiter_dir / "f4gemm" / MANIFEST_NAME),
+            "tables": tables,
             "f4pipe_version": __version__,
             "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )
+
+
+def _manifest_header(csv_path: Path) -> str:
+    """The manifest's header line as aiter spells it (tile_m or tile_M, ...): compare shows a
+    change, since a loader keyed on one spelling breaks on the other."""
+    with open(csv_path, encoding="utf-8", errors="replace") as fh:
+        return fh.readline().strip()
+
+
+def _complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict[str, Any]:
+    """Add the tuned tables to a fetch recorded without them; the rewritten provenance."""
+    record = read_provenance(target)
+    tables = copy_tables(configs_dir, target / TABLES_DIR)
+    record.update(
+        tables=tables,
+        content_sha256=_content_digest(record["files"], tables),
+        manifest_header=_manifest_header(target / "f4gemm" / MANIFEST_NAME),
+    )
+    record["source"]["tables_dir"] = where
+    write_json(target / PROVENANCE_NAME, record)
+    return record
 
 
 @contextlib.contextmanager
@@ -343,13 +428,20 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 
 def _fetch_into(
-    resources_dir: Path, aiter_id: str, src_dir: Path, source: dict[str, Any], where: str
+    resources_dir: Path,
+    aiter_id: str,
+    src_dir: Path,
+    source: dict[str, Any],
+    where: str,
+    configs_dir: Path | None,
 ) -> FetchResult:
-    """Copy `src_dir` (an f4gemm directory) into resources/aiter/<aiter_id> atomically."""
+    """Copy `src_dir` (an f4gemm directory) and the tuned tables of `configs_dir` (the
+    source's aiter/configs, None when it has none) into resources/aiter/<aiter_id> atomically."""
     target = Path(resources_dir) / "aiter" / aiter_id
     with atomic_dir(target) as tmp:
         files, skipped = _copy_f4gemm(src_dir, tmp / "f4gemm", where)
-        _write_provenance(tmp, aiter_id, source, files, skipped)
+        tables = copy_tables(configs_dir, tmp / TABLES_DIR)
+        _write_provenance(tmp, aiter_id, source, files, skipped, tables)
     return _result(target, fetched=True)
 
 
@@ -520,6 +612,23 @@ def _extract(wheel: Path, prefix: str, dest: Path) -> dict[str, int]:
         raise FetchError(f"{wheel} is not a readable wheel ({exc}); delete it and retry") from exc
 
 
+def _extract_tables(wheel: Path, dest: Path) -> Path:
+    """Extract the wheel's tuned tables (members under aiter/configs/) into `dest`; `dest`."""
+    prefix = f"{CONFIGS_PATH}/"
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            for info in _safe_members(zf, prefix):
+                rel = info.filename[len(prefix) :]
+                if is_tuned_table(rel):
+                    out = dest / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as fin, open(out, "wb") as fout:
+                        shutil.copyfileobj(fin, fout, 1 << 20)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
+        raise FetchError(f"{wheel} is not a readable wheel ({exc}); delete it and retry") from exc
+    return dest
+
+
 def extract_wheel_tree(
     source: Mapping[str, Any] | PypiSource,
     dest: Path,
@@ -636,10 +745,16 @@ def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) ->
                     f"{record['source'].get('wheel')}; fix the pin, or if the release really "
                     f"changed, delete {target} and the cached wheel and fetch again"
                 )
+            if "tables" not in record:
+                wheel, _ = ensure_wheel(src, cache_dir=cache_dir)
+                with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:
+                    configs = _extract_tables(wheel, Path(tmp))
+                    _complete_tables(target, configs, f"{wheel.name}:{CONFIGS_PATH}")
             return _result(target, fetched=False)
         wheel, wheel_sha = ensure_wheel(src, cache_dir=cache_dir)
         with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:
-            _extract(wheel, WHEEL_F4GEMM_PREFIX, Path(tmp))
+            _extract(wheel, WHEEL_F4GEMM_PREFIX, Path(tmp) / "f4gemm")
+            configs = _extract_tables(wheel, Path(tmp) / "configs")
             provenance = {
                 "kind": "pypi",
                 "package": src.package,
@@ -648,15 +763,19 @@ def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) ->
                 "wheel_sha256": wheel_sha,
                 "wheel_size": wheel.stat().st_size,
                 "f4gemm_dir": f"{wheel.name}:{WHEEL_F4GEMM_PREFIX}",
+                "tables_dir": f"{wheel.name}:{CONFIGS_PATH}",
             }
             where = provenance["f4gemm_dir"]
-            return _fetch_into(resources_dir, aiter_id, Path(tmp), provenance, where)
+            return _fetch_into(
+                resources_dir, aiter_id, Path(tmp) / "f4gemm", provenance, where, configs
+            )
 
 
 def _git_fetch_commit(src: GitSource, repo: Path) -> str:
     """Shallow, blob-less fetch of `src.rev` into a new repository; the commit sha.
 
-    Blobs come later, only for the f4gemm directory (sparse checkout); a server without
+    Blobs come later, only for the f4gemm directory and the tuned tables (sparse checkout); a
+    server without
     partial-clone support (a plain file:// repository) sends them all, which is merely slower.
     """
     _run(["git", "init", "-q", str(repo)], action="git init", default_hint="check git works")
@@ -688,7 +807,8 @@ def _git_fetch_commit(src: GitSource, repo: Path) -> str:
 
 
 def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
-    """Check out only GIT_F4GEMM_PATH of `commit`; the directory in the work tree."""
+    """Check out only GIT_F4GEMM_PATH and the a4w4 tables under CONFIGS_PATH of `commit`; the
+    f4gemm directory in the work tree (the tables are at repo/CONFIGS_PATH)."""
     listed = _run(
         ["git", "ls-tree", "--name-only", commit, "--", f"{GIT_F4GEMM_PATH}/{MANIFEST_NAME}"],
         cwd=repo,
@@ -701,7 +821,14 @@ def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
             "is this aiter, and does that commit have the f4gemm kernels?"
         )
     git_steps = [
-        ["git", "sparse-checkout", "set", "--no-cone", f"/{GIT_F4GEMM_PATH}/"],
+        [
+            "git",
+            "sparse-checkout",
+            "set",
+            "--no-cone",
+            f"/{GIT_F4GEMM_PATH}/",
+            f"/{CONFIGS_PATH}/**/*a4w4*",
+        ],
         ["git", "-c", "advice.detachedHead=false", "checkout", "-q", commit],
     ]
     for cmd in git_steps:
@@ -719,7 +846,7 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
         aiter_id = f"git-{src.rev[:12]}"
         target = _aiter_dir(resources_dir, aiter_id)
         with _locked(_lock_for(resources_dir, aiter_id)):
-            if target.exists():
+            if target.exists() and "tables" in read_provenance(target):
                 return _reuse_git(target, src.rev)
     with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
         repo = Path(tmp) / "repo"
@@ -727,18 +854,25 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
         aiter_id = f"git-{commit[:12]}"
         target = _aiter_dir(resources_dir, aiter_id)
         with _locked(_lock_for(resources_dir, aiter_id)):
-            if target.exists():
+            if target.exists() and "tables" in read_provenance(target):
                 return _reuse_git(target, commit)
             f4gemm = _git_checkout_f4gemm(src, repo, commit)
+            if target.exists():  # fetched before tables were: add them
+                _reuse_git(target, commit)
+                _complete_tables(target, repo / CONFIGS_PATH, CONFIGS_PATH)
+                return _result(target, fetched=False)
             provenance = {
                 "kind": "git",
                 "url": src.url,
                 "rev": src.rev,
                 "commit": commit,
                 "f4gemm_dir": GIT_F4GEMM_PATH,
+                "tables_dir": CONFIGS_PATH,
             }
             where = f"{GIT_F4GEMM_PATH} of commit {commit} of {src.url}"
-            return _fetch_into(resources_dir, aiter_id, f4gemm, provenance, where)
+            return _fetch_into(
+                resources_dir, aiter_id, f4gemm, provenance, where, repo / CONFIGS_PATH
+            )
 
 
 def _reuse_git(target: Path, commit: str) -> FetchResult:
@@ -751,8 +885,19 @@ def _reuse_git(target: Path, commit: str) -> FetchResult:
     return _result(target, fetched=False)
 
 
-def _local_files(src: LocalSource) -> tuple[Path, dict[str, dict[str, Any]]]:
-    """The f4gemm directory used for a local source and sha256 + size of what would be copied.
+def local_configs_dir(f4gemm_dir: Path) -> Path | None:
+    """The tables beside a local f4gemm directory: a fetched copy's (<id>/configs), else
+    tables.configs_dir_beside's (an aiter checkout or an installed wheel)."""
+    if (Path(f4gemm_dir).resolve().parent / PROVENANCE_NAME).is_file():
+        return Path(f4gemm_dir).resolve().parent / TABLES_DIR
+    return configs_dir_beside(f4gemm_dir)
+
+
+def _local_files(
+    src: LocalSource,
+) -> tuple[Path, dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The f4gemm directory used for a local source, sha256 + size of what would be copied,
+    and the same for its tuned tables.
 
     `path` may be the f4gemm directory or either meaning of AITER_ASM_DIR (find_f4gemm_dir);
     the directory used is recorded in the provenance.
@@ -763,26 +908,35 @@ def _local_files(src: LocalSource) -> tuple[Path, dict[str, dict[str, Any]]]:
     for name in names:
         path = directory / name
         files[name] = {"sha256": sha256_file(path), "size": path.stat().st_size}
-    return directory, files
+    tables = {
+        rel: {"sha256": sha256_file(path), "size": path.stat().st_size}
+        for rel, path in find_tables(local_configs_dir(directory)).items()
+    }
+    return directory, files, tables
 
 
 def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
-    directory, files = _local_files(src)
-    digest = _content_digest(files)
+    directory, files, tables = _local_files(src)
+    digest = _content_digest(files, tables)
     if src.sha256 is not None and src.sha256 != digest:
-        raise ChecksumError(_local_pin_message(src, directory, digest, files, resources_dir))
+        named = {**files, **{f"{TABLES_DIR}/{rel}": v for rel, v in tables.items()}}
+        raise ChecksumError(_local_pin_message(src, directory, digest, named, resources_dir))
     aiter_id = f"local-{digest[:12]}"
     target = _aiter_dir(resources_dir, aiter_id)
     with _locked(_lock_for(resources_dir, aiter_id)):
         if target.exists():
             verify_aiter_dir(target)
             return _result(target, fetched=False)
+        configs = local_configs_dir(directory)
         provenance = {
             "kind": "local",
             "path": str(src.path),
             "f4gemm_dir": str(directory.resolve()),
+            "tables_dir": str(configs) if configs is not None else "",
         }
-        result = _fetch_into(resources_dir, aiter_id, directory, provenance, str(directory))
+        result = _fetch_into(
+            resources_dir, aiter_id, directory, provenance, str(directory), configs
+        )
         copied = read_provenance(target)["content_sha256"]
         if copied != digest:
             shutil.rmtree(target)
@@ -801,7 +955,11 @@ def _local_pin_message(
     )
     pinned_dir = _aiter_dir(resources_dir, f"local-{src.sha256[:12]}")
     if (pinned_dir / PROVENANCE_NAME).is_file():
-        recorded = read_provenance(pinned_dir)["files"]
+        record = read_provenance(pinned_dir)
+        recorded = {
+            **record["files"],
+            **{f"{TABLES_DIR}/{rel}": v for rel, v in record.get("tables", {}).items()},
+        }
         changed = [
             f"{name}: expected sha256 {recorded[name]['sha256'] if name in recorded else None}, "
             f"actual {files[name]['sha256'] if name in files else None}"

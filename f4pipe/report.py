@@ -26,10 +26,21 @@ from typing import Any
 import pandas as pd
 
 from f4pipe import __version__
+from f4pipe.audit import format_finding
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, sha256_file
 from f4pipe.safety import EDGE_CLASSES
-from f4pipe.schemas import AUDIT, BENCH, KERNELS, ROUNDTRIP, SAFETY, SPLITK, VERIFY, read_table
+from f4pipe.schemas import (
+    ADDED_COLUMNS,
+    AUDIT,
+    BENCH,
+    KERNELS,
+    ROUNDTRIP,
+    SAFETY,
+    SPLITK,
+    VERIFY,
+    read_table,
+)
 
 # --- the result-set layout (decided with the Snakefile) ----------------------------------------
 
@@ -79,7 +90,11 @@ class ResultSet:
         tables: dict[str, pd.DataFrame | None] = {}
         for name, (file_name, schema) in TABLE_FILES.items():
             path = directory / file_name
-            tables[name] = read_table(path, schema).to_pandas() if path.is_file() else None
+            tables[name] = (
+                read_table(path, schema, ADDED_COLUMNS.get(name, ())).to_pandas()
+                if path.is_file()
+                else None
+            )
         if tables["kernels"] is None and tables["roundtrip"] is None:
             raise InputError(
                 f"{directory}: has neither kernels.parquet nor roundtrip.parquet; "
@@ -504,42 +519,56 @@ def safety_section(rs: ResultSet) -> Section:
 
 
 def audit_section(rs: ResultSet) -> Section:
+    """Per tuned table: rows checked, unsafe, other-arch; every unsafe row as a finding with
+    aiter's recorded columns beside f4pipe's verdict."""
     df = rs.table("audit")
-    sec = Section("audit", "Tuned-config audit: aiter's tuned GEMM table", "not run", "none")
-    if df is None or not len(df):
+    sec = Section("audit", "Tuned-config audit: aiter's a4w4 tuned GEMM tables", "not run", "none")
+    if df is None:
         sec.notes.append("audit.parquet is missing: the tuned-config audit has not run.")
         return sec
+    if not len(df):
+        sec.verdict = "the fetched aiter has no a4w4 tuned GEMM table with asm rows"
+        return sec
     unsafe = df[df["status"] == "unsafe"]
-    emulated = unsafe["emulated"].value_counts()
-    sec.verdict = (
-        f"{len(df)} asm rows of {', '.join(sorted(set(df['csv'])))} checked: "
-        f"{len(unsafe)} unsafe by the rules"
-        + (
-            " (emulated: " + ", ".join(f"{n} {v}" for v, n in sorted(emulated.items())) + ")"
-            if len(emulated)
-            else ""
+    parts = []
+    for name, t in df.groupby("csv", sort=True):
+        other = int((t["status"] == "other-arch").sum())
+        bad = t[t["status"] == "unsafe"]
+        emulated = bad["emulated"].value_counts()
+        parts.append(
+            f"{name}: {len(t) - other} asm rows checked, {len(bad)} unsafe"
+            + (
+                " (emulated: " + ", ".join(f"{n} {v}" for v, n in sorted(emulated.items())) + ")"
+                if len(emulated)
+                else ""
+            )
+            + (f", {other} rows for other archs skipped" if other else "")
         )
-        + f", {int((df['status'] == 'unknown-kernel').sum())} with kernels not in the manifest"
+    unknown = int((df["status"] == "unknown-kernel").sum())
+    sec.verdict = "; ".join(parts) + (
+        f"; {unknown} rows name kernels not in the manifest" if unknown else ""
     )
     sec.state = "bad" if len(unsafe) else "ok"
     if len(unsafe):
         sec.table = pd.DataFrame(
             {
+                "table": unsafe["csv"],
                 "line": unsafe["line"],
                 "M": unsafe["m"],
                 "N": unsafe["n"],
                 "K": unsafe["k"],
                 "kernel": unsafe["kernel"].map(short_kernel),
+                "aiter us": unsafe["aiter_us"],
+                "aiter errRatio": unsafe["aiter_err_ratio"],
+                "f4pipe": unsafe["emulated"].where(unsafe["emulated"] != "", "rules only"),
+                "per order": unsafe["emu_orders"],
                 "edge": unsafe["edge_classes"],
-                "emulated": unsafe["emulated"],
-                "detail": unsafe["emu_detail"],
             }
         ).reset_index(drop=True)
-        repro = []
-        for _, r in unsafe[unsafe["reproducer"] != ""].iterrows():
-            repro.append(f"# line {r['line']}: M={r['m']} N={r['n']} K={r['k']} -> {r['emulated']}")
-            repro.append(str(r["reproducer"]))
-        sec.code["Reproducers"] = repro
+        for name, t in unsafe.groupby("csv", sort=True):
+            sec.code[f"Findings in {name} (aiter's record beside f4pipe's verdict)"] = [
+                line for _, r in t.iterrows() for line in format_finding(r.to_dict()).splitlines()
+            ]
     return sec
 
 

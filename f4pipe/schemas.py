@@ -116,8 +116,19 @@ def write_table(path: str | os.PathLike[str], table: pa.Table) -> None:
         pq.write_table(table, tmp)
 
 
-def read_table(path: str | os.PathLike[str], schema: pa.Schema | None = None) -> pa.Table:
+def read_table(
+    path: str | os.PathLike[str], schema: pa.Schema | None = None, added: Sequence[str] = ()
+) -> pa.Table:
+    """A Parquet table checked against `schema`; columns named in `added` (ADDED_COLUMNS) may
+    be missing from an older file and are then filled with nulls."""
     table = pq.read_table(path)
+    if schema is not None and added:
+        for name in added:
+            if name not in table.column_names and schema.get_field_index(name) >= 0:
+                field = schema.field(name)
+                table = table.append_column(field, pa.nulls(len(table), field.type))
+        if set(table.column_names) == set(schema.names):
+            table = table.select(schema.names)
     if schema is not None and not table.schema.equals(schema, check_metadata=False):
         raise InputError(
             f"{path}: schema differs from f4pipe's:\n{table.schema}\nexpected:\n{schema}"
@@ -222,8 +233,9 @@ SAFETY = with_keys(
 # emulated.
 
 AUDIT = with_keys(
-    pa.field("csv", pa.string(), nullable=False),
+    pa.field("csv", pa.string(), nullable=False),  # the table's path below aiter/configs
     pa.field("line", pa.int64(), nullable=False),  # 1-based line in the CSV (header = 1)
+    pa.field("gfx", pa.string()),  # the row's `gfx` column ("" when the table has none)
     pa.field("cu_num", pa.int64(), nullable=False),
     pa.field("m", pa.int64(), nullable=False),
     pa.field("n", pa.int64(), nullable=False),
@@ -240,7 +252,17 @@ AUDIT = with_keys(
     pa.field("emulated", pa.string(), nullable=False),
     pa.field("emu_detail", pa.string(), nullable=False),
     pa.field("reproducer", pa.string(), nullable=False),
+    pa.field("emu_orders", pa.string()),  # per workgroup order: right / wrong, raced dwords
+    pa.field("finding", pa.string()),  # what f4pipe shows, beside aiter's record
+    pa.field("aiter_us", pa.float64()),  # aiter's own recorded columns of the row
+    pa.field("aiter_tflops", pa.float64()),
+    pa.field("aiter_err_ratio", pa.float64()),
 )
+#: Columns added to a table after its first release: an older file lacking them reads with
+#: nulls there, so an archived set stays comparable with a new one.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "audit": ("gfx", "emu_orders", "finding", "aiter_us", "aiter_tflops", "aiter_err_ratio"),
+}
 
 #: Every table by the name the pipeline and `f4pipe gather` use.
 TABLE_SCHEMAS: dict[str, pa.Schema] = {

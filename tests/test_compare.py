@@ -3,14 +3,22 @@ reassembled (one instruction changed)."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 
 import pytest
 from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL, get_result_sets
 
 from f4pipe.archive import create_archive, tarball_bytes
+from f4pipe.asmfacts import (
+    descriptor_directives,
+    fact_changes,
+    header_facts,
+    instruction_diff,
+    metadata,
+)
 from f4pipe.cli import main as cli_main
-from f4pipe.compare import compare_sets, descriptor_directives, open_result_set
+from f4pipe.compare import compare_sets, open_result_set
 from f4pipe.report import ResultSet, short_kernel
 
 
@@ -58,8 +66,7 @@ def test_cli_compare_archive_with_directory(result_sets, tmp_path, capsys):
     capsys.readouterr()
     out_dir = tmp_path / "cmp"
     argv = ["compare", str(tarball), str(result_sets["B"]), "-o", str(out_dir)]
-    assert cli_main(argv) == 0
-    assert cli_main([*argv, "--exit-code"]) == 1
+    assert cli_main(argv) == 1  # a verdict input changed
     text = capsys.readouterr().out
     assert f"changed: {EDITED} (instructions " in text and "code objects changed: 1" in text
     assert "verify results changed: 2" in text
@@ -67,8 +74,13 @@ def test_cli_compare_archive_with_directory(result_sets, tmp_path, capsys):
     summary = (out_dir / "summary.md").read_text()
     assert short_kernel(EDITED) in page and "passed -&gt; failed" in page
     assert EDIT_TO.strip() in summary and "not measured in both sets" in summary
-    # identical sets: exit 0 even with --exit-code
+    # identical sets: exit 0 (--exit-code is still accepted)
     assert cli_main(["compare", str(tarball), str(result_sets["A"]), "--exit-code"]) == 0
+    capsys.readouterr()
+    assert cli_main(["compare", str(tarball), str(result_sets["B"]), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["differs"] is True and out["verdict_changes"]["code objects"] == 1
+    assert out["verdict_changes"]["verify"] == 2 and out["verdict_changes"]["manifest"] == 0
 
 
 def test_measured_throughput_deltas(result_sets, tmp_path):
@@ -99,3 +111,23 @@ def test_descriptor_directives_parse_co2asm_blocks(result_sets):
     symbol = ResultSet.load(result_sets["A"]).table("kernels").set_index("kernel").loc[EDITED]
     assert fields[f"{symbol['symbol']}.amdhsa_kernarg_size"].isdigit()
     assert len(fields) > 20
+
+
+def test_fact_changes_name_code_object_version_abi_metadata_and_args(result_sets):
+    """The facts an update changed between aiter revisions (cov 5 -> 6, a new kernarg) are
+    named, read back from a real co2asm .s."""
+    new = (result_sets["A"] / "roundtrip" / f"{EDITED}.s").read_text()
+    assert header_facts(new) == {
+        "target": "amdgcn-amd-amdhsa--gfx950",
+        "code_object_version": "6",
+        "elf_abi_version": "4",
+    }
+    size = metadata(new)["amdhsa.kernels"][0][".kernarg_segment_size"]
+    old = new.replace(".amdhsa_code_object_version 6", ".amdhsa_code_object_version 5", 1)
+    old = old.replace(f".kernarg_segment_size: {size}", f".kernarg_segment_size: {size - 4}", 1)
+    assert old != new
+    facts = fact_changes(old, new)
+    assert "code_object_version: 5 -> 6" in facts and "elf_abi_version: 3 -> 4" in facts
+    assert any(f.endswith(f"kernarg_segment_size: {size - 4} -> {size}") for f in facts)
+    assert len(facts) == 3
+    assert instruction_diff(old, new).summary().startswith("+0 -0 ~0 instructions")

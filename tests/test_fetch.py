@@ -26,9 +26,11 @@ from f4pipe.fetch import (
     WHEEL_F4GEMM_PREFIX,
     aiter_id_for,
     ensure_wheel,
+    extract_wheel_file,
     extract_wheel_tree,
     fetch_aiter,
     read_provenance,
+    tuned_tables,
     verify_aiter_dir,
     wheel_cache_dir,
 )
@@ -36,6 +38,8 @@ from f4pipe.fsio import sha256_file
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 
 PYPI = {"kind": "pypi", "package": DEFAULT_PACKAGE, "version": DEFAULT_VERSION}
+TUNED = "a4w4_blockscale_tuned_gemm.csv"
+MODEL_TUNED = "model_configs/dsv3_a4w4_blockscale_tuned_gemm.csv"
 SAMPLE = (
     "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256.co",
     "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128.co",
@@ -70,6 +74,12 @@ def git_repo(tmp_path: Path, f4gemm_dir: Path) -> tuple[str, str, Path]:
     git(repo, "config", "uploadpack.allowFilter", "true")  # serve blob-less fetches, as GitHub
     make_f4gemm(f4gemm_dir, repo / GIT_F4GEMM_PATH)
     (repo / "README.md").write_text("not aiter, a test double of its layout\n")
+    configs = repo / "aiter" / "configs"
+    extract_wheel_file(PYPI, configs / TUNED)  # the wheel's table, as the repository has it
+    (configs / "model_configs").mkdir()
+    (configs / MODEL_TUNED).write_text((configs / TUNED).read_text())
+    (configs / "a4w4_blockscale_untuned_gemm.csv").write_text("M,N,K\n1,800,5120\n")
+    (configs / "bf16_tuned_gemm.csv").write_text("M,N,K\n1,800,5120\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "f4gemm")
     commit = git(repo, "rev-parse", "HEAD")
@@ -127,6 +137,14 @@ def test_pypi_fetch_records_wheel_and_rerun_is_offline(tmp_path: Path) -> None:
         "wheel_sha256": wheel_sha,
         "wheel_size": wheel.stat().st_size,
         "f4gemm_dir": f"{wheel.name}:{WHEEL_F4GEMM_PREFIX}",
+        "tables_dir": f"{wheel.name}:aiter/configs",
+    }
+    # the wheel's one a4w4 tuned table comes along (the untuned shape list does not)
+    assert list(record["tables"]) == ["a4w4_blockscale_tuned_gemm.csv"]
+    assert tuned_tables(result.f4gemm_dir.parent) == {
+        "a4w4_blockscale_tuned_gemm.csv": result.f4gemm_dir.parent
+        / "configs"
+        / "a4w4_blockscale_tuned_gemm.csv"
     }
     assert wheel_sha == sha256_file(wheel)
     assert record["skipped"] == ["codegen.py"]
@@ -239,8 +257,13 @@ def test_git_fetch_branch_then_pinned_commit_offline(
         "rev": "main",
         "commit": commit,
         "f4gemm_dir": GIT_F4GEMM_PATH,
+        "tables_dir": "aiter/configs",
     }
     assert record["skipped"] == sorted(["codegen.py", UNLISTED])
+    # every a4w4 tuned GEMM table, model_configs included; untuned and other tables stay out
+    assert sorted(record["tables"]) == sorted([TUNED, MODEL_TUNED])
+    for rel, path in tuned_tables(result.f4gemm_dir.parent).items():
+        assert path.read_bytes() == (repo / "aiter" / "configs" / rel).read_bytes()
     assert [e.co_name for e in read_manifest(result.f4gemm_dir)] == [
         e.co_name for e in read_manifest(repo / GIT_F4GEMM_PATH)
     ]
@@ -288,9 +311,11 @@ def test_git_errors(tmp_path: Path, git_repo: tuple[str, str, Path]) -> None:
 
 @pytest.fixture
 def aiter_tree(tmp_path: Path, f4gemm_dir: Path) -> Path:
-    """<meta>/hsa/gfx950/f4gemm with a small real f4gemm directory; returns <meta>."""
+    """An installed wheel's layout: <site>/aiter_meta/hsa/gfx950/f4gemm with a small real f4gemm
+    directory, <site>/aiter/configs with the wheel's tuned table; returns <site>/aiter_meta."""
     meta = tmp_path / "aiter_meta"
     make_f4gemm(f4gemm_dir, meta / "hsa" / "gfx950" / "f4gemm")
+    extract_wheel_file(PYPI, tmp_path / "aiter" / "configs" / TUNED)
     return meta
 
 
@@ -305,7 +330,9 @@ def test_local_accepts_both_aiter_asm_dir_meanings(tmp_path: Path, aiter_tree: P
         "kind": "local",
         "path": str(aiter_tree / "hsa"),
         "f4gemm_dir": str(f4gemm.resolve()),
+        "tables_dir": str((aiter_tree.parent / "aiter" / "configs").resolve()),
     }
+    assert list(record["tables"]) == [TUNED]
     assert result.aiter_id == f"local-{record['content_sha256'][:12]}"
     before = mtimes(result.f4gemm_dir.parent)
     for path in (aiter_tree / "hsa" / "gfx950", f4gemm):  # aiter's meaning; the dir itself
@@ -414,3 +441,70 @@ def test_cli_fetch(tmp_path: Path, aiter_tree: Path, capsys: pytest.CaptureFixtu
     assert "does not exist" in capsys.readouterr().err
     assert main(["fetch", "--source", "git", "--path", "x"]) == 2
     assert "--source git takes" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Tuned tables (fetched with the code objects, every source kind)
+
+
+def test_tuned_csv_from_git_local_and_the_fetched_aiter(
+    tmp_path: Path, git_repo: tuple[str, str, Path], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    url, commit, repo = git_repo
+    monkeypatch.chdir(tmp_path)  # --resources defaults to ./resources
+    want = (repo / "aiter" / "configs" / MODEL_TUNED).read_bytes()
+    argv = ["tuned-csv", "--source", "git", "--url", url, "--rev", commit, "--member"]
+    assert main([*argv, f"aiter/configs/{MODEL_TUNED}", "-o", "git.csv"]) == 0
+    assert (tmp_path / "git.csv").read_bytes() == want
+    # no source option: the aiter fetched under ./resources
+    assert main(["tuned-csv", "--member", MODEL_TUNED, "-o", "fetched.csv"]) == 0
+    assert (tmp_path / "fetched.csv").read_bytes() == want
+    argv = ["tuned-csv", "--source", "local", "--path", str(repo / "hsa"), "-o", "local.csv"]
+    assert main(argv) == 0
+    assert (tmp_path / "local.csv").read_bytes() == (repo / "aiter/configs" / TUNED).read_bytes()
+    capsys.readouterr()
+    assert main(["tuned-csv", "--member", "nope.csv", "-o", "x.csv"]) == 2
+    assert "has no tuned table 'nope.csv'" in capsys.readouterr().err
+
+
+def test_local_id_names_the_tables_too(tmp_path: Path, aiter_tree: Path) -> None:
+    """A retuned table is new content: a new id, so the audit reruns."""
+    source = {"kind": "local", "path": str(aiter_tree / "hsa")}
+    first = fetch_aiter(source, tmp_path / "res")
+    table = aiter_tree.parent / "aiter" / "configs" / TUNED
+    table.write_text(table.read_text().replace(",0.0\n", ",0.5\n", 1))
+    second = fetch_aiter(source, tmp_path / "res")
+    assert second.fetched and second.aiter_id != first.aiter_id
+    assert (
+        read_provenance(first.f4gemm_dir.parent)["files"]
+        == read_provenance(second.f4gemm_dir.parent)["files"]
+    )
+
+
+def test_changed_table_in_a_fetch_is_an_error(tmp_path: Path, aiter_tree: Path) -> None:
+    result = fetch_aiter({"kind": "local", "path": str(aiter_tree / "hsa")}, tmp_path / "res")
+    copy = result.f4gemm_dir.parent / "configs" / TUNED
+    copy.write_text(copy.read_text() + "256,1,1,1,0,0,1.0,x,1,1,0.0\n")
+    with pytest.raises(ChecksumError, match=f"{TUNED} is missing or changed after it was fetched"):
+        verify_aiter_dir(result.f4gemm_dir.parent)
+
+
+@pytest.mark.network
+def test_fetch_made_before_tables_is_completed_once(tmp_path: Path) -> None:
+    """A provenance without "tables" (an older f4pipe) gets the wheel's tables added, nothing
+    else changed."""
+    res = tmp_path / "resources"
+    aiter_dir = fetch_aiter(PYPI, res).f4gemm_dir.parent
+    record = read_provenance(aiter_dir)
+    legacy = {k: v for k, v in record.items() if k not in ("tables", "manifest_header")}
+    legacy["source"] = {k: v for k, v in record["source"].items() if k != "tables_dir"}
+    shutil.rmtree(aiter_dir / "configs")
+    (aiter_dir / PROVENANCE_NAME).write_text(json.dumps(legacy))
+    f4gemm_before = mtimes(aiter_dir / "f4gemm")
+    assert tuned_tables(aiter_dir) == {TUNED: aiter_dir / "configs" / TUNED}  # completes it
+    again = fetch_aiter(PYPI, res)
+    assert not again.fetched
+    completed = verify_aiter_dir(aiter_dir)
+    assert completed["tables"] == record["tables"]
+    assert completed["content_sha256"] == record["content_sha256"]
+    assert mtimes(aiter_dir / "f4gemm") == f4gemm_before

@@ -121,8 +121,9 @@ def test_cli_hip_without_runtime(capsys):
     assert "no HIP runtime" in err and "libamdhip64" in err and "Traceback" not in err
 
 
-def test_cli_needs_a_co_dir(monkeypatch, capsys):
+def test_cli_needs_a_co_dir(monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("AITER_ASM_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./resources/aiter to fall back on
     monkeypatch.setattr(gemm_cli, "open_device", lambda kind: HostModelDevice())
     assert main(["gemm"]) == 2
     assert "--co-dir" in capsys.readouterr().err

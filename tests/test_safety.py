@@ -227,6 +227,52 @@ def test_audit_emulates_unsafe_rows_with_a_failing_reproducer(manifest, tuned_cs
     assert out.is_file()
 
 
+def test_audit_reads_every_header_variant_and_skips_other_archs(manifest, tuned_csv, tmp_path):
+    """aiter's newer tables have a `gfx` first column; column names are matched whatever their
+    case. Rows for another arch are kept as `other-arch` (counted), not checked."""
+    df = read_tuned(tuned_csv).drop(columns=["line"])
+    newer = df.copy()
+    newer.insert(0, "gfx", "gfx950")
+    newer.loc[newer.index[:3], "gfx"] = "gfx942"
+    newer = newer.rename(columns={"kernelName": "KernelName", "splitK": "splitk"})
+    path = tmp_path / "newer.csv"
+    newer.to_csv(path, index=False)
+    old_rows = audit_tuned(tuned_csv, manifest, KEYS, emulate=False)
+    rows = audit_tuned(path, manifest, KEYS, emulate=False, name="model_configs/x.csv")
+    table_from_rows(rows, AUDIT)
+    assert len(rows) == len(old_rows) and {r["csv"] for r in rows} == {"model_configs/x.csv"}
+    other = [r for r in rows if r["status"] == "other-arch"]
+    asm_in_first_three = int(df.loc[df.index[:3], "kernelName"].str.startswith("_ZN").sum())
+    assert len(other) == asm_in_first_three and all(r["gfx"] == "gfx942" for r in other)
+    by_line = {r["line"]: r for r in old_rows}
+    for r in rows:
+        if r["status"] != "other-arch":
+            assert r["status"] == by_line[r["line"]]["status"] and r["gfx"] == "gfx950"
+    assert all(r["gfx"] == "" for r in old_rows)  # the wheel's table has no gfx column
+    # aiter's own record travels with every row
+    first = df.iloc[int(rows[-1]["line"]) - 2]
+    assert rows[-1]["aiter_us"] == first["us"] and rows[-1]["aiter_err_ratio"] == first["errRatio"]
+
+
+def test_an_audit_table_from_before_the_new_columns_still_reads(manifest, tuned_csv, tmp_path):
+    """An archived audit.parquet without the columns added later reads with nulls there."""
+    import pyarrow.parquet as pq
+
+    from f4pipe.errors import InputError
+    from f4pipe.schemas import ADDED_COLUMNS, read_table, write_rows
+
+    rows = audit_tuned(tuned_csv, manifest, KEYS, emulate=False)[:5]
+    path = tmp_path / "audit.parquet"
+    write_rows(path, rows, AUDIT)
+    older = pq.read_table(path).drop_columns(list(ADDED_COLUMNS["audit"]))
+    pq.write_table(older, path)
+    with pytest.raises(InputError, match="schema differs"):
+        read_table(path, AUDIT)
+    table = read_table(path, AUDIT, ADDED_COLUMNS["audit"])
+    assert table.schema.equals(AUDIT, check_metadata=False) and table.num_rows == 5
+    assert table.column("finding").null_count == 5
+
+
 def test_report_shows_the_safety_table_and_the_audit(
     manifest, subset_rows, tuned_csv, f4gemm_dir, toolchain, tmp_path
 ) -> None:
@@ -252,7 +298,9 @@ def test_report_shows_the_safety_table_and_the_audit(
     assert any("--unsafe" in line for line in repro)
     unsafe = sum(r["status"] == "unsafe" for r in audit)
     assert sections["audit"].state == "bad"
-    assert f"{len(audit)} asm rows" in sections["audit"].verdict
-    assert f"{unsafe} unsafe by the rules" in sections["audit"].verdict
+    assert f"tuned.csv: {len(audit)} asm rows checked, {unsafe} unsafe" in sections["audit"].verdict
+    (findings,) = sections["audit"].code.values()  # one table, one block of findings
+    assert sum(line.startswith("tuned.csv:") for line in findings) == unsafe
+    assert sum("aiter recorded: us " in line and "errRatio" in line for line in findings) == unsafe
     html = report.index.read_text()
     assert '<h2 id="safety">' in html and '<h2 id="audit">' in html

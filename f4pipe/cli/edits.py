@@ -148,7 +148,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--co-dir",
-        help="directory with the original f4gemm manifest and .co files; default $AITER_ASM_DIR",
+        help="directory with the original f4gemm manifest and .co files; default "
+        "$AITER_ASM_DIR, else the aiter fetched under ./resources (by `f4pipe fetch` or the "
+        "pipeline)",
     )
     p.add_argument(
         "--device",

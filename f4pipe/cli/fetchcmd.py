@@ -19,7 +19,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "RESOURCES/aiter/<aiter-id>/ with a provenance.json; a re-run with nothing changed "
         "does nothing, and changed bytes are an error, never a silent refetch.",
     )
-    p.add_argument("--source", choices=("pypi", "git", "local"), default="pypi")
+    add_source_args(p, default="pypi")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def add_source_args(p: argparse.ArgumentParser, default: str | None) -> None:
+    """The aiter source options (shared by `fetch` and `tuned-csv`)."""
+    p.add_argument("--source", choices=("pypi", "git", "local"), default=default)
     p.add_argument("--package", help=f"pypi: distribution name (default {DEFAULT_PACKAGE})")
     p.add_argument("--version", help=f"pypi: exact version (default {DEFAULT_VERSION})")
     p.add_argument("--sha256", help="pypi: the wheel's sha256; local: the content sha256")
@@ -28,8 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--path", help="local: f4gemm directory or AITER_ASM_DIR (either meaning)")
     p.add_argument("--resources", type=Path, default=Path("resources"), help="default: resources")
     p.add_argument("--cache-dir", type=Path, help="wheel cache (default: <f4pipe cache>/wheels)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run)
 
 
 _OPTIONS = {
@@ -49,6 +54,7 @@ def source_from_args(args: argparse.Namespace) -> dict[str, Any]:
             f"not {['--' + o for o in foreign]}"
         )
     source: dict[str, Any] = {"kind": args.source}
+    assert args.source in _OPTIONS
     for key in _OPTIONS[args.source]:
         if getattr(args, key):
             source[key] = getattr(args, key)
@@ -75,5 +81,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         state = "fetched" if result.fetched else "already present, verified"
         used = record["source"]["f4gemm_dir"]
+        tables = record.get("tables", {})
         print(f"{result.aiter_id}\t{result.f4gemm_dir}\t({state}; from {used})")
+        print(f"tuned tables: {len(tables)} ({', '.join(sorted(tables)) or 'none in the source'})")
     return 0

@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from f4pipe.cli import EXIT_FAILED, EXIT_OK
 from f4pipe.device import DEVICE_KINDS, Device, open_device
-from f4pipe.errors import ConfigError, HipVersionError, ManifestError, NoDeviceError, ShapeError
+from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
 from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, run_gemm
 from f4pipe.heuristic import select_kernel
 from f4pipe.kernarg import BLOCK, check_shape
+from f4pipe.locate import artifact_keys, locate_co_dir
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
 from f4pipe.operands import SEED_A, SEED_B
 from f4pipe.safety import is_safe, refusal
-from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, write_rows
+from f4pipe.schemas import BENCH, SPLITK, VERIFY, write_rows
 from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
-from f4pipe.toolchain import read_toolchain_id
 
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
 SEED_B_OFFSET = SEED_B - SEED_A
@@ -35,13 +36,8 @@ WAVES_PER_WG = BLOCK[0] // 64
 
 
 def co_dir_from(args: argparse.Namespace) -> str:
-    co_dir = args.co_dir or os.environ.get("AITER_ASM_DIR")
-    if not co_dir:
-        raise ManifestError(
-            "no code object directory: pass --co-dir DIR or set AITER_ASM_DIR (aiter's "
-            "hsa/gfx950/f4gemm directory, or either parent)"
-        )
-    return co_dir
+    """--co-dir, else $AITER_ASM_DIR, else the fetched aiter (f4pipe.locate's rules)."""
+    return str(locate_co_dir(getattr(args, "co_dir", None)).co_dir)
 
 
 def parse_seed(text: str) -> tuple[int, int]:
@@ -258,7 +254,7 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--co-dir",
         help="directory with the f4gemm manifest and .co files (aiter's hsa/gfx950/f4gemm or "
-        "a parent); default $AITER_ASM_DIR",
+        "a parent); default $AITER_ASM_DIR, else the aiter fetched under ./resources",
     )
     p.add_argument(
         "--seed",
@@ -356,15 +352,25 @@ STAGE_HELP = {
 }
 
 
-def toolchain_id_from(args: argparse.Namespace) -> str:
-    if args.toolchain_id:
-        return str(args.toolchain_id)
-    return read_toolchain_id(args.toolchain_json)
+def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.Schema) -> str:
+    """Write the Parquet table only when -o names one; the suffix for the summary line."""
+    if output is None:
+        return ""
+    write_rows(output, rows, schema)
+    return f" -> {output}"
 
 
 def run_stage_command(args: argparse.Namespace) -> int:
     cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
-    manifest = read_manifest(co_dir_from(args))
+    located = locate_co_dir(args.co_dir)
+    manifest = read_manifest(located.co_dir)
+    keys = artifact_keys(
+        located,
+        "none",
+        aiter_id=args.aiter_id,
+        toolchain_id=args.toolchain_id,
+        toolchain_json=args.toolchain_json,
+    )
     seed_a, seed_b = parse_seed(args.seed)
     device: Device | None
     reason = NO_DEVICE_REASON
@@ -377,7 +383,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
         reason = detail if detail.startswith(NO_DEVICE_REASON) else f"{NO_DEVICE_REASON}: {detail}"
         device = None
     settings = StageSettings(
-        keys=ArtifactKeys(args.aiter_id, toolchain_id_from(args), "none"),
+        keys=keys,
         variant=args.variant,
         kernel=args.kernel,
         seed_a=seed_a,
@@ -391,12 +397,18 @@ def run_stage_command(args: argparse.Namespace) -> int:
     finally:
         if device is not None:
             device.close()
-    write_rows(args.output, rows, STAGE_SCHEMAS[args.command])
+    written = write_if_asked(args.output, rows, STAGE_SCHEMAS[args.command])
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"
-    print(f"f4pipe {args.command}: {len(rows)} row(s) -> {args.output} ({summary})")
+    print(f"f4pipe {args.command}: {len(rows)} row(s){written} ({summary})")
+    for row in rows:
+        if row["status"] in ("failed", "error"):
+            print(
+                f"  {row['status']}: {row['kernel']} M={row['m']} N={row['n']} K={row['k']} "
+                f"log2_k_split={row['log2_k_split']} {row['reason']}"
+            )
     if reason != NO_DEVICE_REASON:
         print(f"f4pipe {args.command}: {reason}", file=sys.stderr)
     if args.record:
@@ -425,11 +437,14 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--kernel", help="only runs of this kernel (symbol, .co name or stem)")
     p.add_argument("--variant", default="original", help="label: original, rebuilt, ...")
-    p.add_argument("--aiter-id", required=True, help="artifact key: aiter version or git sha")
-    tc = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--aiter-id", help="artifact key (default: the fetched aiter's id)")
+    tc = p.add_mutually_exclusive_group()
     tc.add_argument("--toolchain-id", help="artifact key: LLVM/ROCm version")
     tc.add_argument(
-        "--toolchain-json", type=Path, help="read the toolchain id from this toolchain.json"
+        "--toolchain-json",
+        type=Path,
+        help="read the toolchain id from this toolchain.json (default results/<aiter-id>/"
+        "toolchain.json, else the toolchain f4pipe finds)",
     )
     p.add_argument(
         "--iters", type=int, default=100, help="timed launches per case (bench; default 100)"
@@ -440,7 +455,7 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
         help="exit 0 once the table is written, whatever the verdicts (the pipeline reports "
         "failures instead of stopping on them); errors still exit 2",
     )
-    p.add_argument("-o", "--output", type=Path, required=True, help="Parquet file to write")
+    p.add_argument("-o", "--output", type=Path, help="write the Parquet table here")
     add_device_args(p)
     p.set_defaults(func=run_stage_command)
 

@@ -1,12 +1,15 @@
 """`f4pipe report | archive | compare`: read result sets, never run kernels.
 
-Exit codes: `archive --check` 1 when a member does not match SHA256SUMS (naming it); `compare
---exit-code` 1 when the sets differ (like `git diff --exit-code`); 2 on an error.
+Exit codes: `archive --check` 1 when a member does not match SHA256SUMS (naming it); `compare`
+1 when anything a verdict depends on changed (kernels, manifest, code objects, round trip,
+verification, splitK, safety, audit), 0 when only provenance or throughput moved; 2 on an error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from f4pipe.archive import check_archive, create_archive
@@ -44,10 +47,14 @@ def cmd_archive(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     with open_result_set(args.a) as a, open_result_set(args.b) as b:
         comparison = compare_sets(a, b)
-        print("\n".join(comparison.summary_lines()))
+        if args.json:
+            print(json.dumps(comparison.as_json(), indent=2, sort_keys=True, default=str))
+        else:
+            print("\n".join(comparison.summary_lines()))
         if args.output:
-            print(f"wrote {write_comparison(comparison, args.output) / 'index.html'}")
-    return EXIT_FAILED if args.exit_code and comparison.differs else EXIT_OK
+            written = write_comparison(comparison, args.output) / "index.html"
+            print(f"wrote {written}", file=sys.stderr if args.json else sys.stdout)
+    return EXIT_FAILED if comparison.differs else EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,11 +90,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "compare",
         help="two result sets (directories or archives) side by side",
-        description="Name what changed from A to B: code objects (sha256, instructions, "
-        "descriptor), round-trip verdicts, verification and splitK results, throughput.",
+        description="Name everything that changed from A to B: kernels added, removed or "
+        "renamed; manifest attributes and header; per code object sha256, code object and ABI "
+        "version, descriptor and metadata fields, an instruction-level summary; the aiter "
+        "source and digests; round-trip, verification, splitK, safety and tuned-table audit "
+        "verdicts (rows added, changed, newly unsafe); throughput. Exit 1 when anything a "
+        "verdict depends on changed, 0 otherwise.",
     )
     p.add_argument("a", type=Path, help="baseline: result-set directory or archive")
     p.add_argument("b", type=Path, help="new: result-set directory or archive")
     p.add_argument("-o", "--output", type=Path, help="write index.html + summary.md here")
-    p.add_argument("--exit-code", action="store_true", help="exit 1 if the sets differ")
+    p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    p.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="accepted for older scripts: compare always exits 1 when a verdict input changed",
+    )
     p.set_defaults(func=cmd_compare)

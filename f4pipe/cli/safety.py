@@ -14,24 +14,47 @@ import argparse
 import sys
 from pathlib import Path
 
-from f4pipe.audit import audit_tuned, summarize
+from f4pipe.audit import audit_tables, format_finding, summarize
 from f4pipe.cli import EXIT_FAILED, EXIT_OK
-from f4pipe.cli.gemm import co_dir_from, toolchain_id_from
+from f4pipe.cli.fetchcmd import add_source_args, source_from_args
+from f4pipe.cli.gemm import write_if_asked
 from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
-from f4pipe.fetch import TUNED_CSV_MEMBER, extract_wheel_file
+from f4pipe.errors import InputError
+from f4pipe.fetch import (
+    TUNED_CSV_MEMBER,
+    extract_wheel_file,
+    fetch_aiter,
+    tuned_tables,
+)
+from f4pipe.fsio import write_bytes
+from f4pipe.locate import (
+    Located,
+    artifact_keys,
+    default_tables,
+    fetched_aiter_dir,
+    locate_co_dir,
+)
 from f4pipe.manifest import read_manifest
-from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys, write_rows
+from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys
+from f4pipe.tables import CONFIGS_PATH
 
 
-def _keys(args: argparse.Namespace) -> ArtifactKeys:
-    return ArtifactKeys(args.aiter_id, toolchain_id_from(args), "emulator")
+def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
+    return artifact_keys(
+        located,
+        "emulator",
+        aiter_id=args.aiter_id,
+        toolchain_id=args.toolchain_id,
+        toolchain_json=args.toolchain_json,
+    )
 
 
 def run_safety(args: argparse.Namespace) -> int:
-    manifest = read_manifest(co_dir_from(args))
+    located = locate_co_dir(args.co_dir)
+    manifest = read_manifest(located.co_dir)
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
-    rows = sweep(manifest, _keys(args), kernels=args.kernel, orders=orders)
-    write_rows(args.output, rows, SAFETY)
+    rows = sweep(manifest, _keys(args, located), kernels=args.kernel, orders=orders)
+    written = write_if_asked(args.output, rows, SAFETY)
     counts: dict[str, int] = {}
     for r in rows:
         if r["policy"] == "unsafe":
@@ -39,7 +62,7 @@ def run_safety(args: argparse.Namespace) -> int:
     disagree = [r for r in rows if not r["agrees"]]
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     kernels = len({r["kernel"] for r in rows})
-    print(f"f4pipe safety: {kernels} kernel(s), {len(rows)} row(s) -> {args.output} ({summary})")
+    print(f"f4pipe safety: {kernels} kernel(s), {len(rows)} row(s){written} ({summary})")
     for r in disagree:
         print(
             f"f4pipe safety: rules disagree with the emulator: {r['kernel']} {r['edge_class']} "
@@ -49,47 +72,97 @@ def run_safety(args: argparse.Namespace) -> int:
     return EXIT_OK if args.record or not disagree else EXIT_FAILED
 
 
+def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]:
+    """The tables to audit: the CSV files given, else the located aiter's tuned tables
+    (only those named by --table, when given)."""
+    if args.csv:
+        return {path.name if len(args.csv) == 1 else str(path): path for path in args.csv}
+    tables = default_tables(located)
+    if args.table:
+        wanted = {t.removeprefix(f"{CONFIGS_PATH}/") for t in args.table}
+        missing = sorted(wanted - tables.keys())
+        if missing:
+            raise InputError(
+                f"--table {missing}: not among the tuned tables of {located.co_dir.parent} "
+                f"({sorted(tables) or 'none'})"
+            )
+        tables = {name: path for name, path in tables.items() if name in wanted}
+    if not tables and located.aiter_dir is None:
+        raise InputError(
+            f"no tuned table given and none beside {located.co_dir} (no aiter/configs with a4w4 "
+            "tuned tables): pass the CSV, e.g. aiter/configs/a4w4_blockscale_tuned_gemm.csv"
+        )
+    return tables
+
+
 def run_audit(args: argparse.Namespace) -> int:
-    manifest = read_manifest(co_dir_from(args))
-    rows = audit_tuned(
-        args.csv, manifest, _keys(args), emulate=not args.no_emulate, co_dir_hint=args.co_dir_hint
+    located = locate_co_dir(args.co_dir)
+    manifest = read_manifest(located.co_dir)
+    tables = _audit_inputs(args, located)
+    hint = args.co_dir_hint or (str(located.co_dir) if not args.co_dir else args.co_dir)
+    rows = audit_tables(
+        tables, manifest, _keys(args, located), emulate=not args.no_emulate, co_dir_hint=hint
     )
-    write_rows(args.output, rows, AUDIT)
-    print(f"f4pipe audit-tuned: {summarize(rows)} -> {args.output}")
+    written = write_if_asked(args.output, rows, AUDIT)
+    print(
+        f"f4pipe audit-tuned: {len(tables)} table(s) ({', '.join(tables) or 'none'}) with the "
+        f"kernels of {located.how}"
+    )
+    print(f"f4pipe audit-tuned: {summarize(rows)}{written}")
     unsafe = [r for r in rows if r["status"] == "unsafe"]
     for r in unsafe:
-        print(
-            f"  line {r['line']}: M={r['m']} N={r['n']} K={r['k']} {r['kernel']}: {r['reason']}"
-            + (
-                f"\n    emulated ({r['emu_m']}x{r['emu_n']}x{r['emu_k']}): {r['emulated']}"
-                f"\n    reproduce: {r['reproducer']}"
-                if r["emulated"]
-                else ""
-            )
-        )
+        print(format_finding(r))
     return EXIT_OK if args.record or not unsafe else EXIT_FAILED
 
 
 def run_tuned_csv(args: argparse.Namespace) -> int:
-    source = {"kind": "pypi"}
-    if args.package:
-        source["package"] = args.package
-    if args.version:
-        source["version"] = args.version
-    if args.sha256:
-        source["sha256"] = args.sha256
-    out = extract_wheel_file(source, args.output, args.member, cache_dir=args.cache_dir)
-    print(f"f4pipe tuned-csv: {args.member} -> {out}")
+    """Copy a tuned table of any source kind (the pypi wheel without touching resources/)."""
+    member = args.member.removeprefix(f"{CONFIGS_PATH}/")
+    if args.source is None and (args.package or args.version or args.sha256):
+        args.source = "pypi"  # the options of the wheel name a pypi source
+    source = source_from_args(args) if args.source else None
+    if source is not None and source["kind"] == "pypi":
+        out = extract_wheel_file(
+            source, args.output, f"{CONFIGS_PATH}/{member}", cache_dir=args.cache_dir
+        )
+        print(f"f4pipe tuned-csv: {CONFIGS_PATH}/{member} -> {out}")
+        return EXIT_OK
+    if source is not None:
+        aiter_dir = fetch_aiter(source, args.resources, cache_dir=args.cache_dir).f4gemm_dir.parent
+    else:
+        found = fetched_aiter_dir(args.resources)
+        if found is None:
+            raise InputError(
+                f"no aiter fetched under {args.resources}: give --source (pypi, git or local) "
+                "or run `f4pipe fetch` first"
+            )
+        aiter_dir = found
+    tables = tuned_tables(aiter_dir)
+    if member not in tables:
+        raise InputError(
+            f"{aiter_dir.name} has no tuned table {member!r}; it has {sorted(tables) or 'none'}"
+        )
+    write_bytes(args.output, tables[member].read_bytes())
+    print(f"f4pipe tuned-csv: {aiter_dir.name}:{CONFIGS_PATH}/{member} -> {args.output}")
     return EXIT_OK
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--co-dir", help="the f4gemm manifest and .co files (default $AITER_ASM_DIR)")
-    p.add_argument("--aiter-id", required=True, help="artifact key: aiter version or git sha")
-    tc = p.add_mutually_exclusive_group(required=True)
+    p.add_argument(
+        "--co-dir",
+        help="the f4gemm manifest and .co files (default $AITER_ASM_DIR, else the aiter fetched "
+        "under ./resources)",
+    )
+    p.add_argument("--aiter-id", help="artifact key (default: the fetched aiter's id)")
+    tc = p.add_mutually_exclusive_group()
     tc.add_argument("--toolchain-id", help="artifact key: LLVM/ROCm version")
-    tc.add_argument("--toolchain-json", type=Path, help="read the toolchain id from this file")
-    p.add_argument("-o", "--output", type=Path, required=True, help="Parquet file to write")
+    tc.add_argument(
+        "--toolchain-json",
+        type=Path,
+        help="read the toolchain id from this file (default results/<aiter-id>/toolchain.json, "
+        "else the toolchain f4pipe finds)",
+    )
+    p.add_argument("-o", "--output", type=Path, help="write the Parquet table here")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -117,32 +190,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "audit-tuned",
-        help="check aiter's tuned GEMM CSV against the safety rules, emulating unsafe rows",
-        description="For every asm row (kernelName _ZN...) of aiter's a4w4 tuned GEMM CSV: "
-        "the shape rules and f4pipe.safety's edge rules; rows that break an edge rule are "
-        "emulated at their N with reduced M and K and listed with a reproducer. Writes the "
-        "AUDIT table. Exit 1 if a row is unsafe (0 with --record).",
+        help="check aiter's tuned GEMM tables against the safety rules, emulating unsafe rows",
+        description="For every asm row (kernelName _ZN...) of aiter's a4w4 tuned GEMM tables "
+        "(the CSVs given, else every one fetched with the code objects): the shape rules and "
+        "f4pipe.safety's edge rules; rows that break an edge rule are emulated at their N with "
+        "reduced M and K in two workgroup orders. Each finding prints aiter's recorded columns "
+        "beside f4pipe's verdict, with a reproducer. Rows whose gfx column names another arch "
+        "are skipped and counted. With -o, writes the AUDIT table. Exit 1 if a row is unsafe "
+        "(0 with --record).",
     )
-    p.add_argument("csv", type=Path, help="a4w4_blockscale_tuned_gemm.csv")
+    p.add_argument(
+        "csv",
+        type=Path,
+        nargs="*",
+        help="tuned tables (default: every a4w4 tuned table fetched with the code objects)",
+    )
     _common(p)
+    p.add_argument(
+        "--table",
+        action="append",
+        help="only this fetched table (its path below aiter/configs; repeatable)",
+    )
     p.add_argument("--no-emulate", action="store_true", help="rules only, no emulator runs")
     p.add_argument(
         "--co-dir-hint",
-        help="the --co-dir to write into reproducer commands (default $AITER_ASM_DIR)",
+        help="the --co-dir to write into reproducer commands (default: the one used)",
     )
     p.add_argument("--record", action="store_true", help="exit 0 once the table is written")
     p.set_defaults(func=run_audit)
 
     p = subparsers.add_parser(
         "tuned-csv",
-        help="copy aiter's tuned GEMM CSV out of the pinned amd-aiter wheel",
-        description=f"Extract {TUNED_CSV_MEMBER} (or --member) from the amd-aiter wheel "
-        "(cached, sha256-checked) to OUTPUT.",
+        help="copy one of aiter's tuned GEMM tables out of any aiter source",
+        description=f"Copy {TUNED_CSV_MEMBER} (or --member) to OUTPUT: from the pinned "
+        "amd-aiter wheel (--source pypi or --package/--version: cached, sha256-checked), from a "
+        "git revision or local directory (--source git|local: fetched into --resources first), "
+        "or, with no source option, from the aiter fetched under --resources.",
     )
-    p.add_argument("--package", help="distribution name (default amd-aiter)")
-    p.add_argument("--version", help="exact version (default the pinned one)")
-    p.add_argument("--sha256", help="the wheel's sha256")
-    p.add_argument("--member", default=TUNED_CSV_MEMBER, help="path inside the wheel")
-    p.add_argument("--cache-dir", type=Path, help="wheel cache (default: <f4pipe cache>/wheels)")
+    add_source_args(p, default=None)
+    p.add_argument(
+        "--member", default=TUNED_CSV_MEMBER, help=f"the table's path (default {TUNED_CSV_MEMBER})"
+    )
     p.add_argument("-o", "--output", type=Path, required=True)
     p.set_defaults(func=run_tuned_csv)

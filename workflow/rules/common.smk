@@ -20,7 +20,6 @@ ARCHIVES = Path(config["results_dir"]) / "archives"
 EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
 VARIANTS = ["original", "rebuilt"] + [spec.variant for spec in EDITS.values()]
 GEMM_STAGES = ["verify", "splitk", "bench"]
-TUNED_CSV = RESOURCES / "tuned" / AITER_ID / Path(config["audit_tuned"]["member"]).name
 
 
 wildcard_constraints:
@@ -139,19 +138,14 @@ def get_safety_rows(wildcards):
 
 
 def is_audit_active():
-    """The tuned table ships in the PyPI wheel: the audit runs for pypi sources only."""
-    return config["audit_tuned"]["activate"] and config["aiter"]["kind"] == "pypi"
+    """The tuned tables are fetched with the code objects: the audit runs for every source."""
+    return config["audit_tuned"]["activate"]
 
 
-def get_tuned_csv_args(wildcards):
-    """The pinned wheel as `f4pipe tuned-csv` options."""
-    src = config["aiter"]
-    flags = {"package": "--package", "version": "--version", "sha256": "--sha256"}
-    return " ".join(
-        f"{flag} {json.dumps(str(src[key]))}"
-        for key, flag in flags.items()
-        if key in src
-    )
+def get_audit_table_args(wildcards):
+    """`--table` options for the tables the config names; none means every fetched table."""
+    tables = config["audit_tuned"].get("tables", [])
+    return " ".join(f"--table {json.dumps(str(t))}" for t in tables)
 
 
 def get_report_inputs(wildcards):

@@ -1,5 +1,5 @@
-# Shape-edge safety: the edge sweep per kernel on the emulator, and the audit of aiter's tuned
-# GEMM table against the rules it proves.
+# Shape-edge safety: the edge sweep per kernel on the emulator, and the audit of aiter's a4w4
+# tuned GEMM tables (fetched with the code objects, any source kind) against the rules it proves.
 
 
 rule safety_kernel:
@@ -39,23 +39,8 @@ rule safety_table:
         "f4pipe gather safety {input} -o {output} > {log} 2>&1"
 
 
-rule tuned_csv:
-    output:
-        TUNED_CSV,
-    log:
-        LOGS / "tuned_csv.log",
-    conda:
-        "../envs/f4pipe.yaml"
-    params:
-        source=get_tuned_csv_args,
-        member=config["audit_tuned"]["member"],
-    shell:
-        "f4pipe tuned-csv {params.source} --member {params.member} -o {output} > {log} 2>&1"
-
-
 rule audit_tuned:
     input:
-        csv=TUNED_CSV,
         fetched=AITER_DIR,
         toolchain=RESULTS / "toolchain.json",
     output:
@@ -72,7 +57,8 @@ rule audit_tuned:
         "../envs/f4pipe.yaml"
     params:
         aiter_id=AITER_ID,
+        tables=get_audit_table_args,
     shell:
-        "f4pipe audit-tuned {input.csv} --co-dir {input.fetched}/f4gemm "
+        "f4pipe audit-tuned {params.tables} --co-dir {input.fetched}/f4gemm "
         "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
         "-o {output} > {log} 2>&1"
