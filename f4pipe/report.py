@@ -366,12 +366,29 @@ def verify_section(rs: ResultSet) -> Section:
 
 def _problems(df: pd.DataFrame) -> list[str]:
     """One line per failed or errored run, so they are seen without reading the whole table."""
-    bad = df[df["status"].isin(["failed", "error"])]
-    return [
+    bad = df[df["status"].isin(["failed", "hazard", "error"])]
+    lines = [
         f"{r['status']}: {r['variant']} {short_kernel(r['kernel'])} {shape_label(r)}"
         + (f" ({r['reason']})" if r["reason"] else f" ({r['bad']} bad elements)")
         for _, r in bad.iterrows()
     ]
+    return lines + _advisories(df)
+
+
+def _advisories(df: pd.DataFrame) -> list[str]:
+    """One finding per (variant, kernel) whose runs carry timing advisories (f4pipe.emu.timing:
+    what the kernel relies on beyond the ISA's promises), with the first pair named."""
+    out = []
+    flagged = df[df["advisories"].fillna(0) > 0]
+    for (variant, kernel), rows in flagged.groupby(["variant", "kernel"], sort=True):
+        reason = str(rows.iloc[0]["reason"])
+        at = reason.find("advisory: ")
+        detail = reason[at + len("advisory: ") :] if at >= 0 else reason
+        out.append(
+            f"finding (advisory, not a failure): {variant} {short_kernel(kernel)}: "
+            f"{int(rows['advisories'].max())} pair(s) in {len(rows)} run(s); {detail}"
+        )
+    return out
 
 
 def splitk_section(rs: ResultSet, out_dir: Path | None) -> Section:
