@@ -205,7 +205,3 @@ def test_all_35_originals_have_no_static_timing_finding(f4gemm_dir):
         assert report.count == 0, (entry.name, report.wait_states[:1], report.counters[:1])
         assert report.instructions > 800
 
-
-def test_quick_cases_run_every_body_of_the_unrolled_main_loop(f4gemm_dir):
-    entry = read_manifest(f4gemm_dir).get(PREFIX + "32x128")
-    assert quick_cases(entry) == [Case(33, 128, 1024, 0, entry.name)]

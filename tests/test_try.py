@@ -128,7 +128,7 @@ def test_edit_beyond_its_registers_is_stopped_before_running(
 def test_quick_cases_have_an_m_edge_and_a_split_for_splitk_kernels(f4gemm_dir):
     manifest = read_manifest(f4gemm_dir)
     small = quick_cases(manifest.get(KERNEL))
-    assert small == [Case(33, 128, 512, 0, KERNEL)]
+    assert small == [Case(33, 128, 1024, 0, KERNEL)]  # K=1024: every unrolled loop body runs
     big = quick_cases(manifest.get("f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"))
     assert [c.log2_k_split for c in big] == [0, 1] and all(c.m % 256 == 1 for c in big)
 
