@@ -103,8 +103,12 @@ class HazardReport:
 
 
 def reg_list(regs) -> str:
-    """Registers as LLVM ranges: v[8:11], a3, s[12:15]."""
+    """Registers as LLVM ranges: v[8:11], a3, s[12:15], vcc, exec."""
     names = [reg_name(r) for r in sorted(regs)]
+    for pair in ("vcc", "exec"):
+        if f"{pair}_lo" in names and f"{pair}_hi" in names:
+            names = [n for n in names if n != f"{pair}_hi"]
+            names[names.index(f"{pair}_lo")] = pair
     out, i = [], 0
     while i < len(names):
         j = i
