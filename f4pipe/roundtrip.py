@@ -54,7 +54,7 @@ class RoundTrip:
             "co2asm_seconds": self.co2asm_seconds,
             "assemble_seconds": self.assemble_seconds,
             "check_seconds": self.check_seconds,
-            "detail": "; ".join(eq.problems),
+            "detail": "; ".join([*eq.problems, *(f"explained: {e}" for e in eq.explained_layout)]),
         }
 
 
