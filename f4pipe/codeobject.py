@@ -19,7 +19,8 @@ import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from f4pipe.errors import CodeObjectError
+from f4pipe.errors import CodeObjectError, InputError
+from f4pipe.fsio import read_input_bytes
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
@@ -54,6 +55,8 @@ EF_AMDGPU_FEATURE_XNACK_V3 = 0x100
 EF_AMDGPU_FEATURE_SRAMECC_V3 = 0x200
 
 KERNEL_DESCRIPTOR_SIZE = 64
+#: aiter's largest code object is under 1 MB; anything past this is not a kernel image.
+MAX_CODE_OBJECT_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -130,12 +133,12 @@ class CodeObject:
     @classmethod
     def read(cls, path: str | Path) -> CodeObject:
         path = Path(path)
+        if not path.exists() and not path.is_symlink():
+            raise CodeObjectError(f"{path}: no such code object")
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise CodeObjectError(f"{path}: no such code object") from None
-        except IsADirectoryError:
-            raise CodeObjectError(f"{path}: is a directory, not a code object") from None
+            data = read_input_bytes(path, "code object", MAX_CODE_OBJECT_BYTES)
+        except InputError as exc:
+            raise CodeObjectError(str(exc)) from None
         return cls.from_bytes(data, path)
 
     @classmethod
@@ -377,9 +380,16 @@ class CodeObject:
         for note in self.notes:
             if note.owner == "AMDGPU" and note.type == NT_AMDGPU_METADATA:
                 try:
-                    return msgpack.unpackb(note.desc, raw=False, strict_map_key=False)
-                except (ValueError, msgpack.UnpackException) as exc:
+                    meta = msgpack.unpackb(note.desc, raw=False, strict_map_key=False)
+                except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                    # msgpack raises TypeError for e.g. an unhashable map key
                     raise CodeObjectError(f"{self.path}: corrupt metadata note: {exc}") from exc
+                if not isinstance(meta, dict):
+                    raise CodeObjectError(
+                        f"{self.path}: metadata note is a msgpack {type(meta).__name__}, not a "
+                        "map (AMDGPUUsage, Code Object V3+ Metadata)"
+                    )
+                return meta
         return None
 
 

@@ -8,7 +8,6 @@ commands write one Parquet table each so Snakemake rules stay one line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -17,7 +16,8 @@ from typing import Any
 from f4pipe.cli import EXIT_FAILED, EXIT_OK
 from f4pipe.device import DEVICE_KINDS, Device, open_device
 from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
-from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
+from f4pipe.fsio import check_writable, json_text
+from f4pipe.gemm import GemmRequest, GemmResult, check_alpha, run_gemm
 from f4pipe.heuristic import select_kernel
 from f4pipe.kernarg import BLOCK, check_shape
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
@@ -31,6 +31,8 @@ from f4pipe.toolchain import read_toolchain_id
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
 SEED_B_OFFSET = SEED_B - SEED_A
 PREFIX = "[f4gemm]"
+#: numpy's Generator takes any non-negative integer; 2^63-1 keeps seeds in a Parquet int64.
+MAX_SEED = (1 << 63) - 1
 WAVES_PER_WG = BLOCK[0] // 64
 
 
@@ -51,10 +53,14 @@ def parse_seed(text: str) -> tuple[int, int]:
     except ValueError:
         parts = []
     if len(parts) == 1:
-        return parts[0], parts[0] + SEED_B_OFFSET
-    if len(parts) == 2:
-        return parts[0], parts[1]
-    raise ConfigError(f"--seed {text!r}: expected S or A,B (integers)")
+        parts.append(parts[0] + SEED_B_OFFSET)
+    if len(parts) != 2:
+        raise ConfigError(f"--seed {text!r}: expected S or A,B (integers)")
+    if not all(0 <= p <= MAX_SEED for p in parts):
+        raise ConfigError(
+            f"--seed {text!r}: seeds must be in 0..{MAX_SEED} (B = S + {SEED_B_OFFSET})"
+        )
+    return parts[0], parts[1]
 
 
 # --- f4pipe gemm -------------------------------------------------------------------------------
@@ -169,6 +175,9 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     if args.iters < 0:
         raise ConfigError(f"--iters {args.iters} must be >= 0")
     check_shape(args.m, args.n, args.k, max(args.splitk, 0))
+    check_alpha(args.alpha)
+    if args.kernel is not None and not args.kernel.strip():
+        raise ConfigError("--kernel '': name a kernel (symbol, .co name or stem; see --list)")
     seed_a, seed_b = parse_seed(args.seed)
     policy = edge_policy(args)
     device = open_device(args.device, **emulator_options(args))
@@ -186,6 +195,7 @@ def run_gemm_command(args: argparse.Namespace) -> int:
             verify=not args.no_verify,
             iters=args.iters,
             edge_policy=policy,
+            check_memory=not args.no_memory_check,
         )
         if not args.json:
             print(f"{PREFIX} device: {device.device_id} ({device.arch}, {device.num_cu} CUs)")
@@ -196,7 +206,7 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     finally:
         device.close()
     if args.json:
-        print(json.dumps(result_json(result), sort_keys=True))
+        print(json_text(result_json(result)))
     else:
         g = result.geometry
         print(
@@ -223,6 +233,10 @@ def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.trace is not None:
         if args.device == "hip":
             raise ConfigError("--trace runs on the emulator only: use --device emulator")
+        if args.trace < 0:
+            raise ConfigError(f"--trace {args.trace}: a wave number is >= 0")
+        if args.trace_out is not None:
+            check_writable(args.trace_out, "--trace-out")
         options.update(trace_wave=args.trace, trace_out=args.trace_out or sys.stderr)
     return options
 
@@ -284,6 +298,12 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the CPU reference check")
     p.add_argument("--list", action="store_true", help="print the manifest and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument(
+        "--no-memory-check",
+        action="store_true",
+        help="run even if the buffers exceed the available host memory (default: refuse with "
+        "the bytes needed and available)",
+    )
     edge = p.add_argument_group("shape edges (f4pipe.safety; see `f4pipe safety`)")
     edge.add_argument(
         "--pad-output",
