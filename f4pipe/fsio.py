@@ -26,6 +26,7 @@ from f4pipe.errors import InputError
 
 #: Default bound on one input file (a code object is < 1 MB, a result-set table a few MB).
 MAX_INPUT_BYTES = 1 << 30
+MAX_JSON_BYTES = 64 << 20
 
 
 def _umask() -> int:
@@ -171,6 +172,15 @@ def read_input_text(path: str | os.PathLike[str], what: str, limit: int = MAX_IN
         raise InputError(
             f"{path}: not a UTF-8 text {what} (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
+
+
+def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
+    """A JSON file given to f4pipe, parsed; malformed JSON is an InputError naming the file."""
+    text = read_input_text(path, what, MAX_JSON_BYTES)
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{path}: not a valid {what} (JSON): {exc}") from None
 
 
 def too_large(path: Path, what: str, size: int, limit: int) -> str:

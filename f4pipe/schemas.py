@@ -114,7 +114,11 @@ def write_table(path: str | os.PathLike[str], table: pa.Table) -> None:
 
 
 def read_table(path: str | os.PathLike[str], schema: pa.Schema | None = None) -> pa.Table:
-    table = pq.read_table(path)
+    """A Parquet table f4pipe wrote; a corrupt or unreadable file is an InputError naming it."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable Parquet table: {exc}") from None
     if schema is not None and not table.schema.equals(schema, check_metadata=False):
         raise InputError(
             f"{path}: schema differs from f4pipe's:\n{table.schema}\nexpected:\n{schema}"

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from f4pipe.errors import ToolchainError
-from f4pipe.fsio import atomic_dir, write_json
+from f4pipe.errors import InputError, ToolchainError
+from f4pipe.fsio import atomic_dir, read_json_file, write_json
 
 TOOLS = ("llvm-objdump", "llvm-readelf", "llvm-objcopy", "llvm-mc", "ld.lld")
 MIN_LLVM_MAJOR = 20
@@ -387,16 +387,12 @@ def write_toolchain_json(toolchain: Toolchain, path: Path) -> None:
 
 def read_toolchain_json(path: str | os.PathLike[str]) -> dict[str, str]:
     """A toolchain.json written by write_toolchain_json; errors name the file."""
-    import json
-
+    if not Path(path).exists():
+        raise ToolchainError(f"{path}: no such toolchain.json; run `f4pipe toolchain -o {path}`")
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ToolchainError(
-            f"{path}: no such toolchain.json; run `f4pipe toolchain -o {path}`"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ToolchainError(f"{path}: not a toolchain.json ({exc})") from None
+        data = read_json_file(path, "toolchain.json")
+    except InputError as exc:
+        raise ToolchainError(str(exc)) from None
     if not isinstance(data, dict) or "toolchain_id" not in data or "bin_dir" not in data:
         raise ToolchainError(
             f"{path}: lacks toolchain_id/bin_dir; re-run `f4pipe toolchain -o {path}`"
