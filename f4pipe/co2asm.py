@@ -21,11 +21,13 @@ What objdump prints is not reassemblable as is; this module is that delta:
 from __future__ import annotations
 
 import math
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from f4pipe.assemble import read_target
 from f4pipe.codeobject import CodeObject, Symbol, granulated_wavefront_sgpr_count
 from f4pipe.errors import CodeObjectError
 from f4pipe.toolchain import Toolchain
@@ -310,9 +312,40 @@ def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, li
     return "\n".join(out), insns
 
 
+_MC_ERROR = re.compile(r"^[^\n]*?:(?P<line>\d+):(?P<col>\d+): error: (?P<msg>[^\n]*)$", re.M)
+
+
+def check_reassembles(asm: str, source: Path, toolchain: Toolchain) -> None:
+    """Assemble co2asm's output with llvm-mc (no file written): a line LLVM rejects is a
+    CodeObjectError naming the first such line, so co2asm never hands over a .s that does
+    not build."""
+    target = read_target(asm, str(source))
+    args = ["-triple=amdgcn-amd-amdhsa", f"-mcpu={target.mcpu}", "-filetype=obj"]
+    if target.mattr:
+        args.append(f"-mattr={','.join(target.mattr)}")
+    proc = toolchain.run("llvm-mc", [*args, "-o", os.devnull, "-"], input=asm.encode(), check=False)
+    if proc.returncode == 0:
+        return
+    err = proc.stderr.decode(errors="replace")
+    m = _MC_ERROR.search(err)
+    if m is None:
+        first = err.strip().splitlines()[:1] or [f"exit {proc.returncode}"]
+        raise CodeObjectError(f"{source}: co2asm output does not reassemble: {first[0]}")
+    lines = asm.splitlines()
+    n = int(m.group("line"))
+    text = lines[n - 1].strip() if 0 < n <= len(lines) else "?"
+    raise CodeObjectError(
+        f"{source}: co2asm output line {n} cannot be assembled ({m.group('msg')}): `{text}`; "
+        "pass --no-verify to write it anyway"
+    )
+
+
 def _render(insn: Instruction, branch_names: dict[int, str]) -> str:
-    """Instruction text with an exact, reassemblable form for branches and unknown words."""
-    if insn.text.startswith("<unknown>") or insn.text.startswith(".long"):
+    """Instruction text with an exact, reassemblable form for branches and unknown words.
+
+    What objdump cannot decode, or decodes with an `/*Invalid ...*/` operand (which llvm-mc
+    would either reject or assemble to other bytes), is written as its `.long` words."""
+    if insn.text.startswith(("<unknown>", ".long")) or "/*Invalid" in insn.text:
         return "\n\t".join(f".long 0x{w:08x}" for w in insn.words)
     target = branch_target(insn)
     if target is not None:

@@ -76,10 +76,16 @@ class Toolchain:
         return self.bin_dir / name
 
     def run(
-        self, name: str, args: Sequence[str | os.PathLike[str]], *, input: bytes | None = None
+        self,
+        name: str,
+        args: Sequence[str | os.PathLike[str]],
+        *,
+        input: bytes | None = None,
+        check: bool = True,
     ) -> subprocess.CompletedProcess[bytes]:
-        """Run one tool; a failure becomes a ToolchainError carrying the tool's stderr."""
-        return run_tool(self.tool(name), args, input=input)
+        """Run one tool; a failure becomes a ToolchainError carrying the tool's stderr, unless
+        check=False (the caller reads the exit code and stderr itself)."""
+        return run_tool(self.tool(name), args, input=input, check=check)
 
     def as_json(self) -> dict[str, str]:
         d = {k: str(v) for k, v in asdict(self).items()}
@@ -89,7 +95,11 @@ class Toolchain:
 
 
 def run_tool(
-    exe: Path, args: Sequence[str | os.PathLike[str]], *, input: bytes | None = None
+    exe: Path,
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    input: bytes | None = None,
+    check: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
     """The one place where LLVM tool failures are translated into f4pipe errors."""
     cmd = [str(exe), *map(str, args)]
@@ -101,7 +111,7 @@ def run_tool(
         raise ToolchainError(
             f"{exe.name} timed out after {TOOL_TIMEOUT_S}s: {' '.join(cmd)}"
         ) from exc
-    if proc.returncode != 0:
+    if proc.returncode != 0 and check:
         err = proc.stderr.decode(errors="replace").strip()
         lines = err.splitlines()
         shown = "\n".join(lines[:20]) + (
