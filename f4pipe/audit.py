@@ -12,6 +12,8 @@ order of stores differ, "fault" when the kernel leaves its buffers.
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pandas as pd
 from f4pipe.edgesweep import DEFAULT_ORDERS, EdgeShape, reference_for, run_order
 from f4pipe.emu import EmulatorDevice
 from f4pipe.errors import InputError, ShapeError
+from f4pipe.fsio import read_input_text
 from f4pipe.kernarg import check_shape
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.safety import (
@@ -33,21 +36,32 @@ from f4pipe.safety import (
 from f4pipe.schemas import ArtifactKeys
 
 TUNED_COLUMNS = ("cu_num", "M", "N", "K", "splitK", "kernelName")
+TUNED_INT_COLUMNS = ("cu_num", "M", "N", "K", "splitK")
+#: aiter's tuned table is ~100 kB.
+MAX_TUNED_CSV_BYTES = 64 << 20
 ASM_PREFIX = "_ZN"
 
 
 def read_tuned(csv_path: Path) -> pd.DataFrame:
     """The tuned table, with its 1-based CSV line per row; missing columns are an error."""
+    text = read_input_text(csv_path, "tuned CSV", MAX_TUNED_CSV_BYTES)
     try:
-        df = pd.read_csv(csv_path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{csv_path}: cannot read the tuned CSV: {exc}") from exc
+        df = pd.read_csv(io.StringIO(text))
+    except (ValueError, csv.Error) as exc:
+        raise InputError(f"{csv_path}: cannot read the tuned CSV: {exc}") from None
     missing = [c for c in TUNED_COLUMNS if c not in df.columns]
     if missing:
         raise InputError(
             f"{csv_path}: columns {missing} missing (expected aiter's tuned GEMM CSV with "
             f"{', '.join(TUNED_COLUMNS)})"
         )
+    for col in TUNED_INT_COLUMNS:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = df.index[values.isna() | (values != values.round())]
+        if len(bad):
+            raise InputError(
+                f"{csv_path}:{bad[0] + 2}: column {col} is {df[col][bad[0]]!r}, not an integer"
+            )
     df = df.copy()
     df["line"] = range(2, len(df) + 2)
     return df
