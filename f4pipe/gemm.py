@@ -69,7 +69,9 @@ class GemmRequest:
 def check_alpha(alpha: float) -> None:
     """alpha must be finite as the f32 the kernarg holds: an infinite or NaN alpha makes the
     reference (and so the tolerance) non-finite, and every comparison would pass."""
-    if not math.isfinite(alpha) or not math.isfinite(kernel_alpha(alpha)):
+    with np.errstate(over="ignore"):
+        as_f32 = kernel_alpha(alpha) if math.isfinite(alpha) else alpha
+    if not math.isfinite(as_f32):
         raise InputError(
             f"alpha={alpha} is not a finite f32 (|alpha| <= 3.4e38): the kernarg slot is an "
             "f32 and the check needs a finite reference"
