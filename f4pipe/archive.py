@@ -181,14 +181,15 @@ def gunzip_whole(path: Path, limit: int = MAX_ARCHIVE_BYTES) -> bytes:
     try:
         out = d.decompress(data, limit + 1)
     except zlib.error as exc:
-        raise InputError(f"{path}: damaged gzip stream ({exc})") from None
+        raise InputError(f"{path}: not a readable .tar.gz: damaged gzip stream ({exc})") from None
     if len(out) > limit:
         raise InputError(f"{path}: decompresses to more than {limit} bytes; not an f4pipe archive")
     if not d.eof:
-        raise InputError(f"{path}: truncated gzip stream (no end of stream and trailer)")
+        raise InputError(f"{path}: not a readable .tar.gz: truncated gzip stream (no trailer)")
     if d.unused_data:
         raise InputError(
-            f"{path}: {len(d.unused_data)} bytes of trailing data after the gzip stream"
+            f"{path}: not a readable .tar.gz: {len(d.unused_data)} bytes of trailing data after "
+            "the gzip stream"
         )
     return out
 
