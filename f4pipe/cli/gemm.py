@@ -355,6 +355,7 @@ def toolchain_id_from(args: argparse.Namespace) -> str:
 
 
 def run_stage_command(args: argparse.Namespace) -> int:
+    check_alpha(args.alpha)  # before any row: a bad alpha is bad input, not an error row
     cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
     manifest = read_manifest(co_dir_from(args))
     seed_a, seed_b = parse_seed(args.seed)
