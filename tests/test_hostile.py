@@ -269,6 +269,8 @@ def test_descriptor_smaller_than_the_metadata_says(f4gemm_dir, co_bytes, tmp_pat
         (["--kernel", ""], "--kernel ''"),
         (["--kernel", "   "], "--kernel ''"),
         (["--trace", "-3"], "--trace -3"),
+        (["--trace", "99999"], "this launch has 8 waves"),
+        (["--workgroup-order", "shuffle:-1"], "shuffle:-1"),
     ],
 )
 def test_gemm_bad_values(capsys, f4gemm_dir, extra, needle):

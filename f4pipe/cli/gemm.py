@@ -19,7 +19,7 @@ from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
 from f4pipe.fsio import check_writable, json_text
 from f4pipe.gemm import GemmRequest, GemmResult, check_alpha, run_gemm
 from f4pipe.heuristic import select_kernel
-from f4pipe.kernarg import BLOCK, check_shape
+from f4pipe.kernarg import BLOCK, check_shape, launch_geometry
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
 from f4pipe.operands import SEED_A, SEED_B
@@ -184,6 +184,7 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     try:
         manifest = read_manifest(co_dir_from(args))
         entry, log2, how = choose(manifest, args, device.num_cu)
+        check_trace_wave(args, entry, log2)
         request = GemmRequest(
             args.m,
             args.n,
@@ -220,6 +221,19 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     if result.verification is None or result.verification.passed:
         return EXIT_OK
     return EXIT_FAILED
+
+
+def check_trace_wave(args: argparse.Namespace, entry: KernelEntry, log2_k_split: int) -> None:
+    """--trace WAVE must name a wave of this launch, or the trace would be silently empty."""
+    if args.trace is None:
+        return
+    grid = launch_geometry(entry.tile_m, entry.tile_n, args.m, args.n, args.k, log2_k_split).grid
+    waves = grid[0] * grid[1] * grid[2] * WAVES_PER_WG
+    if args.trace >= waves:
+        raise ConfigError(
+            f"--trace {args.trace}: this launch has {waves} waves (0..{waves - 1}) of "
+            f"{entry.name} at M={args.m} N={args.n} K={args.k}"
+        )
 
 
 def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
