@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from f4pipe.errors import CodeObjectError, InputError
 from f4pipe.fsio import read_input_bytes
@@ -55,6 +56,17 @@ EF_AMDGPU_FEATURE_XNACK_V3 = 0x100
 EF_AMDGPU_FEATURE_SRAMECC_V3 = 0x200
 
 KERNEL_DESCRIPTOR_SIZE = 64
+#: What pyelftools raises on hostile bytes (OverflowError: a seek past 2^63; KeyError and
+#: IndexError: an enum or table lookup with a corrupt value). All become CodeObjectError.
+PARSE_ERRORS = (
+    ELFError,
+    struct.error,
+    ValueError,
+    UnicodeDecodeError,
+    OverflowError,
+    KeyError,
+    IndexError,
+)
 #: aiter's largest code object is under 1 MB; anything past this is not a kernel image.
 MAX_CODE_OBJECT_BYTES = 256 << 20
 
@@ -151,7 +163,7 @@ class CodeObject:
         try:
             elf = ELFFile(io.BytesIO(data))
             header = elf.header
-        except (ELFError, struct.error, ValueError) as exc:
+        except PARSE_ERRORS as exc:
             raise CodeObjectError(f"{path}: corrupt ELF: {exc}") from exc
         if header["e_machine"] != "EM_AMDGPU" and header["e_machine"] != EM_AMDGPU:
             raise CodeObjectError(
@@ -178,7 +190,7 @@ class CodeObject:
             )
         try:
             sections = self.section_list
-        except (ELFError, struct.error, ValueError, UnicodeDecodeError) as exc:
+        except PARSE_ERRORS as exc:
             raise CodeObjectError(f"{self.path}: corrupt section table: {exc}") from exc
         for s in sections:
             if s.type != "SHT_NOBITS" and s.offset + s.size > len(self.data):
@@ -289,7 +301,7 @@ class CodeObject:
                 )
                 for p in self._elf.iter_segments()
             ]
-        except (ELFError, struct.error, ValueError) as exc:
+        except PARSE_ERRORS as exc:
             raise CodeObjectError(f"{self.path}: corrupt program headers: {exc}") from exc
 
     def header_fields(self) -> dict[str, object]:
@@ -316,10 +328,19 @@ class CodeObject:
     @cached_property
     def symbols(self) -> list[Symbol]:
         """The static symbol table (.symtab), falling back to .dynsym when stripped."""
-        table = self._elf.get_section_by_name(".symtab") or self._elf.get_section_by_name(".dynsym")
+        try:
+            table = self._elf.get_section_by_name(".symtab") or self._elf.get_section_by_name(
+                ".dynsym"
+            )
+        except PARSE_ERRORS as exc:
+            raise CodeObjectError(f"{self.path}: corrupt section table: {exc}") from exc
         if table is None:
             return []
-        names = {i: s.name for i, s in enumerate(self._elf.iter_sections())}
+        if not isinstance(table, SymbolTableSection):
+            raise CodeObjectError(
+                f"{self.path}: section {table.name} is {table['sh_type']}, not a symbol table"
+            )
+        names = {i: s.name for i, s in enumerate(self.section_list)}
         out = []
         try:
             for sym in table.iter_symbols():
@@ -337,7 +358,7 @@ class CodeObject:
                         section=names.get(shndx, "") if isinstance(shndx, int) else "",
                     )
                 )
-        except (ELFError, struct.error, ValueError, UnicodeDecodeError) as exc:
+        except PARSE_ERRORS as exc:
             raise CodeObjectError(f"{self.path}: corrupt symbol table: {exc}") from exc
         return out
 
