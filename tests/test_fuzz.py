@@ -84,6 +84,14 @@ def hot_offsets(data: bytes) -> list[int]:
     return spots
 
 
+class Mutant(tuple):
+    """(seed name, mutated bytes) whose repr names the changed offsets, not every byte."""
+
+    def __repr__(self) -> str:
+        name, data = self
+        return f"Mutant({name!r}, {len(data)} bytes, {getattr(self, 'changes', '?')})"
+
+
 @st.composite
 def mutated(draw, seeds: list[tuple[str, bytes]]) -> tuple[str, bytes]:
     """A seed with 1-12 overwrites. Half the examples draw each overwrite from Hypothesis
@@ -107,7 +115,12 @@ def mutated(draw, seeds: list[tuple[str, bytes]]) -> tuple[str, bytes]:
             buf[where : where + width] = value.to_bytes(width, "little")
     if draw(st.integers(0, 9)) == 0:
         buf = buf[: draw(st.integers(0, len(buf)))]
-    return name, bytes(buf)
+    out = Mutant((name, bytes(buf)))
+    diff = [i for i in range(min(len(buf), len(data))) if buf[i] != data[i]]
+    out.changes = f"truncated to {len(buf)}; " * (len(buf) < len(data)) + ", ".join(
+        f"[{i:#x}]={buf[i]:#04x}" for i in diff[:24]
+    )
+    return out
 
 
 def read_everything(co: CodeObject) -> None:
