@@ -462,6 +462,11 @@ def test_co2asm_names_the_line_llvm_rejects(capsys, co_bytes, tmp_path):
     assert not out.exists()
     code, _ = run(capsys, "co2asm", path, "-o", out, "--no-verify")
     assert code == EXIT_OK and out.is_file()
+    rt_dir = tmp_path / "rt"
+    code, err = run(capsys, "roundtrip", path, "--out", rt_dir)
+    assert code == EXIT_ERROR
+    one_error_line(err, "cannot be assembled", "`lab el")
+    assert not rt_dir.exists() or not any(rt_dir.iterdir())  # no half of the outputs
 
 
 # --- 7. equivalence without blind spots ----------------------------------------------------------
