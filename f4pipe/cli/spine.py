@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, toolchain_from_
 from f4pipe.co2asm import check_reassembles, co2asm
 from f4pipe.codeobject import CodeObject
 from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_dir, check_writable, sha256_file, write_text
+from f4pipe.fsio import atomic_dir, check_writable, json_text, sha256_file, write_text
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 from f4pipe.roundtrip import roundtrip
 from f4pipe.schemas import (
@@ -70,7 +69,7 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
     if args.row:
         write_rows(args.row, [rt.row(_keys(args, tc.toolchain_id))], ROUNDTRIP)
     if args.json:
-        print(json.dumps(rt.row(_keys(args, tc.toolchain_id)), sort_keys=True))
+        print(json_text(rt.row(_keys(args, tc.toolchain_id))))
     else:
         print(f"{rt.original.name}: {'EQUIVALENT' if eq.equivalent else 'NOT EQUIVALENT'}")
         print(eq.summary(), end="")
