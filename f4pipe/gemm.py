@@ -110,8 +110,8 @@ def check_memory(layout: BufferLayout, verify: bool) -> None:
         raise ShapeError(
             f"M={layout.m} N={layout.n} K={layout.k} needs about {needed} bytes "
             f"({needed / 2**30:.1f} GiB) of host memory, {available} bytes "
-            f"({available / 2**30:.1f} GiB) are available: use a smaller shape, or "
-            "--no-memory-check to try anyway"
+            f"({available / 2**30:.1f} GiB) are available: use a smaller shape (f4pipe gemm: "
+            "--no-memory-check tries anyway)"
         )
 
 

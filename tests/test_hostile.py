@@ -26,6 +26,7 @@ from f4pipe.equivalence import EXPLAINED_RELRO_PADDING, compare
 from f4pipe.errors import EmulatorError, InputError
 from f4pipe.fsio import json_text
 from f4pipe.manifest import MANIFEST_NAME
+from f4pipe.schemas import read_table
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x128"
 SMALL = ["-m", "32", "-n", "256", "-k", "256", "--device", "emulator"]
@@ -293,6 +294,21 @@ def test_gemm_huge_shapes_refused_before_allocating(capsys, f4gemm_dir, m, needl
     one_error_line(err, needle)
     if needle == "bytes":
         assert "available" in err and "--no-memory-check" in err
+
+
+def test_stage_with_a_case_that_cannot_run_exits_2(capsys, f4gemm_dir, tmp_path):
+    """One case over the memory bound: its row says why, the table is written, and the
+    command exits 2 (no verdict), not 1."""
+    out = tmp_path / "verify.parquet"
+    argv = ["verify", "--co-dir", f4gemm_dir, "--aiter-id", "x", "--toolchain-id", "y"]
+    argv += ["--shape", f"{10**9},256,256", "--shape", "32,256,256", "--device", "emulator"]
+    code, err = run(capsys, *argv, "-o", out)
+    assert code == EXIT_ERROR
+    errors = [ln for ln in err.splitlines() if "error:" in ln]  # the rest is progress
+    one_error_line("\n".join(errors), "1 case(s) could not run", str(out))
+    rows = read_table(out).to_pylist()
+    assert [r["status"] for r in rows] == ["error", "passed"]
+    assert "bytes" in rows[0]["reason"] and "available" in rows[0]["reason"]
 
 
 def test_trace_out_under_a_regular_file(capsys, f4gemm_dir, tmp_path):

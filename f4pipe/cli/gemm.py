@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 from f4pipe.device import DEVICE_KINDS, Device, open_device
 from f4pipe.errors import ConfigError, ManifestError, NoDeviceError, ShapeError
 from f4pipe.fsio import check_writable, json_text
@@ -406,7 +406,15 @@ def run_stage_command(args: argparse.Namespace) -> int:
         print(f"f4pipe {args.command}: {reason}", file=sys.stderr)
     if args.record:
         return EXIT_OK
-    return EXIT_FAILED if counts.get("failed") or counts.get("error") else EXIT_OK
+    if counts.get("error"):
+        # a case that could not be checked is no verdict: exit 2, the reasons are in the table
+        print(
+            f"f4pipe {args.command}: error: {counts['error']} case(s) could not run; their "
+            f"reason column in {args.output} says why",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    return EXIT_FAILED if counts.get("failed") else EXIT_OK
 
 
 def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
@@ -415,7 +423,8 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
         help=STAGE_HELP[name],
         description=f"{STAGE_HELP[name]}; writes one Parquet table (schema f4pipe.schemas."
         f"{name.upper()}). Without a usable device every row is recorded as skipped with the "
-        "reason. Exit 0 if no run failed or errored, 1 otherwise, 2 on an error.",
+        "reason. Exit 0 if every run passed or was skipped, 1 if one failed, 2 if one could "
+        "not run (its row says why) or on bad input.",
     )
     p.add_argument(
         "--matrix",
