@@ -15,7 +15,9 @@ What objdump prints is not reassemblable as is; this module is that delta:
   assembler's extra-SGPR rule (see `invert_next_free_sgpr`);
 - the target id and code object version come from the ELF header and are written into the
   file (`.amdgcn_target`, `.amdhsa_code_object_version`), so the .s assembles with no flags
-  beyond the processor, which `assemble` reads back from the file.
+  beyond the processor, which `assemble` reads back from the file;
+- non-allocated sections other than the linker's own (DWARF in one aiter object) are carried
+  as raw bytes (`raw_sections`).
 """
 
 from __future__ import annotations
@@ -309,7 +311,34 @@ def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, li
     out.append(metadata_yaml(co, notes_listing))
     out.append("\t.end_amdgpu_metadata")
     out.append("")
+    out.extend(raw_sections(co))
     return "\n".join(out), insns
+
+
+#: Non-allocated sections the linker makes itself (or that the symbol table rebuilds).
+LINKER_SECTIONS = frozenset({".comment", ".symtab", ".strtab", ".shstrtab"})
+_SHF_ALLOC, _SHF_MERGE, _SHF_STRINGS = 0x2, 0x10, 0x20
+
+
+def raw_sections(co: CodeObject) -> list[str]:
+    """Non-allocated PROGBITS sections (DWARF `.debug_*` in aiter's objects) as their bytes.
+
+    objdump prints no debug info to reassemble, and a linked object's DWARF holds resolved
+    addresses, so its bytes are carried as they are: same name, flags (merge/strings and the
+    entry size), alignment and order. The linker places them after the allocated sections,
+    where they were."""
+    out: list[str] = []
+    for s in co.section_list:
+        if s.type != "SHT_PROGBITS" or s.flags & _SHF_ALLOC or s.name in LINKER_SECTIONS:
+            continue
+        flags = "M" * bool(s.flags & _SHF_MERGE) + "S" * bool(s.flags & _SHF_STRINGS)
+        entsize = f",{s.entsize}" if s.flags & _SHF_MERGE else ""
+        out.append(f'\t.section {s.name},"{flags}",@progbits{entsize}')
+        out.append(f"\t.p2align {int(math.log2(max(s.align, 1)))}")
+        data = co.bytes_of(s)
+        for i in range(0, len(data), 16):
+            out.append("\t.byte " + ",".join(f"0x{b:02x}" for b in data[i : i + 16]))
+    return out
 
 
 _MC_ERROR = re.compile(r"^[^\n]*?:(?P<line>\d+):(?P<col>\d+): error: (?P<msg>[^\n]*)$", re.M)
