@@ -45,6 +45,15 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def fuzz(session: nox.Session) -> None:
+    """Fuzz the readers of untrusted input (code objects, co2asm, CSVs, archives, the
+    emulator's loader) with Hypothesis for a time budget: `nox -s fuzz -- --minutes 10`.
+    `nox -s verify` runs the same targets briefly."""
+    install(session, "test")
+    session.run("python", "scripts/fuzz.py", *session.posargs)
+
+
+@nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison and
     the cost of the emulator's hazard checks."""

@@ -17,13 +17,14 @@ import json
 import os
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from f4pipe import __version__
 from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_path
+from f4pipe.fsio import atomic_path, read_input_bytes, read_json_file
 from f4pipe.report import TABLE_FILES, ResultSet, find_aiter_provenance
 
 SUMS_NAME = "SHA256SUMS"
@@ -31,6 +32,8 @@ PROVENANCE_NAME = "provenance.json"
 ARCHIVE_FORMAT = 1
 SUFFIX = ".tar.gz"
 GZIP_LEVEL = 9
+#: A result set is a few MB; an archive (compressed or not) beyond this is not one of ours.
+MAX_ARCHIVE_BYTES = 1 << 30
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -54,7 +57,7 @@ def set_provenance(rs: ResultSet, aiter_provenance: Path | None) -> dict[str, An
                 tables[file_name]["status"] = {
                     str(k): int(v) for k, v in sorted(df["status"].value_counts().items())
                 }
-    aiter = json.loads(aiter_provenance.read_text()) if aiter_provenance else None
+    aiter = read_json_file(aiter_provenance, "provenance.json") if aiter_provenance else None
     return {
         "archive_format": ARCHIVE_FORMAT,
         "aiter_id": rs.aiter_id,
@@ -169,10 +172,33 @@ def parse_sums(text: str, source: str) -> dict[str, str]:
     return sums
 
 
+def gunzip_whole(path: Path, limit: int = MAX_ARCHIVE_BYTES) -> bytes:
+    """The archive decompressed in full, so that a truncated stream, a bad CRC-32 or ISIZE, or
+    trailing garbage is an error: tarfile stops at the tar end marker and never reads the gzip
+    trailer, which is how a damaged archive could pass `--check`. Bounded against gzip bombs."""
+    data = read_input_bytes(path, "f4pipe archive (.tar.gz)", limit)
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing: checks CRC-32 and ISIZE
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise InputError(f"{path}: not a readable .tar.gz: damaged gzip stream ({exc})") from None
+    if len(out) > limit:
+        raise InputError(f"{path}: decompresses to more than {limit} bytes; not an f4pipe archive")
+    if not d.eof:
+        raise InputError(f"{path}: not a readable .tar.gz: truncated gzip stream (no trailer)")
+    if d.unused_data:
+        raise InputError(
+            f"{path}: not a readable .tar.gz: {len(d.unused_data)} bytes of trailing data after "
+            "the gzip stream"
+        )
+    return out
+
+
 def read_members(path: Path) -> tuple[str, dict[str, bytes]]:
     """(top directory, relative name -> bytes) of an f4pipe archive; refuses anything else."""
+    raw = gunzip_whole(path)
     try:
-        with tarfile.open(path, mode="r:gz") as tar:
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
             members: dict[str, bytes] = {}
             tops: set[str] = set()
             for info in tar:
@@ -191,8 +217,8 @@ def read_members(path: Path) -> tuple[str, dict[str, bytes]]:
                 fh = tar.extractfile(info)
                 assert fh is not None
                 members[rel] = fh.read()
-    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise InputError(f"{path}: not a readable .tar.gz ({exc})") from exc
+    except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a readable .tar.gz ({exc})") from None
     if len(tops) != 1:
         raise InputError(f"{path}: expected one top directory, found {sorted(tops)}")
     return tops.pop(), members
@@ -201,7 +227,7 @@ def read_members(path: Path) -> tuple[str, dict[str, bytes]]:
 def check_archive(path: str | os.PathLike[str]) -> ArchiveCheck:
     """Re-hash every member against SHA256SUMS."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: no such archive")
     top, members = read_members(path)
     if SUMS_NAME not in members:

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_path
+from f4pipe.fsio import atomic_path, read_input_text
 from f4pipe.toolchain import Toolchain
 
+#: co2asm's largest output for aiter's objects is a few MB of text.
+MAX_ASM_BYTES = 512 << 20
 _TARGET = re.compile(r'^\s*\.amdgcn_target\s+"amdgcn-amd-amdhsa--(?P<id>[^"]+)"', re.M)
 
 
@@ -47,12 +49,9 @@ def read_target(asm: str, source: str = "<asm>") -> AsmTarget:
 def assemble(asm_path: str | Path, out_path: str | Path, toolchain: Toolchain) -> Path:
     """Assemble `asm_path` into the code object `out_path` (written atomically)."""
     asm_path, out_path = Path(asm_path), Path(out_path)
-    try:
-        asm = asm_path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{asm_path}: no such assembly file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{asm_path}: not a text file") from None
+    if not asm_path.exists() and not asm_path.is_symlink():
+        raise InputError(f"{asm_path}: no such assembly file")
+    asm = read_input_text(asm_path, "assembly file", MAX_ASM_BYTES)
     target = read_target(asm, str(asm_path))
     mc_args = ["-triple=amdgcn-amd-amdhsa", f"-mcpu={target.mcpu}", "-filetype=obj"]
     if target.mattr:

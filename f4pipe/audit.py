@@ -21,6 +21,8 @@ hardware, i.e. one order, so a recorded errRatio of 0 and an f4pipe "wrong" can 
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ import pandas as pd
 from f4pipe.edgesweep import DEFAULT_ORDERS, EdgeShape, OrderOutcome, reference_for, run_order
 from f4pipe.emu import EmulatorDevice
 from f4pipe.errors import InputError, ShapeError
+from f4pipe.fsio import read_input_text
 from f4pipe.kernarg import check_shape
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.safety import (
@@ -48,6 +51,9 @@ TUNED_COLUMNS = ("cu_num", "M", "N", "K", "splitK", "kernelName")
 RECORDED_COLUMNS = {"us": "aiter_us", "tflops": "aiter_tflops", "errRatio": "aiter_err_ratio"}
 GFX_COLUMN = "gfx"
 TARGET_ARCH = "gfx950"  # the arch of every f4gemm code object
+TUNED_INT_COLUMNS = ("cu_num", "M", "N", "K", "splitK")
+#: aiter's tuned table is ~100 kB.
+MAX_TUNED_CSV_BYTES = 64 << 20
 ASM_PREFIX = "_ZN"
 _CANONICAL = {c.lower(): c for c in (*TUNED_COLUMNS, *RECORDED_COLUMNS, GFX_COLUMN)}
 
@@ -55,10 +61,11 @@ _CANONICAL = {c.lower(): c for c in (*TUNED_COLUMNS, *RECORDED_COLUMNS, GFX_COLU
 def read_tuned(csv_path: Path) -> pd.DataFrame:
     """The tuned table with canonical column names and its 1-based CSV line per row; missing
     columns are an error."""
+    text = read_input_text(csv_path, "tuned CSV", MAX_TUNED_CSV_BYTES)
     try:
-        df = pd.read_csv(csv_path, skipinitialspace=True)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{csv_path}: cannot read the tuned CSV: {exc}") from exc
+        df = pd.read_csv(io.StringIO(text), skipinitialspace=True)
+    except (ValueError, csv.Error) as exc:
+        raise InputError(f"{csv_path}: cannot read the tuned CSV: {exc}") from None
     df = df.rename(columns=lambda c: _CANONICAL.get(str(c).strip().lower(), str(c).strip()))
     missing = [c for c in TUNED_COLUMNS if c not in df.columns]
     if missing:
@@ -66,6 +73,13 @@ def read_tuned(csv_path: Path) -> pd.DataFrame:
             f"{csv_path}: columns {missing} missing (expected aiter's tuned GEMM CSV with "
             f"{', '.join(TUNED_COLUMNS)})"
         )
+    for col in TUNED_INT_COLUMNS:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = df.index[values.isna() | (values != values.round())]
+        if len(bad):
+            raise InputError(
+                f"{csv_path}:{bad[0] + 2}: column {col} is {df[col][bad[0]]!r}, not an integer"
+            )
     df = df.copy()
     df["line"] = range(2, len(df) + 2)
     return df

@@ -15,17 +15,21 @@ What objdump prints is not reassemblable as is; this module is that delta:
   assembler's extra-SGPR rule (see `invert_next_free_sgpr`);
 - the target id and code object version come from the ELF header and are written into the
   file (`.amdgcn_target`, `.amdhsa_code_object_version`), so the .s assembles with no flags
-  beyond the processor, which `assemble` reads back from the file.
+  beyond the processor, which `assemble` reads back from the file;
+- non-allocated sections other than the linker's own (DWARF in one aiter object) are carried
+  as raw bytes (`raw_sections`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from f4pipe.assemble import read_target
 from f4pipe.codeobject import CodeObject, Symbol, granulated_wavefront_sgpr_count
 from f4pipe.errors import CodeObjectError
 from f4pipe.toolchain import Toolchain
@@ -307,12 +311,70 @@ def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, li
     out.append(metadata_yaml(co, notes_listing))
     out.append("\t.end_amdgpu_metadata")
     out.append("")
+    out.extend(raw_sections(co))
     return "\n".join(out), insns
 
 
+#: Non-allocated sections the linker makes itself (or that the symbol table rebuilds).
+LINKER_SECTIONS = frozenset({".comment", ".symtab", ".strtab", ".shstrtab"})
+_SHF_ALLOC, _SHF_MERGE, _SHF_STRINGS = 0x2, 0x10, 0x20
+
+
+def raw_sections(co: CodeObject) -> list[str]:
+    """Non-allocated PROGBITS sections (DWARF `.debug_*` in aiter's objects) as their bytes.
+
+    objdump prints no debug info to reassemble, and a linked object's DWARF holds resolved
+    addresses, so its bytes are carried as they are: same name, flags (merge/strings and the
+    entry size), alignment and order. The linker places them after the allocated sections,
+    where they were."""
+    out: list[str] = []
+    for s in co.section_list:
+        if s.type != "SHT_PROGBITS" or s.flags & _SHF_ALLOC or s.name in LINKER_SECTIONS:
+            continue
+        flags = "M" * bool(s.flags & _SHF_MERGE) + "S" * bool(s.flags & _SHF_STRINGS)
+        entsize = f",{s.entsize}" if s.flags & _SHF_MERGE else ""
+        out.append(f'\t.section {s.name},"{flags}",@progbits{entsize}')
+        out.append(f"\t.p2align {int(math.log2(max(s.align, 1)))}")
+        data = co.bytes_of(s)
+        for i in range(0, len(data), 16):
+            out.append("\t.byte " + ",".join(f"0x{b:02x}" for b in data[i : i + 16]))
+    return out
+
+
+_MC_ERROR = re.compile(r"^[^\n]*?:(?P<line>\d+):(?P<col>\d+): error: (?P<msg>[^\n]*)$", re.M)
+
+
+def check_reassembles(asm: str, source: Path, toolchain: Toolchain) -> None:
+    """Assemble co2asm's output with llvm-mc (no file written): a line LLVM rejects is a
+    CodeObjectError naming the first such line, so co2asm never hands over a .s that does
+    not build."""
+    target = read_target(asm, str(source))
+    args = ["-triple=amdgcn-amd-amdhsa", f"-mcpu={target.mcpu}", "-filetype=obj"]
+    if target.mattr:
+        args.append(f"-mattr={','.join(target.mattr)}")
+    proc = toolchain.run("llvm-mc", [*args, "-o", os.devnull, "-"], input=asm.encode(), check=False)
+    if proc.returncode == 0:
+        return
+    err = proc.stderr.decode(errors="replace")
+    m = _MC_ERROR.search(err)
+    if m is None:
+        first = err.strip().splitlines()[:1] or [f"exit {proc.returncode}"]
+        raise CodeObjectError(f"{source}: co2asm output does not reassemble: {first[0]}")
+    lines = asm.splitlines()
+    n = int(m.group("line"))
+    text = lines[n - 1].strip() if 0 < n <= len(lines) else "?"
+    raise CodeObjectError(
+        f"{source}: co2asm output line {n} cannot be assembled ({m.group('msg')}): `{text}`; "
+        "pass --no-verify to write it anyway"
+    )
+
+
 def _render(insn: Instruction, branch_names: dict[int, str]) -> str:
-    """Instruction text with an exact, reassemblable form for branches and unknown words."""
-    if insn.text.startswith("<unknown>") or insn.text.startswith(".long"):
+    """Instruction text with an exact, reassemblable form for branches and unknown words.
+
+    What objdump cannot decode, or decodes with an `/*Invalid ...*/` operand (which llvm-mc
+    would either reject or assemble to other bytes), is written as its `.long` words."""
+    if insn.text.startswith(("<unknown>", ".long")) or "/*Invalid" in insn.text:
         return "\n\t".join(f".long 0x{w:08x}" for w in insn.words)
     target = branch_target(insn)
     if target is not None:

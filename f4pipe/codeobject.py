@@ -18,8 +18,10 @@ from typing import Any
 import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
-from f4pipe.errors import CodeObjectError
+from f4pipe.errors import CodeObjectError, InputError
+from f4pipe.fsio import read_input_bytes
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
@@ -54,6 +56,19 @@ EF_AMDGPU_FEATURE_XNACK_V3 = 0x100
 EF_AMDGPU_FEATURE_SRAMECC_V3 = 0x200
 
 KERNEL_DESCRIPTOR_SIZE = 64
+#: What pyelftools raises on hostile bytes (OverflowError: a seek past 2^63; KeyError and
+#: IndexError: an enum or table lookup with a corrupt value). All become CodeObjectError.
+PARSE_ERRORS = (
+    ELFError,
+    struct.error,
+    ValueError,
+    UnicodeDecodeError,
+    OverflowError,
+    KeyError,
+    IndexError,
+)
+#: aiter's largest code object is under 1 MB; anything past this is not a kernel image.
+MAX_CODE_OBJECT_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,23 @@ class Section:
     addr: int
     offset: int
     size: int
+    flags: int
+    align: int
+    link: str = ""  # name of the section sh_link points to ("" for 0 or out of range)
+    info: int = 0
+    entsize: int = 0
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One program header (AMDGPUUsage relies on the ELF gABI's PT_* meanings)."""
+
+    type: str
+    offset: int
+    vaddr: int
+    paddr: int
+    filesz: int
+    memsz: int
     flags: int
     align: int
 
@@ -113,12 +145,12 @@ class CodeObject:
     @classmethod
     def read(cls, path: str | Path) -> CodeObject:
         path = Path(path)
+        if not path.exists() and not path.is_symlink():
+            raise CodeObjectError(f"{path}: no such code object")
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise CodeObjectError(f"{path}: no such code object") from None
-        except IsADirectoryError:
-            raise CodeObjectError(f"{path}: is a directory, not a code object") from None
+            data = read_input_bytes(path, "code object", MAX_CODE_OBJECT_BYTES)
+        except InputError as exc:
+            raise CodeObjectError(str(exc)) from None
         return cls.from_bytes(data, path)
 
     @classmethod
@@ -131,7 +163,7 @@ class CodeObject:
         try:
             elf = ELFFile(io.BytesIO(data))
             header = elf.header
-        except (ELFError, struct.error, ValueError) as exc:
+        except PARSE_ERRORS as exc:
             raise CodeObjectError(f"{path}: corrupt ELF: {exc}") from exc
         if header["e_machine"] != "EM_AMDGPU" and header["e_machine"] != EM_AMDGPU:
             raise CodeObjectError(
@@ -144,6 +176,12 @@ class CodeObject:
     def _check_layout(self) -> None:
         """Bounds-check the section table before anything reads through it."""
         h = self._elf.header
+        if h["e_ident"]["EI_CLASS"] != "ELFCLASS64" or h["e_shentsize"] != 64:
+            raise CodeObjectError(
+                f"{self.path}: not a 64-bit ELF with 64-byte section headers "
+                f"({h['e_ident']['EI_CLASS']}, e_shentsize {h['e_shentsize']}): AMDGPU code "
+                "objects are ELF64"
+            )
         end = h["e_shoff"] + h["e_shnum"] * h["e_shentsize"]
         if h["e_shnum"] == 0 or end > len(self.data):
             raise CodeObjectError(
@@ -151,16 +189,16 @@ class CodeObject:
                 f"{len(self.data)} bytes"
             )
         try:
-            sections = self.sections
-        except (ELFError, struct.error, ValueError, UnicodeDecodeError) as exc:
+            sections = self.section_list
+        except PARSE_ERRORS as exc:
             raise CodeObjectError(f"{self.path}: corrupt section table: {exc}") from exc
-        for s in sections.values():
+        for s in sections:
             if s.type != "SHT_NOBITS" and s.offset + s.size > len(self.data):
                 raise CodeObjectError(
                     f"{self.path}: truncated: section {s.name} spans bytes {s.offset}.."
                     f"{s.offset + s.size} of a {len(self.data)}-byte file"
                 )
-        if ".text" not in sections:
+        if ".text" not in self.sections:
             raise CodeObjectError(f"{self.path}: no .text section")
 
     # -- header -----------------------------------------------------------------------------
@@ -208,25 +246,81 @@ class CodeObject:
     # -- sections and symbols -------------------------------------------------------------
 
     @cached_property
-    def sections(self) -> dict[str, Section]:
-        out: dict[str, Section] = {}
-        for s in self._elf.iter_sections():
-            out[s.name] = Section(
-                name=s.name,
-                type=str(s["sh_type"]),
-                addr=int(s["sh_addr"]),
-                offset=int(s["sh_offset"]),
-                size=int(s["sh_size"]),
-                flags=int(s["sh_flags"]),
-                align=int(s["sh_addralign"]),
+    def section_list(self) -> list[Section]:
+        """Every section header in file order (names may repeat in a hostile file)."""
+        raw = list(self._elf.iter_sections())
+        names = [s.name for s in raw]
+        out = []
+        for s in raw:
+            link = int(s["sh_link"])
+            out.append(
+                Section(
+                    name=s.name,
+                    type=str(s["sh_type"]),
+                    addr=int(s["sh_addr"]),
+                    offset=int(s["sh_offset"]),
+                    size=int(s["sh_size"]),
+                    flags=int(s["sh_flags"]),
+                    align=int(s["sh_addralign"]),
+                    link=names[link] if 0 < link < len(names) else "",
+                    info=int(s["sh_info"]),
+                    entsize=int(s["sh_entsize"]),
+                )
             )
         return out
+
+    @cached_property
+    def sections(self) -> dict[str, Section]:
+        """Sections by name; the first one wins when a (hostile) file repeats a name."""
+        out: dict[str, Section] = {}
+        for s in self.section_list:
+            out.setdefault(s.name, s)
+        return out
+
+    @cached_property
+    def segments(self) -> list[Segment]:
+        """The program headers, bounds-checked like the section table."""
+        h = self._elf.header
+        end = h["e_phoff"] + h["e_phnum"] * h["e_phentsize"]
+        if h["e_phnum"] and (h["e_phentsize"] < 56 or end > len(self.data)):
+            raise CodeObjectError(
+                f"{self.path}: corrupt program headers: {h['e_phnum']} entries of "
+                f"{h['e_phentsize']} bytes at {h['e_phoff']} in a {len(self.data)}-byte file"
+            )
+        try:
+            return [
+                Segment(
+                    type=str(p["p_type"]),
+                    offset=int(p["p_offset"]),
+                    vaddr=int(p["p_vaddr"]),
+                    paddr=int(p["p_paddr"]),
+                    filesz=int(p["p_filesz"]),
+                    memsz=int(p["p_memsz"]),
+                    flags=int(p["p_flags"]),
+                    align=int(p["p_align"]),
+                )
+                for p in self._elf.iter_segments()
+            ]
+        except PARSE_ERRORS as exc:
+            raise CodeObjectError(f"{self.path}: corrupt program headers: {exc}") from exc
+
+    def header_fields(self) -> dict[str, object]:
+        """Every ELF header field, e_ident's included, by its gABI name."""
+        h = self._elf.header
+        ident = h["e_ident"]
+        fields: dict[str, object] = {f"{k}": ident[k] for k in ident if k != "EI_MAG"}
+        fields.update({k: h[k] for k in h if k != "e_ident"})
+        return fields
 
     def section_bytes(self, name: str) -> bytes:
         """The bytes of section `name`; raises CodeObjectError if there is none."""
         s = self.sections.get(name)
         if s is None:
             raise CodeObjectError(f"{self.path}: no {name} section")
+        return self.bytes_of(s)
+
+    def bytes_of(self, s: Section) -> bytes:
+        """The file bytes of one section header (none for SHT_NOBITS)."""
         if s.type == "SHT_NOBITS":
             return b""
         return self.data[s.offset : s.offset + s.size]
@@ -234,10 +328,19 @@ class CodeObject:
     @cached_property
     def symbols(self) -> list[Symbol]:
         """The static symbol table (.symtab), falling back to .dynsym when stripped."""
-        table = self._elf.get_section_by_name(".symtab") or self._elf.get_section_by_name(".dynsym")
+        try:
+            table = self._elf.get_section_by_name(".symtab") or self._elf.get_section_by_name(
+                ".dynsym"
+            )
+        except PARSE_ERRORS as exc:
+            raise CodeObjectError(f"{self.path}: corrupt section table: {exc}") from exc
         if table is None:
             return []
-        names = {i: s.name for i, s in enumerate(self._elf.iter_sections())}
+        if not isinstance(table, SymbolTableSection):
+            raise CodeObjectError(
+                f"{self.path}: section {table.name} is {table['sh_type']}, not a symbol table"
+            )
+        names = {i: s.name for i, s in enumerate(self.section_list)}
         out = []
         try:
             for sym in table.iter_symbols():
@@ -255,7 +358,7 @@ class CodeObject:
                         section=names.get(shndx, "") if isinstance(shndx, int) else "",
                     )
                 )
-        except (ELFError, struct.error, ValueError, UnicodeDecodeError) as exc:
+        except PARSE_ERRORS as exc:
             raise CodeObjectError(f"{self.path}: corrupt symbol table: {exc}") from exc
         return out
 
@@ -298,9 +401,16 @@ class CodeObject:
         for note in self.notes:
             if note.owner == "AMDGPU" and note.type == NT_AMDGPU_METADATA:
                 try:
-                    return msgpack.unpackb(note.desc, raw=False, strict_map_key=False)
-                except (ValueError, msgpack.UnpackException) as exc:
+                    meta = msgpack.unpackb(note.desc, raw=False, strict_map_key=False)
+                except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                    # msgpack raises TypeError for e.g. an unhashable map key
                     raise CodeObjectError(f"{self.path}: corrupt metadata note: {exc}") from exc
+                if not isinstance(meta, dict):
+                    raise CodeObjectError(
+                        f"{self.path}: metadata note is a msgpack {type(meta).__name__}, not a "
+                        "map (AMDGPUUsage, Code Object V3+ Metadata)"
+                    )
+                return meta
         return None
 
 

@@ -35,7 +35,7 @@ from f4pipe.archive import PROVENANCE_NAME, SUFFIX, extract_archive
 from f4pipe.asmfacts import fact_changes, instruction_diff
 from f4pipe.audit import TARGET_ARCH
 from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_dir
+from f4pipe.fsio import atomic_dir, read_input_text
 from f4pipe.report import (
     ROUNDTRIP_DIR,
     RUN_KEY,
@@ -79,7 +79,7 @@ def open_result_set(path: str | os.PathLike[str]) -> Iterator[ResultSet]:
 
 def _asm(rs: ResultSet, kernel: str) -> str | None:
     path = rs.directory / ROUNDTRIP_DIR / f"{kernel}.s"
-    return path.read_text() if path.is_file() else None
+    return read_input_text(path, "assembly file") if path.is_file() else None
 
 
 def asm_diff(a: str, b: str, limit: int = ASM_DIFF_LINES) -> tuple[int, list[str]]:

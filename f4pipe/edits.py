@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from f4pipe.assemble import assemble
+from f4pipe.assemble import MAX_ASM_BYTES, assemble
 from f4pipe.co2asm import Instruction, branch_target, disassemble_text, invert_next_free_sgpr
 from f4pipe.codeobject import (
     CodeObject,
@@ -35,7 +35,7 @@ from f4pipe.codeobject import (
     granulated_workitem_vgpr_count,
 )
 from f4pipe.errors import ConfigError, InputError
-from f4pipe.fsio import atomic_dir, write_json, write_text
+from f4pipe.fsio import atomic_dir, read_input_text, write_json, write_text
 from f4pipe.manifest import MANIFEST_NAME, KernelEntry, manifest_text, read_manifest
 from f4pipe.toolchain import Toolchain
 
@@ -836,12 +836,9 @@ class PreparedEdit:
 
 
 def read_asm(asm_path: Path) -> str:
-    try:
-        return asm_path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{asm_path}: no such assembly file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{asm_path}: not a text file") from None
+    if not asm_path.exists() and not asm_path.is_symlink():
+        raise InputError(f"{asm_path}: no such assembly file")
+    return read_input_text(asm_path, "assembly file", MAX_ASM_BYTES)
 
 
 def prepare_edit(

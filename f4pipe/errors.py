@@ -2,7 +2,7 @@
 
 Every failure a user can cause or meet (bad input, missing tool, no device) is an F4PipeError
 whose message names the offending thing and what to do. The CLI turns these into a one-line
-message and exit code 2; anything else is a bug and keeps its traceback.
+message and exit code 2; anything else is a bug: exit 3, with the traceback under --debug.
 """
 
 

@@ -6,6 +6,7 @@ gfx950 emulator differ only in the Device they pass; the bytes a kernel sees are
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from f4pipe.operands import (
     OperandDistribution,
     generate_operand,
 )
-from f4pipe.reference import reference_gemm
+from f4pipe.reference import kernel_alpha, reference_gemm
 from f4pipe.safety import check_policy, padded_launch, refusal, violations
 from f4pipe.verify import Verification, verify_output
 
@@ -61,6 +62,62 @@ class GemmRequest:
     # (run on padded buffers, return D[:M, :N]) or "unsafe" (run it as asked: for the sweep
     # and reproducers).
     edge_policy: str = "refuse"
+    check_memory: bool = True  # refuse a shape whose buffers exceed the available memory
+
+    def __post_init__(self) -> None:
+        check_alpha(self.alpha)
+        for name, seed in (("seed_a", self.seed_a), ("seed_b", self.seed_b)):
+            if not 0 <= seed < 1 << 63:
+                raise InputError(f"{name}={seed}: seeds are integers in 0..2^63-1")
+
+
+def check_alpha(alpha: float) -> None:
+    """alpha must be finite as the f32 the kernarg holds: an infinite or NaN alpha makes the
+    reference (and so the tolerance) non-finite, and every comparison would pass."""
+    with np.errstate(over="ignore"):
+        as_f32 = kernel_alpha(alpha) if math.isfinite(alpha) else alpha
+    if not math.isfinite(as_f32):
+        raise InputError(
+            f"alpha={alpha} is not a finite f32 (|alpha| <= 3.4e38): the kernarg slot is an "
+            "f32 and the check needs a finite reference"
+        )
+
+
+def host_bytes_needed(layout: BufferLayout, verify: bool) -> int:
+    """Bytes one run holds at its peak: the device buffers (the emulator keeps them in host
+    memory) and their host images, plus, when verifying, the float64 reference (A and B
+    dequantized, A @ B^T) and the float64 output."""
+    m, n, k = layout.m, layout.n, layout.k
+    buffers = layout.a_nbytes + layout.b_nbytes + layout.scale_a_nbytes + layout.scale_b_nbytes
+    total = 2 * buffers + 2 * layout.d_nbytes + m * k + n * k  # + the unpacked fp4 codes
+    if verify:
+        total += 8 * (m * k + n * k + 3 * m * n)
+    return total
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(layout: BufferLayout, verify: bool) -> None:
+    """Refuse before allocating anything a run that cannot fit in the available memory."""
+    needed = host_bytes_needed(layout, verify)
+    available = available_memory()
+    if available is not None and needed > available:
+        raise ShapeError(
+            f"M={layout.m} N={layout.n} K={layout.k} needs about {needed} bytes "
+            f"({needed / 2**30:.1f} GiB) of host memory, {available} bytes "
+            f"({available / 2**30:.1f} GiB) are available: use a smaller shape (f4pipe gemm: "
+            "--no-memory-check tries anyway)"
+        )
 
 
 @dataclass(frozen=True)
@@ -228,6 +285,8 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
     if r.iters < 0:
         raise InputError(f"iters={r.iters} must be >= 0")
     layout, padding = edge_layout(entry, r)
+    if r.check_memory:
+        check_memory(layout, r.verify)
     a = generate_operand(r.m, r.k, r.seed_a, r.distribution)
     b = generate_operand(r.n, r.k, r.seed_b, r.distribution)
     images = device_images(a, with_zero_rows(b, layout.n), layout, entry.bpreshuffle)

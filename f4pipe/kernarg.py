@@ -77,6 +77,8 @@ SPLITK_K_ALIGN = 256
 K_ALIGN = 256
 N_ALIGN = 16
 MAX_LOG2_K_SPLIT = 16
+#: M, N and K travel in 32-bit kernarg slots; 2^31-1 also keeps them positive as int32.
+MAX_DIM = (1 << 31) - 1
 
 
 def pack_kernarg(values: Mapping[str, int | float]) -> bytes:
@@ -108,6 +110,11 @@ def check_shape(m: int, n: int, k: int, log2_k_split: int = 0) -> None:
     """Raise ShapeError unless (M, N, K, log2_k_split) is a shape the kernels accept."""
     if m < 1 or n < 1 or k < 1:
         raise ShapeError(f"M, N, K must be positive, got M={m} N={n} K={k}")
+    if max(m, n, k) > MAX_DIM:
+        raise ShapeError(
+            f"M={m} N={n} K={k}: each must be at most {MAX_DIM} (the kernarg's M, N, K are "
+            "32-bit and strides are counted in 32-bit registers)"
+        )
     if n % N_ALIGN:
         raise ShapeError(
             f"N={n} is not a multiple of {N_ALIGN} (the kernels require N % 16 == 0); "

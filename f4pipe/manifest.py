@@ -14,7 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from f4pipe.errors import ManifestError
+from f4pipe.errors import InputError, ManifestError
+from f4pipe.fsio import read_input_text
+
+#: aiter's manifest is ~3 kB; a bound keeps a hostile path (/dev/zero, a huge file) out.
+MAX_MANIFEST_BYTES = 16 << 20
 
 MANIFEST_NAME = "f4gemm_bf16_per1x32Fp4.csv"
 COLUMNS = ("tile_m", "tile_n", "splitk", "bpreshuffle", "knl_name", "co_name")
@@ -88,7 +92,13 @@ def _parse_tile(value: str, column: str, line: int, path: Path) -> int:
 
 def parse_manifest_text(text: str, path: Path) -> list[KernelEntry]:
     """Parse manifest CSV text; header names are matched case-insensitively."""
-    reader = csv.reader(io.StringIO(text))
+    try:
+        return _parse_rows(csv.reader(io.StringIO(text)), path)
+    except csv.Error as exc:  # a field over csv's limit, a NUL byte, an unclosed quote
+        raise ManifestError(f"{path}: not a readable CSV: {exc}") from None
+
+
+def _parse_rows(reader: Iterator[list[str]], path: Path) -> list[KernelEntry]:
     try:
         header = next(reader)
     except StopIteration:
@@ -166,9 +176,9 @@ def read_manifest(path: str | os.PathLike[str], *, check_files: bool = True) -> 
     directory = find_f4gemm_dir(path)
     csv_path = directory / MANIFEST_NAME
     try:
-        text = csv_path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ManifestError(f"{csv_path}: not a UTF-8 text CSV") from None
+        text = read_input_text(csv_path, "manifest CSV", MAX_MANIFEST_BYTES)
+    except InputError as exc:
+        raise ManifestError(str(exc)) from None
     entries = parse_manifest_text(text, csv_path)
     if check_files:
         for e in entries:

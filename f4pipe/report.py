@@ -28,7 +28,7 @@ import pandas as pd
 from f4pipe import __version__
 from f4pipe.audit import format_finding
 from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_dir, sha256_file
+from f4pipe.fsio import atomic_dir, read_json_file, sha256_file
 from f4pipe.safety import EDGE_CLASSES
 from f4pipe.schemas import (
     ADDED_COLUMNS,
@@ -101,7 +101,9 @@ class ResultSet:
                 "point at a results/<aiter_id>/ directory the pipeline wrote"
             )
         tc_path = directory / TOOLCHAIN_JSON
-        toolchain = json.loads(tc_path.read_text()) if tc_path.is_file() else None
+        toolchain = read_json_file(tc_path, "toolchain.json") if tc_path.is_file() else None
+        if toolchain is not None and not isinstance(toolchain, dict):
+            raise InputError(f"{tc_path}: not a toolchain.json (a JSON object)")
         return cls(directory=directory, tables=tables, toolchain=toolchain)
 
     def table(self, name: str) -> pd.DataFrame | None:
@@ -603,7 +605,8 @@ def provenance(
         ("config sha256", config_hash(config)),
     ]
     if aiter_provenance is not None:
-        prov = json.loads(aiter_provenance.read_text())
+        prov = read_json_file(aiter_provenance, "provenance.json")
+        prov = prov if isinstance(prov, dict) else {}
         items.append(("aiter source", json.dumps(prov.get("source", "?"), sort_keys=True)))
         items.append(("aiter content sha256", str(prov.get("content_sha256", "?"))))
     else:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.assemble import assemble
-from f4pipe.co2asm import co2asm_with_listing
+from f4pipe.co2asm import check_reassembles, co2asm_with_listing
 from f4pipe.equivalence import Equivalence, compare
+from f4pipe.errors import ToolchainError
 from f4pipe.fsio import sha256_file, write_text
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.toolchain import Toolchain
@@ -58,7 +59,7 @@ class RoundTrip:
             "co2asm_seconds": self.co2asm_seconds,
             "assemble_seconds": self.assemble_seconds,
             "check_seconds": self.check_seconds,
-            "detail": "; ".join(eq.problems),
+            "detail": "; ".join([*eq.problems, *(f"explained: {e}" for e in eq.explained_layout)]),
             "hazards": self.hazards,
             "hazard_detail": self.hazard_detail,
         }
@@ -93,11 +94,21 @@ def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) ->
     t0 = time.perf_counter()
     asm, original_insns = co2asm_with_listing(co_path, toolchain)
     write_text(asm_path, asm)
-    t1 = time.perf_counter()
-    assemble(asm_path, rebuilt, toolchain)
-    t2 = time.perf_counter()
-    eq = compare(co_path, rebuilt, toolchain, original_insns=original_insns)
-    t3 = time.perf_counter()
+    try:
+        t1 = time.perf_counter()
+        try:
+            assemble(asm_path, rebuilt, toolchain)
+        except ToolchainError:
+            check_reassembles(asm, co_path, toolchain)  # names the first line LLVM rejects
+            raise
+        t2 = time.perf_counter()
+        eq = compare(co_path, rebuilt, toolchain, original_insns=original_insns)
+        t3 = time.perf_counter()
+    except BaseException:
+        # a failed round trip leaves no half of its outputs behind
+        for path in (asm_path, rebuilt, diff_path):
+            path.unlink(missing_ok=True)
+        raise
     hazards, hazard_detail = static_hazards(rebuilt)
     header = f"original: {co_path}\nrebuilt:  {rebuilt}\ntoolchain: {toolchain.toolchain_id}\n"
     write_text(diff_path, header + eq.summary())

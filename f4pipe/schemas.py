@@ -88,7 +88,7 @@ ROUNDTRIP = with_keys(
     pa.field("detail", pa.string(), nullable=False),
     # static timing findings of the rebuilt object (null: not gfx950 or not decodable)
     pa.field("hazards", pa.int64()),
-    pa.field("hazard_detail", pa.string(), nullable=False),
+    pa.field("hazard_detail", pa.string()),
 )
 
 
@@ -120,8 +120,12 @@ def read_table(
     path: str | os.PathLike[str], schema: pa.Schema | None = None, added: Sequence[str] = ()
 ) -> pa.Table:
     """A Parquet table checked against `schema`; columns named in `added` (ADDED_COLUMNS) may
-    be missing from an older file and are then filled with nulls."""
-    table = pq.read_table(path)
+    be missing from an older file and are then filled with nulls. A corrupt or unreadable
+    file is an InputError naming it."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable Parquet table: {exc}") from None
     if schema is not None and added:
         for name in added:
             if name not in table.column_names and schema.get_field_index(name) >= 0:
@@ -262,6 +266,9 @@ AUDIT = with_keys(
 #: nulls there, so an archived set stays comparable with a new one.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "audit": ("gfx", "emu_orders", "finding", "aiter_us", "aiter_tflops", "aiter_err_ratio"),
+    "roundtrip": ("hazards", "hazard_detail"),
+    "verify": ("hazards", "advisories"),
+    "splitk": ("hazards", "advisories"),
 }
 
 #: Every table by the name the pipeline and `f4pipe gather` use.

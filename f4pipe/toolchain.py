@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from f4pipe.errors import ToolchainError
-from f4pipe.fsio import atomic_dir, write_json
+from f4pipe.errors import InputError, ToolchainError
+from f4pipe.fsio import atomic_dir, read_json_file, write_json
 
 TOOLS = ("llvm-objdump", "llvm-readelf", "llvm-objcopy", "llvm-mc", "ld.lld")
 MIN_LLVM_MAJOR = 20
@@ -76,10 +76,16 @@ class Toolchain:
         return self.bin_dir / name
 
     def run(
-        self, name: str, args: Sequence[str | os.PathLike[str]], *, input: bytes | None = None
+        self,
+        name: str,
+        args: Sequence[str | os.PathLike[str]],
+        *,
+        input: bytes | None = None,
+        check: bool = True,
     ) -> subprocess.CompletedProcess[bytes]:
-        """Run one tool; a failure becomes a ToolchainError carrying the tool's stderr."""
-        return run_tool(self.tool(name), args, input=input)
+        """Run one tool; a failure becomes a ToolchainError carrying the tool's stderr, unless
+        check=False (the caller reads the exit code and stderr itself)."""
+        return run_tool(self.tool(name), args, input=input, check=check)
 
     def as_json(self) -> dict[str, str]:
         d = {k: str(v) for k, v in asdict(self).items()}
@@ -89,7 +95,11 @@ class Toolchain:
 
 
 def run_tool(
-    exe: Path, args: Sequence[str | os.PathLike[str]], *, input: bytes | None = None
+    exe: Path,
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    input: bytes | None = None,
+    check: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
     """The one place where LLVM tool failures are translated into f4pipe errors."""
     cmd = [str(exe), *map(str, args)]
@@ -101,7 +111,7 @@ def run_tool(
         raise ToolchainError(
             f"{exe.name} timed out after {TOOL_TIMEOUT_S}s: {' '.join(cmd)}"
         ) from exc
-    if proc.returncode != 0:
+    if proc.returncode != 0 and check:
         err = proc.stderr.decode(errors="replace").strip()
         lines = err.splitlines()
         shown = "\n".join(lines[:20]) + (
@@ -387,16 +397,12 @@ def write_toolchain_json(toolchain: Toolchain, path: Path) -> None:
 
 def read_toolchain_json(path: str | os.PathLike[str]) -> dict[str, str]:
     """A toolchain.json written by write_toolchain_json; errors name the file."""
-    import json
-
+    if not Path(path).exists():
+        raise ToolchainError(f"{path}: no such toolchain.json; run `f4pipe toolchain -o {path}`")
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ToolchainError(
-            f"{path}: no such toolchain.json; run `f4pipe toolchain -o {path}`"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ToolchainError(f"{path}: not a toolchain.json ({exc})") from None
+        data = read_json_file(path, "toolchain.json")
+    except InputError as exc:
+        raise ToolchainError(str(exc)) from None
     if not isinstance(data, dict) or "toolchain_id" not in data or "bin_dir" not in data:
         raise ToolchainError(
             f"{path}: lacks toolchain_id/bin_dir; re-run `f4pipe toolchain -o {path}`"

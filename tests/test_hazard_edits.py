@@ -204,4 +204,3 @@ def test_all_35_originals_have_no_static_timing_finding(f4gemm_dir):
         report = analyse(Program.load(manifest.co_path(entry), entry.symbol))
         assert report.count == 0, (entry.name, report.wait_states[:1], report.counters[:1])
         assert report.instructions > 800
-

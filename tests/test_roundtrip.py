@@ -143,6 +143,18 @@ def test_local_symbols_that_are_not_kernels_stay_local(aiter_hsa_dir: Path, tool
     ]
 
 
+def test_dwarf_sections_are_carried(aiter_hsa_dir: Path, toolchain, tmp_path) -> None:
+    """The one aiter object with DWARF (.debug_*) round-trips with those sections, byte for
+    byte, in the original's order, and is equivalent."""
+    path = aiter_hsa_dir / "gfx942" / "fmoe_int8_g1u1_smf_subGU_256.co"
+    debug = [s.name for s in CodeObject.read(path).section_list if s.name.startswith(".debug_")]
+    assert len(debug) == 5
+    rt = roundtrip(path, tmp_path, toolchain)
+    rebuilt = CodeObject.read(rt.rebuilt)
+    assert [s.name for s in rebuilt.section_list if s.name.startswith(".debug_")] == debug
+    assert rt.equivalence.equivalent, rt.equivalence.problems
+
+
 # --- broken input -------------------------------------------------------------------------
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from f4pipe.errors import ConfigError
 from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter, read_provenance
+from f4pipe.fsio import json_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             "source": record["source"],
             "content_sha256": record["content_sha256"],
         }
-        print(json.dumps(out, indent=2, sort_keys=True))
+        print(json_text(out, indent=2))
     else:
         state = "fetched" if result.fetched else "already present, verified"
         used = record["source"]["f4gemm_dir"]

@@ -8,19 +8,19 @@ commands write one Parquet table each so Snakemake rules stay one line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK
 from f4pipe.device import DEVICE_KINDS, Device, open_device
 from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
-from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, run_gemm
+from f4pipe.fsio import check_writable, json_text
+from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, check_alpha, run_gemm
 from f4pipe.heuristic import select_kernel
-from f4pipe.kernarg import BLOCK, check_shape
+from f4pipe.kernarg import BLOCK, check_shape, launch_geometry
 from f4pipe.locate import artifact_keys, locate_co_dir
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
@@ -32,6 +32,8 @@ from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
 SEED_B_OFFSET = SEED_B - SEED_A
 PREFIX = "[f4gemm]"
+#: numpy's Generator takes any non-negative integer; 2^63-1 keeps seeds in a Parquet int64.
+MAX_SEED = (1 << 63) - 1
 WAVES_PER_WG = BLOCK[0] // 64
 
 
@@ -47,10 +49,14 @@ def parse_seed(text: str) -> tuple[int, int]:
     except ValueError:
         parts = []
     if len(parts) == 1:
-        return parts[0], parts[0] + SEED_B_OFFSET
-    if len(parts) == 2:
-        return parts[0], parts[1]
-    raise ConfigError(f"--seed {text!r}: expected S or A,B (integers)")
+        parts.append(parts[0] + SEED_B_OFFSET)
+    if len(parts) != 2:
+        raise ConfigError(f"--seed {text!r}: expected S or A,B (integers)")
+    if not all(0 <= p <= MAX_SEED for p in parts):
+        raise ConfigError(
+            f"--seed {text!r}: seeds must be in 0..{MAX_SEED} (B = S + {SEED_B_OFFSET})"
+        )
+    return parts[0], parts[1]
 
 
 # --- f4pipe gemm -------------------------------------------------------------------------------
@@ -185,12 +191,16 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     if args.iters < 0:
         raise ConfigError(f"--iters {args.iters} must be >= 0")
     check_shape(args.m, args.n, args.k, max(args.splitk, 0))
+    check_alpha(args.alpha)
+    if args.kernel is not None and not args.kernel.strip():
+        raise ConfigError("--kernel '': name a kernel (symbol, .co name or stem; see --list)")
     seed_a, seed_b = parse_seed(args.seed)
     policy = edge_policy(args)
     device = open_device(args.device, **emulator_options(args))
     try:
         manifest = read_manifest(co_dir_from(args))
         entry, log2, how = choose(manifest, args, device.num_cu)
+        check_trace_wave(args, entry, log2)
         request = GemmRequest(
             args.m,
             args.n,
@@ -202,6 +212,7 @@ def run_gemm_command(args: argparse.Namespace) -> int:
             verify=not args.no_verify,
             iters=args.iters,
             edge_policy=policy,
+            check_memory=not args.no_memory_check,
         )
         if not args.json:
             print(f"{PREFIX} device: {device.device_id} ({device.arch}, {device.num_cu} CUs)")
@@ -212,7 +223,7 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     finally:
         device.close()
     if args.json:
-        print(json.dumps(result_json(result), sort_keys=True))
+        print(json_text(result_json(result)))
     else:
         g = result.geometry
         print(
@@ -224,6 +235,19 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     if result.races:
         return EXIT_FAILED  # stores of two workgroups to one address: hardware order decides
     return EXIT_FAILED if result.status in ("failed", "hazard") else EXIT_OK
+
+
+def check_trace_wave(args: argparse.Namespace, entry: KernelEntry, log2_k_split: int) -> None:
+    """--trace WAVE must name a wave of this launch, or the trace would be silently empty."""
+    if args.trace is None:
+        return
+    grid = launch_geometry(entry.tile_m, entry.tile_n, args.m, args.n, args.k, log2_k_split).grid
+    waves = grid[0] * grid[1] * grid[2] * WAVES_PER_WG
+    if args.trace >= waves:
+        raise ConfigError(
+            f"--trace {args.trace}: this launch has {waves} waves (0..{waves - 1}) of "
+            f"{entry.name} at M={args.m} N={args.n} K={args.k}"
+        )
 
 
 def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,6 +263,10 @@ def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.trace is not None:
         if args.device == "hip":
             raise ConfigError("--trace runs on the emulator only: use --device emulator")
+        if args.trace < 0:
+            raise ConfigError(f"--trace {args.trace}: a wave number is >= 0")
+        if args.trace_out is not None:
+            check_writable(args.trace_out, "--trace-out")
         options.update(trace_wave=args.trace, trace_out=args.trace_out or sys.stderr)
     return options
 
@@ -302,6 +330,12 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the CPU reference check")
     p.add_argument("--list", action="store_true", help="print the manifest and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument(
+        "--no-memory-check",
+        action="store_true",
+        help="run even if the buffers exceed the available host memory (default: refuse with "
+        "the bytes needed and available)",
+    )
     edge = p.add_argument_group("shape edges (f4pipe.safety; see `f4pipe safety`)")
     edge.add_argument(
         "--pad-output",
@@ -361,6 +395,7 @@ def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.S
 
 
 def run_stage_command(args: argparse.Namespace) -> int:
+    check_alpha(args.alpha)  # before any row: a bad alpha is bad input, not an error row
     cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
@@ -413,7 +448,15 @@ def run_stage_command(args: argparse.Namespace) -> int:
         print(f"f4pipe {args.command}: {reason}", file=sys.stderr)
     if args.record:
         return EXIT_OK
-    return EXIT_FAILED if counts.get("failed") or counts.get("error") else EXIT_OK
+    if counts.get("error"):
+        # a case that could not be checked is no verdict: exit 2, the reasons are in the table
+        print(
+            f"f4pipe {args.command}: error: {counts['error']} case(s) could not run; their "
+            f"reason column in {args.output} says why",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    return EXIT_FAILED if counts.get("failed") else EXIT_OK
 
 
 def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
@@ -422,7 +465,8 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
         help=STAGE_HELP[name],
         description=f"{STAGE_HELP[name]}; writes one Parquet table (schema f4pipe.schemas."
         f"{name.upper()}). Without a usable device every row is recorded as skipped with the "
-        "reason. Exit 0 if no run failed or errored, 1 otherwise, 2 on an error.",
+        "reason. Exit 0 if every run passed or was skipped, 1 if one failed, 2 if one could "
+        "not run (its row says why) or on bad input.",
     )
     p.add_argument(
         "--matrix",

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
 from f4pipe.assemble import assemble
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, toolchain_from_args
-from f4pipe.co2asm import co2asm
+from f4pipe.co2asm import check_reassembles, co2asm
 from f4pipe.codeobject import CodeObject
 from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_dir, sha256_file, write_text
+from f4pipe.fsio import atomic_dir, check_writable, json_text, sha256_file, write_text
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 from f4pipe.roundtrip import roundtrip
 from f4pipe.schemas import (
@@ -46,7 +45,12 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
 def cmd_co2asm(args: argparse.Namespace) -> int:
     src = Path(args.code_object)
     out = Path(args.output) if args.output else src.with_suffix(".s")
-    write_text(out, co2asm(src, toolchain_from_args(args)))
+    check_writable(out)
+    tc = toolchain_from_args(args)
+    asm = co2asm(src, tc)
+    if not args.no_verify:
+        check_reassembles(asm, src, tc)
+    write_text(out, asm)
     print(f"wrote {out}")
     return EXIT_OK
 
@@ -65,7 +69,7 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
     if args.row:
         write_rows(args.row, [rt.row(_keys(args, tc.toolchain_id))], ROUNDTRIP)
     if args.json:
-        print(json.dumps(rt.row(_keys(args, tc.toolchain_id)), sort_keys=True))
+        print(json_text(rt.row(_keys(args, tc.toolchain_id))))
     else:
         print(f"{rt.original.name}: {'EQUIVALENT' if eq.equivalent else 'NOT EQUIVALENT'}")
         print(eq.summary(), end="")
@@ -151,6 +155,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("co2asm", help="code object -> reassemblable assembly")
     p.add_argument("code_object", help="an AMDGPU code object (.co / .hsaco), v3+")
     p.add_argument("-o", "--output", help="output .s (default: beside the input)")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="do not assemble the output to check it (default: a line LLVM rejects is an error "
+        "naming it, exit 2, and nothing is written)",
+    )
     add_toolchain_args(p)
     p.set_defaults(func=cmd_co2asm)
 

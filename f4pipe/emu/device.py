@@ -49,9 +49,11 @@ def parse_workgroup_order(order: str) -> tuple[str, int]:
         return kind, 0
     if kind == "shuffle":
         try:
-            return kind, int(seed_text or "0")
+            seed = int(seed_text or "0")
         except ValueError:
-            pass
+            seed = -1
+        if seed >= 0:  # numpy's Generator takes non-negative seeds only
+            return kind, seed
     raise EmulatorError(
         f"workgroup order {order!r}: use one of in-order, reversed, shuffle or shuffle:SEED"
     )

@@ -25,6 +25,24 @@ KCP_KERNARG_SEGMENT_PTR = 1 << 3
 KCP_DISPATCH_ID = 1 << 4
 KCP_FLAT_SCRATCH_INIT = 1 << 5
 KCP_PRIVATE_SEGMENT_SIZE = 1 << 6
+# Bits AMDGPUUsage marks "must be 0" or reserved on GFX9 (gfx950 is GFX9): compute_pgm_rsrc1
+# PRIORITY (11:10), DEBUG_MODE (22), BULKY (24), CDBG_USER (25), 31:27 (GFX10+ fields);
+# compute_pgm_rsrc2 ENABLE_TRAP_HANDLER (6), ADDRESS_WATCH (13), MEMORY (14),
+# GRANULATED_LDS_SIZE (23:15, set by the CP), 31; compute_pgm_rsrc3 (GFX90A+) all but
+# ACCUM_OFFSET (5:0) and TG_SPLIT (16); kernel_code_properties 15:7 on GFX9.
+RSRC1_MUST_BE_ZERO = 0x3 << 10 | 1 << 22 | 1 << 24 | 1 << 25 | 0x1F << 27
+RSRC2_MUST_BE_ZERO = 1 << 6 | 1 << 13 | 1 << 14 | 0x1FF << 15 | 1 << 31
+RSRC3_MUST_BE_ZERO = 0xFFFFFFFF & ~(0x3F | 1 << 16)
+KCP_MUST_BE_ZERO = 0xFF80
+# Reserved byte ranges of the 64-byte descriptor (AMDGPUUsage, "Kernel Descriptor").
+KD_RESERVED = ((12, 16), (24, 44), (60, 64))
+VGPR_GRANULE, SGPR_GRANULE = 8, 8  # gfx90a+ unified VGPRs: 8; GFX9 SGPRs: 8 (field is 2x16)
+#: gfx950 has 160 KiB of LDS per workgroup.
+MAX_LDS_BYTES = 160 * 1024
+#: Far above any real kernarg block (f4gemm's is 368 bytes), so a corrupt size (2^40) never
+#: reaches an allocation.
+MAX_KERNARG_BYTES = 1 << 20
+
 KCP_UNSUPPORTED = (
     KCP_PRIVATE_SEGMENT_BUFFER
     | KCP_DISPATCH_PTR
@@ -68,12 +86,20 @@ class Program:
         if symbol not in names:
             raise EmulatorError(f"{co_path}: no kernel {symbol!r}; kernels: {', '.join(names)}")
         kd_sym = next(s for s in co.symbols if s.name == f"{symbol}.kd")
-        kd = descriptor_fields(co.kernel_descriptor(symbol))
+        try:
+            kd_bytes = co.kernel_descriptor(symbol)
+            meta = kernel_metadata(co.metadata(), symbol, co_path)
+        except CodeObjectError as exc:
+            raise EmulatorError(f"cannot load {co_path}: {exc}") from exc
+        kd = descriptor_fields(kd_bytes)
         text_sec = co.sections[".text"]
         entry = kd_sym.value + kd["kernel_code_entry_byte_offset"]
-        if not text_sec.addr <= entry < text_sec.addr + text_sec.size:
-            raise EmulatorError(f"{co_path}: {symbol} entry {entry:#x} is outside .text")
+        if not text_sec.addr <= entry < text_sec.addr + text_sec.size or entry & 3:
+            raise EmulatorError(
+                f"{co_path}: {symbol} entry {entry:#x} is outside .text or not 4-byte aligned"
+            )
         where = f"{co_path.name}:{symbol}"
+        check_descriptor(kd_bytes, meta, where)
         rsrc1, rsrc2, kcp = (
             kd["compute_pgm_rsrc1"],
             kd["compute_pgm_rsrc2"],
@@ -102,11 +128,7 @@ class Program:
                 wg_ids[dim] = nxt
                 nxt += 1
         labels = {s.value: s.name for s in co.symbols if s.section == ".text"}
-        meta = co.metadata() or {}
-        kernarg_bytes = kd["kernarg_size"]
-        for k in meta.get("amdhsa.kernels", []):
-            if k.get(".name") == symbol or k.get(".symbol") == f"{symbol}.kd":
-                kernarg_bytes = max(kernarg_bytes, int(k.get(".kernarg_segment_size", 0)))
+        kernarg_bytes = max(kd["kernarg_size"], meta.get(".kernarg_segment_size", 0))
         return cls(
             co_path=co_path,
             symbol=symbol,
@@ -157,3 +179,75 @@ class Program:
             inst = decode_one(self.text, pos, pc)
             self._cache[pc] = inst
         return inst
+
+
+#: Metadata keys the emulator reads, with the type each must have (AMDGPUUsage, "Code Object
+#: V3+ Metadata", amdhsa.kernels entries).
+_KERNEL_META_INTS = (".kernarg_segment_size", ".vgpr_count", ".agpr_count", ".sgpr_count")
+
+
+def kernel_metadata(meta: object, symbol: str, co_path: Path) -> dict[str, int]:
+    """The integer fields of `symbol`'s amdhsa.kernels entry, each checked for type and range;
+    {} if the object has no metadata or no entry for the kernel (the descriptor then rules)."""
+    if meta is None:
+        return {}
+    kernels = meta.get("amdhsa.kernels", []) if isinstance(meta, dict) else None
+    if not isinstance(kernels, list) or not all(isinstance(k, dict) for k in kernels):
+        raise EmulatorError(f"{co_path}: metadata amdhsa.kernels is not a list of maps")
+    for k in kernels:
+        if k.get(".name") == symbol or k.get(".symbol") == f"{symbol}.kd":
+            out = {}
+            for key in _KERNEL_META_INTS:
+                value = k.get(key, 0)
+                if type(value) is not int or not 0 <= value <= MAX_KERNARG_BYTES:
+                    raise EmulatorError(
+                        f"{co_path}: metadata {key} of {symbol} is {value!r}, not an integer "
+                        f"in 0..{MAX_KERNARG_BYTES}"
+                    )
+                out[key] = value
+            return out
+    return {}
+
+
+def check_descriptor(kd: bytes, meta: dict[str, int], where: str) -> None:
+    """Refuse a descriptor the hardware would reject or that contradicts the metadata: reserved
+    bits or bytes set, a VGPR/SGPR granule of 0 or smaller than the registers the metadata
+    says the kernel uses, LDS beyond gfx950's, or a kernarg size beyond any real one."""
+    f = descriptor_fields(kd)
+    for lo, hi in KD_RESERVED:
+        if any(kd[lo:hi]):
+            raise EmulatorError(f"{where}: reserved descriptor bytes {lo}..{hi - 1} are not zero")
+    for name, mask in (
+        ("compute_pgm_rsrc1", RSRC1_MUST_BE_ZERO),
+        ("compute_pgm_rsrc2", RSRC2_MUST_BE_ZERO),
+        ("compute_pgm_rsrc3", RSRC3_MUST_BE_ZERO),
+        ("kernel_code_properties", KCP_MUST_BE_ZERO),
+    ):
+        if f[name] & mask:
+            raise EmulatorError(
+                f"{where}: {name} {f[name]:#x} sets reserved/must-be-zero bits "
+                f"{f[name] & mask:#x} (AMDGPUUsage, GFX9)"
+            )
+    vgpr_granule, sgpr_granule = f["compute_pgm_rsrc1"] & 0x3F, (f["compute_pgm_rsrc1"] >> 6) & 0xF
+    if vgpr_granule == 0 or sgpr_granule == 0:
+        raise EmulatorError(
+            f"{where}: GRANULATED_WORKITEM_VGPR_COUNT {vgpr_granule} / "
+            f"GRANULATED_WAVEFRONT_SGPR_COUNT {sgpr_granule}: a granule of 0 allocates the "
+            "minimum registers, which no GEMM kernel fits in; the descriptor is corrupt"
+        )
+    vgprs, sgprs = (vgpr_granule + 1) * VGPR_GRANULE, (sgpr_granule + 1) * SGPR_GRANULE
+    used_v = max(meta.get(".vgpr_count", 0), meta.get(".agpr_count", 0))  # gfx90a+: total
+    if used_v > vgprs or meta.get(".sgpr_count", 0) > sgprs:
+        raise EmulatorError(
+            f"{where}: the descriptor allocates {vgprs} VGPRs and {sgprs} SGPRs but the "
+            f"metadata says the kernel uses {used_v} and {meta.get('.sgpr_count', 0)}"
+        )
+    if f["group_segment_fixed_size"] > MAX_LDS_BYTES:
+        raise EmulatorError(
+            f"{where}: group_segment_fixed_size {f['group_segment_fixed_size']} exceeds "
+            f"gfx950's {MAX_LDS_BYTES} bytes of LDS"
+        )
+    if f["kernarg_size"] > MAX_KERNARG_BYTES:
+        raise EmulatorError(
+            f"{where}: kernarg_size {f['kernarg_size']} exceeds {MAX_KERNARG_BYTES} bytes"
+        )
