@@ -23,8 +23,52 @@ from f4pipe import __version__
 from f4pipe.errors import F4PipeError
 from f4pipe.toolchain import Toolchain, find_toolchain, read_toolchain_json
 
-# Each module defines register(subparsers); a sub-command sets `func(args) -> int`.
-COMMAND_MODULES = ["spine", "fetchcmd", "gemm", "safety", "emu", "reports", "edits"]
+#: Every command, in `f4pipe --help` order: the module under f4pipe/cli that registers it
+#: (register(subparsers); the command sets `func(args) -> int`) and its one-line help. A run
+#: imports only its command's module, so `f4pipe --help` and the light commands do not pay for
+#: numpy, pandas and pyarrow.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "toolchain": ("spine", "find or provision an LLVM that knows gfx950"),
+    "fetch": (
+        "fetchcmd",
+        "fetch aiter's f4gemm code objects (PyPI wheel, git revision or local directory)",
+    ),
+    "co2asm": ("spine", "code object -> reassemblable assembly"),
+    "assemble": ("spine", "assembly -> code object (llvm-mc + ld.lld)"),
+    "roundtrip": ("spine", "co2asm + assemble + equivalence proof"),
+    "hazards": (
+        "emu",
+        "static timing check of a gfx950 code object (s_waitcnt counters, wait states)",
+    ),
+    "kernels": ("spine", "manifest + code object headers -> kernels.parquet"),
+    "gemm": ("gemm", "run one MXFP4 GEMM like the seed driver (verify, time on hardware)"),
+    "verify": ("gemm", "check kernels against the CPU reference over a shape matrix"),
+    "splitk": ("gemm", "error vs K split count on the splitK kernels"),
+    "bench": ("gemm", "throughput (us, TFLOP/s) on gfx950 hardware; skipped rows elsewhere"),
+    "try": ("edits", "assemble, diff, check and verify a hand-edited kernel in one go"),
+    "asmdiff": ("edits", "instruction-level diff of two kernels (.s or .co), plus static checks"),
+    "edit-variant": (
+        "edits",
+        "build the pipeline's edit-<name> variant directory from an edited .s",
+    ),
+    "safety": ("safety", "shape-edge sweep of the kernels on the emulator (the safety table)"),
+    "audit-tuned": (
+        "safety",
+        "check aiter's tuned GEMM tables against the safety rules, emulating unsafe rows",
+    ),
+    "tuned-csv": ("safety", "copy one of aiter's tuned GEMM tables out of any aiter source"),
+    "report": ("reports", "HTML + markdown report of one result set"),
+    "archive": ("reports", "reproducible tarball of a result set, or --check one"),
+    "compare": ("reports", "two result sets (directories or archives) side by side"),
+    "gather": ("spine", "concatenate per-job Parquet tables of one schema"),
+    "rebuilt-dir": ("spine", "collect rebuilt objects + a manifest CSV"),
+}
+
+
+def command_help(name: str) -> str:
+    """The one-line help of a command (COMMANDS), for its module's add_parser."""
+    return COMMANDS[name][1]
+
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -47,7 +91,9 @@ def toolchain_from_args(args: argparse.Namespace) -> Toolchain:
     return find_toolchain(getattr(args, "toolchain_bin", None))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, just that command's module is imported and every
+    other command is listed by name and help (what a run of `f4pipe ONLY ...` needs)."""
     parser = argparse.ArgumentParser(
         prog="f4pipe",
         description="Round-trip, verify and benchmark aiter's gfx950 MXFP4 GEMM code objects. "
@@ -57,14 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"f4pipe {__version__}")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"f4pipe.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"f4pipe.cli.{name}":
-                continue  # a command group not built yet
-            raise
-        module.register(subparsers)
+    modules = dict.fromkeys(module for module, _ in COMMANDS.values())
+    if only is not None:
+        modules = dict.fromkeys([COMMANDS[only][0]] if only in COMMANDS else [])
+    for module in modules:
+        importlib.import_module(f"f4pipe.cli.{module}").register(subparsers)
+    for name, (_, text) in COMMANDS.items():
+        if name not in subparsers.choices:  # listed only: its module is not needed for this run
+            subparsers.add_parser(name, help=text)
     for sub in subparsers.choices.values():  # `f4pipe CMD ... --debug` works too
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
@@ -74,7 +120,9 @@ DEBUG_HELP = "on an internal error (exit 3), print the Python traceback"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # top-level options take no value, so the first other word is the command
+    parser = build_parser(only=next((a for a in argv if not a.startswith("-")), ""))
     args = parser.parse_args(argv)  # a usage error exits 2 with argparse's one-line message
     prefix = f"f4pipe {args.command}"
     try:

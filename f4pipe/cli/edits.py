@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from f4pipe.assemble import assemble
-from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, toolchain_from_args
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
 from f4pipe.cli.gemm import co_dir_from, parse_seed
 from f4pipe.device import DEVICE_KINDS
 from f4pipe.edits import (
@@ -132,7 +132,7 @@ def cmd_edit_variant(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "try",
-        help="assemble, diff, check and verify a hand-edited kernel in one go",
+        help=command_help("try"),
         description="Assemble EDIT.s, diff it against its original (aligned by label), check "
         "its registers, LDS offsets and kernarg reads against its descriptor, then verify it "
         "at quick shapes (an M edge, an N edge, a split for splitK kernels) on the emulator and "
@@ -182,7 +182,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "asmdiff",
-        help="instruction-level diff of two kernels (.s or .co), plus static checks",
+        help=command_help("asmdiff"),
         description="Diff B against A: added, removed, changed and moved instructions aligned "
         "by label, descriptor and metadata changes, register/LDS/kernarg usage; then the static "
         "checks of B. Exit 0, 1 if B fails the static checks, 2 on an error.",
@@ -197,7 +197,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "edit-variant",
-        help="build the pipeline's edit-<name> variant directory from an edited .s",
+        help=command_help("edit-variant"),
         description="Assemble an edit into OUTPUT/<original .co name> with a one-row manifest, "
         "and write its diff against the original. Exit 1 (directory not written) if the edit "
         "fails the static checks.",

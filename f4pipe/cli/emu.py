@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.errors import InputError
 
 
@@ -86,7 +86,7 @@ def cmd_hazards(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "hazards",
-        help="static timing check of a gfx950 code object (s_waitcnt counters, wait states)",
+        help=command_help("hazards"),
         description="Check every kernel of a gfx950 code object, over all paths of its control "
         "flow (branches both ways), for reads of a load's registers before the s_waitcnt that "
         "retires it and for too few wait states between the producer/consumer pairs of the "

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from f4pipe.cli import command_help
 from f4pipe.errors import ConfigError
 from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter, read_provenance
 from f4pipe.fsio import json_text
@@ -14,7 +15,7 @@ from f4pipe.fsio import json_text
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "fetch",
-        help="fetch aiter's f4gemm code objects (PyPI wheel, git revision or local directory)",
+        help=command_help("fetch"),
         description="Copy the f4gemm manifest and the code objects it lists into "
         "RESOURCES/aiter/<aiter-id>/ with a provenance.json; a re-run with nothing changed "
         "does nothing, and changed bytes are an error, never a silent refetch.",

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK
+from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.device import DEVICE_KINDS, Device, open_device
 from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
 from f4pipe.fsio import check_writable, json_text
@@ -296,7 +296,7 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
 def register_gemm(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "gemm",
-        help="run one MXFP4 GEMM like the seed driver (verify, time on hardware)",
+        help=command_help("gemm"),
         description="Run one f4gemm kernel on a device: build random MXFP4 operands, launch, "
         "verify against the float64 CPU reference, and time on gfx950 hardware. On the "
         "emulator every launch is also checked for timing hazards (memory counters, LDS "
@@ -379,11 +379,6 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
 
 STAGE_SCHEMAS = {"verify": VERIFY, "splitk": SPLITK, "bench": BENCH}
 STAGE_DEFAULT_MATRIX = {"verify": "seed", "splitk": "splitk", "bench": "throughput"}
-STAGE_HELP = {
-    "verify": "check kernels against the CPU reference over a shape matrix",
-    "splitk": "error vs K split count on the splitK kernels",
-    "bench": "throughput (us, TFLOP/s) on gfx950 hardware; skipped rows elsewhere",
-}
 
 
 def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.Schema) -> str:
@@ -462,8 +457,8 @@ def run_stage_command(args: argparse.Namespace) -> int:
 def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     p = subparsers.add_parser(
         name,
-        help=STAGE_HELP[name],
-        description=f"{STAGE_HELP[name]}; writes one Parquet table (schema f4pipe.schemas."
+        help=command_help(name),
+        description=f"{command_help(name)}; writes one Parquet table (schema f4pipe.schemas."
         f"{name.upper()}). Without a usable device every row is recorded as skipped with the "
         "reason. Exit 0 if every run passed or was skipped, 1 if one failed, 2 if one could "
         "not run (its row says why) or on bad input.",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from f4pipe.archive import check_archive, create_archive
-from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.compare import compare_sets, open_result_set, write_comparison
 from f4pipe.errors import InputError
 from f4pipe.report import build_report
@@ -60,7 +60,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
-        help="HTML + markdown report of one result set",
+        help=command_help("report"),
         description="Write index.html, summary.md and PNG plots for results/<aiter_id>/: "
         "round-trip, verification matrix, splitK error, throughput, provenance.",
     )
@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "archive",
-        help="reproducible tarball of a result set, or --check one",
+        help=command_help("archive"),
         description="Pack RESULT_DIR into <aiter_id>__<toolchain_id>__<device_id>.tar.gz with "
         "SHA256SUMS and provenance.json (same inputs, same bytes). With --check, verify "
         "tarballs: exit 1 naming every changed, missing or unlisted file.",
@@ -89,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "compare",
-        help="two result sets (directories or archives) side by side",
+        help=command_help("compare"),
         description="Name everything that changed from A to B: kernels added, removed or "
         "renamed; manifest attributes and header; per code object sha256, code object and ABI "
         "version, descriptor and metadata fields, an instruction-level summary; the aiter "

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from f4pipe.audit import audit_tables, format_finding, summarize
-from f4pipe.cli import EXIT_FAILED, EXIT_OK
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
 from f4pipe.cli.gemm import write_if_asked
 from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
@@ -168,7 +168,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "safety",
-        help="shape-edge sweep of the kernels on the emulator (the safety table)",
+        help=command_help("safety"),
         description="Run every kernel (or --kernel ones) at N, M and K edge shapes on the "
         "emulator, in several workgroup orders, with a canary-filled D and race detection; "
         "also run unsafe shapes with f4pipe's padded-output remedy. Writes the SAFETY table. "
@@ -190,7 +190,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "audit-tuned",
-        help="check aiter's tuned GEMM tables against the safety rules, emulating unsafe rows",
+        help=command_help("audit-tuned"),
         description="For every asm row (kernelName _ZN...) of aiter's a4w4 tuned GEMM tables "
         "(the CSVs given, else every one fetched with the code objects): the shape rules and "
         "f4pipe.safety's edge rules; rows that break an edge rule are emulated at their N with "
@@ -221,7 +221,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "tuned-csv",
-        help="copy one of aiter's tuned GEMM tables out of any aiter source",
+        help=command_help("tuned-csv"),
         description=f"Copy {TUNED_CSV_MEMBER} (or --member) to OUTPUT: from the pinned "
         "amd-aiter wheel (--source pypi or --package/--version: cached, sha256-checked), from a "
         "git revision or local directory (--source git|local: fetched into --resources first), "

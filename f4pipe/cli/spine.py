@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from f4pipe.assemble import assemble
-from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, toolchain_from_args
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
 from f4pipe.co2asm import check_reassembles, co2asm
 from f4pipe.codeobject import CodeObject
 from f4pipe.errors import InputError
@@ -146,13 +146,13 @@ def cmd_rebuilt_dir(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("toolchain", help="find or provision an LLVM that knows gfx950")
+    p = subparsers.add_parser("toolchain", help=command_help("toolchain"))
     add_toolchain_args(p)
     p.add_argument("--no-provision", action="store_true", help="only search, never download")
     p.add_argument("-o", "--output", help="write toolchain.json here")
     p.set_defaults(func=cmd_toolchain)
 
-    p = subparsers.add_parser("co2asm", help="code object -> reassemblable assembly")
+    p = subparsers.add_parser("co2asm", help=command_help("co2asm"))
     p.add_argument("code_object", help="an AMDGPU code object (.co / .hsaco), v3+")
     p.add_argument("-o", "--output", help="output .s (default: beside the input)")
     p.add_argument(
@@ -164,7 +164,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_toolchain_args(p)
     p.set_defaults(func=cmd_co2asm)
 
-    p = subparsers.add_parser("assemble", help="assembly -> code object (llvm-mc + ld.lld)")
+    p = subparsers.add_parser("assemble", help=command_help("assemble"))
     p.add_argument("assembly", help=".s with an .amdgcn_target directive (as co2asm writes)")
     p.add_argument("-o", "--output", required=True, help="output code object")
     add_toolchain_args(p)
@@ -172,7 +172,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "roundtrip",
-        help="co2asm + assemble + equivalence proof",
+        help=command_help("roundtrip"),
         description="Disassemble, reassemble and compare a code object. Exit 0 iff every check "
         "holds and no .text byte is unexplained; 1 if not equivalent; 2 on an error.",
     )
@@ -193,20 +193,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_toolchain_args(p)
     p.set_defaults(func=cmd_roundtrip)
 
-    p = subparsers.add_parser("kernels", help="manifest + code object headers -> kernels.parquet")
+    p = subparsers.add_parser("kernels", help=command_help("kernels"))
     p.add_argument("--co-dir", required=True, help="f4gemm directory (or an AITER_ASM_DIR)")
     p.add_argument("--toolchain-json", required=True)
     p.add_argument("--aiter-id", required=True)
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_kernels)
 
-    p = subparsers.add_parser("gather", help="concatenate per-job Parquet tables of one schema")
+    p = subparsers.add_parser("gather", help=command_help("gather"))
     p.add_argument("table", choices=sorted(TABLE_SCHEMAS), help="which table the rows belong to")
     p.add_argument("rows", nargs="*", help="Parquet files to concatenate, in order")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_gather)
 
-    p = subparsers.add_parser("rebuilt-dir", help="collect rebuilt objects + a manifest CSV")
+    p = subparsers.add_parser("rebuilt-dir", help=command_help("rebuilt-dir"))
     p.add_argument(
         "--co-dir", required=True, help="the original f4gemm directory (for its manifest)"
     )
