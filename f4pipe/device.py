@@ -103,6 +103,24 @@ def measures_throughput(device: Device) -> bool:
     return device.can_time and device.device_id != HIP_SHIM_DEVICE_ID
 
 
+def throughput_device_present() -> bool:
+    """Whether `auto` would open a device that measures throughput (a gfx950 GPU). A HIP
+    runtime that hip-python does not match counts as present, so the runs report that error
+    instead of a silent "skipped"."""
+    from f4pipe.hipdevice import HipDevice
+
+    try:
+        device = HipDevice.open()
+    except HipVersionError:
+        return True
+    except NoDeviceError:
+        return False
+    try:
+        return measures_throughput(device)
+    finally:
+        device.close()
+
+
 def open_emulator(**options: Any) -> Device:
     """The gfx950 functional emulator, imported lazily (it is optional and heavy); `options`
     go to EmulatorDevice (trace_wave, trace_out, workgroup_order, ...)."""

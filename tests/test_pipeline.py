@@ -132,8 +132,16 @@ def test_stage_logs_show_progress(pipeline_run: Path) -> None:
 
 
 def test_pipeline_bench_says_why_it_has_no_numbers(pipeline_run: Path) -> None:
-    bench = pd.read_parquet(results_dir(pipeline_run) / "bench.parquet")
+    res = results_dir(pipeline_run)
+    bench = pd.read_parquet(res / "bench.parquet")
     assert len(bench) > 0
+    assert set(bench.kernel) == set(KERNELS)  # every kernel has its rows ...
+    # ... from one job per variant: no process per kernel only to say "skipped"
+    assert sorted(p.name for p in (res / "bench").iterdir()) == [
+        "edit-nop.untimed.parquet",
+        "original.untimed.parquet",
+        "rebuilt.untimed.parquet",
+    ]
     assert (bench.status == "skipped").all()
     assert bench.us.isna().all() and bench.tflops.isna().all()
     assert bench.reason.str.contains("only on gfx950 hardware").all()

@@ -114,9 +114,30 @@ def is_gpu_device():
     return 0 if config["device"] == "emulator" else 1
 
 
+def is_bench_timed():
+    """bench has work per kernel only where launches are timed (a gfx950 GPU; `hip` always
+    tries, so a missing GPU is reported per run). Elsewhere one job per variant writes the
+    skipped rows, instead of a process per kernel that only says so."""
+    if config["device"] == "emulator":
+        return False
+    if config["device"] == "hip":
+        return True
+    from f4pipe.device import throughput_device_present
+
+    return throughput_device_present()
+
+
+BENCH_TIMED = is_bench_timed()
+
+
 def get_stage_rows(wildcards):
     """Per (variant, kernel) rows of a GEMM stage; the stage runs per kernel so that
-    `--cores N` verifies kernels in parallel."""
+    `--cores N` verifies kernels in parallel (bench without a timing device: per variant).
+    """
+    if wildcards.stage == "bench" and not BENCH_TIMED:
+        return [
+            RESULTS / "bench" / f"{variant}.untimed.parquet" for variant in VARIANTS
+        ]
     return [
         RESULTS / wildcards.stage / variant / f"{k}.parquet"
         for variant in VARIANTS

@@ -1,4 +1,5 @@
-# The GEMM stages (verify, splitk, bench) for each variant, one job per kernel.
+# The GEMM stages (verify, splitk, bench) for each variant, one job per kernel; bench without a
+# device that can time runs once per variant (its rows only say why they are skipped).
 
 
 rule gemm_stage_kernel:
@@ -25,6 +26,28 @@ rule gemm_stage_kernel:
         "--variant {wildcards.variant} --matrix {params.matrix} --iters {params.iters} "
         "--device {params.device} --aiter-id {params.aiter_id} "
         "--toolchain-json {input.toolchain} --record -o {output} > {log} 2>&1"
+
+
+rule bench_untimed:
+    input:
+        co_dir=get_variant_dir,
+        toolchain=RESULTS / "toolchain.json",
+    output:
+        RESULTS / "bench" / "{variant}.untimed.parquet",
+    log:
+        LOGS / "bench" / "{variant}.untimed.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        matrix=config["bench"]["matrix"],
+        iters=config["bench"].get("iters", 1),
+        device=config["device"],
+        aiter_id=AITER_ID,
+    shell:
+        "f4pipe bench --co-dir {input.co_dir} --variant {wildcards.variant} "
+        "--matrix {params.matrix} --iters {params.iters} --device {params.device} "
+        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
+        "-o {output} > {log} 2>&1"
 
 
 rule gemm_stage_table:
