@@ -58,7 +58,7 @@ class Effects:
 
     name: str
     unit: str  # "salu" | "smem" | "valu" | "vmem" | "ds" | "sopp"
-    tags: frozenset[str] = NO_REGS  # type: ignore[assignment]
+    tags: frozenset[str] = frozenset()
     reads: dict[str, frozenset[int]] = field(default_factory=dict)
     writes: frozenset[int] = NO_REGS
     load_dest: frozenset[int] = NO_REGS

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from f4pipe.emu.effects import Effects
 from f4pipe.emu.program import Program
 from f4pipe.emu.timing import Hazard, TimingModel
 from f4pipe.emu.waitstates import RULE_BY_ID, check_pair, consumer_rules, produced_by
@@ -191,11 +190,6 @@ def analyse(program: Program) -> StaticReport:
     )
 
 
-def flagged_pcs(program: Program) -> frozenset[int]:
-    """Consumers some path brings too close to a producer: the run-time check watches these."""
-    return timing_model(program).flagged
-
-
 def timing_model(program: Program) -> TimingModel:
     """The run-time model of `program`, watching the pcs the static wait-state pass flags
     (the pass fills the model's effects cache, which the run then reuses)."""
@@ -203,9 +197,3 @@ def timing_model(program: Program) -> TimingModel:
     findings = wait_state_findings(model, build_cfg(program))
     model.watch(frozenset(f.hazard.consumer_pc for f in findings))
     return model
-
-
-def effects_table(program: Program) -> dict[int, Effects]:
-    """Effects of every reachable instruction (for reports and tests)."""
-    model = TimingModel(program, frozenset())
-    return {pc: model.effects(pc) for pc in build_cfg(program).order}
