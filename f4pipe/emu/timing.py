@@ -468,16 +468,13 @@ class TimingRun:
         """[2, n]: per reader, sequence numbers below which every writer of its workgroup has
         made its LDS DMA (0) / DS (1) writes visible to it. The bound is the minimum over the
         writers, so a word under it is surely visible; others get the exact check."""
-        slot = (self.gen[readers] - 1) % GENERATIONS
-        limit = np.full((2, readers.size), NEVER, np.int64)
-        for j in range(self.wpg):
-            writer = self.first_wave[readers] + j
-            seen = self.snap[:, writer, slot]
-            own = writer == readers
-            seen[VM] = np.where(own, self.retired[VM, readers], seen[VM])
-            seen[LDS] = np.where(own, NEVER, seen[LDS])  # own DS writes: in order
-            np.minimum(limit, seen, out=limit)
-        return limit
+        slot = ((self.gen[readers] - 1) % GENERATIONS)[:, None]
+        writers = self.first_wave[readers][:, None] + np.arange(self.wpg)  # [n, wpg]
+        seen = self.snap[:, writers, slot]  # [2, n, wpg]
+        own = writers == readers[:, None]
+        seen[VM] = np.where(own, self.retired[VM, readers][:, None], seen[VM])
+        seen[LDS] = np.where(own, NEVER, seen[LDS])  # own DS writes: in order
+        return seen.min(axis=2)
 
     def lds_read(self, ex, inst, sel, widx: np.ndarray, lanes: np.ndarray) -> None:
         """A DS read of words widx [n, 64, ndw] by the selected waves (lanes: active [n, 64])."""
