@@ -150,6 +150,16 @@ def test_a_full_counter_stalls_issue_so_the_oldest_has_retired(toolchain) -> Non
 # --- LDS between waves ------------------------------------------------------------------------
 
 
+#: v1 = 0 (LDS word 0), v2 = 7; SCC = 1 in wave 0 (work items 0..63), 0 in wave 1.
+WAVE_0_OR_1 = """
+v_mov_b32 v1, 0
+v_mov_b32 v2, 7
+v_readfirstlane_b32 s6, v0
+s_nop 4
+s_cmp_lt_u32 s6, 64
+"""
+
+
 @pytest.mark.parametrize(
     ("before_barrier", "expected"),
     [("", ["lds-visibility"]), ("s_waitcnt lgkmcnt(0)", [])],
@@ -158,12 +168,9 @@ def test_another_waves_lds_write_is_visible_only_after_its_wait_and_a_barrier(
     toolchain, before_barrier, expected
 ) -> None:
     """Wave 0 (work items 0..63) writes LDS word 0; both meet at s_barrier; wave 1 reads it."""
-    asm = f"""
-    v_mov_b32 v1, 0
-    v_mov_b32 v2, 7
-    v_readfirstlane_b32 s6, v0
-    s_nop 4
-    s_cmp_lt_u32 s6, 64
+    asm = (
+        WAVE_0_OR_1
+        + f"""
     s_cbranch_scc0 reader
     ds_write_b32 v1, v2
     reader:
@@ -172,6 +179,7 @@ def test_another_waves_lds_write_is_visible_only_after_its_wait_and_a_barrier(
     ds_read_b32 v3, v1
     s_waitcnt lgkmcnt(0)
     """
+    )
     assert rules_of(run_timed(toolchain, asm, waves_per_group=2)) == expected
 
 
@@ -195,12 +203,9 @@ def test_lds_dma_is_visible_to_its_own_wave_only_after_vmcnt(toolchain) -> None:
 )
 def test_writing_a_word_another_wave_still_reads(toolchain, between, rules, advisories) -> None:
     """Wave 1 reads word 0; wave 0 then writes it (skipping the read, reaching the write)."""
-    asm = f"""
-    v_mov_b32 v1, 0
-    v_mov_b32 v2, 7
-    v_readfirstlane_b32 s6, v0
-    s_nop 4
-    s_cmp_lt_u32 s6, 64
+    asm = (
+        WAVE_0_OR_1
+        + f"""
     s_cbranch_scc1 writer
     ds_read_b32 v3, v1
     writer:
@@ -211,6 +216,7 @@ def test_writing_a_word_another_wave_still_reads(toolchain, between, rules, advi
     done:
     s_waitcnt lgkmcnt(0)
     """
+    )
     report = run_timed(toolchain, asm, waves_per_group=2)
     assert rules_of(report) == rules
     assert report.advisories == advisories
