@@ -2,7 +2,8 @@
 
 A differential test (pinned reference tool vs ours): the decoder reads the .text bytes, the
 display code prints LLVM's spelling, and both must agree with llvm-objdump's text for the
-mnemonic and every operand, at every address. Plus the errors for bytes it cannot decode.
+mnemonic and every operand, at every address. Plus the errors for bytes it cannot decode and the
+consistency of the format table.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from f4pipe.codeobject import CodeObject
+from f4pipe.emu import isa
 from f4pipe.emu.decode import decode_all, decode_one
 from f4pipe.emu.disasm import format_instruction
 from f4pipe.errors import EmulatorError
@@ -87,3 +89,28 @@ def test_word_of_no_known_format_raises_with_its_pc() -> None:
 def test_truncated_instruction_raises() -> None:
     with pytest.raises(EmulatorError, match="past the end"):
         decode_one(struct.pack("<I", 0xC0060100), 0, 0)  # s_load_dwordx2 missing its 2nd dword
+
+
+def test_sopk_immediate_is_sign_extended_once_at_decode() -> None:
+    inst = decode_one(struct.pack("<I", 0xB700FF00), 0, 0)  # llvm-mc: s_addk_i32 s0, 0xff00
+    assert (inst.name, inst.imm) == ("s_addk_i32", -256)
+    assert format_instruction(inst) == "s_addk_i32 s0, 0xff00"  # LLVM prints the raw SIMM16
+
+
+def test_format_table_is_consistent() -> None:
+    """Fields inside the format's dwords and clear of its encoding bits and of each other;
+    formats whose encodings are equally long never match the same word; the VOP3 opcode space
+    keeps every VOP1/VOP2/VOPC/VOP3-only opcode."""
+    for fmt in (*isa.FORMATS, isa.VOP3P_MAI_FORMAT):
+        used = ((1 << 32) - 1) ^ ((1 << fmt.encoding_lo) - 1)
+        for name, lo, hi in fmt.fields:
+            bits = ((1 << (hi - lo + 1)) - 1) << lo
+            assert 0 <= lo <= hi < 32 * fmt.dwords, (fmt.name, name)
+            assert not bits & used, (fmt.name, name)
+            used |= bits
+    for top9 in range(512):
+        lengths = [32 - f.encoding_lo for f in isa.FORMATS if f.matches(top9 << 23)]
+        assert len(lengths) == len(set(lengths)), hex(top9)
+    sources = (isa.VOPC, isa.VOP2, isa.VOP1, isa.VOP3_ONLY)
+    assert len(isa.VOP3_OPCODES) == sum(len(t) for t in sources)
+

@@ -86,7 +86,7 @@ def _operands(inst: Instruction, labels: Mapping[int, str] | None) -> str:
             return _target(inst, labels)
         return ""
     if fmt == "SOPK":
-        return f"{f(inst.dst)}, {inst.imm:#x}"
+        return f"{f(inst.dst)}, {inst.imm & 0xFFFF:#x}"  # SIMM16 as LLVM prints it
     if fmt == "SOPC" and name == "s_set_gpr_idx_on":
         modes = [m for bit, m in enumerate(("SRC0", "SRC1", "SRC2", "DST")) if inst.imm >> bit & 1]
         return f"{f(inst.srcs[0])}, gpr_idx({','.join(modes)})"

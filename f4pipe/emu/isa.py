@@ -1,14 +1,17 @@
 """gfx950 (GFX9 family) encoding tables: instruction formats, opcode numbers, operand codes.
 
-Names only, no logic: the decoder (decode.py) reads fields with these tables, the display code
-(disasm.py) prints LLVM's spelling, the executor (ops_*.py) dispatches on the mnemonic. Opcode
-numbers are the CDNA4 ISA manual's microcode tables (chapter 13, "Microcode Formats"); every
-entry is cross-checked against llvm-objdump on the 35 f4gemm code objects
-(tests/test_emu_decode.py).
+Data, no logic: the decoder (decode.py) reads fields with these tables, the display code
+(disasm.py) prints LLVM's spelling, the executor (handlers.py) dispatches on the mnemonic.
+Formats, field layouts and opcode numbers are the CDNA4 ISA manual's microcode tables
+(chapter 13, "Microcode Formats"), field names its names in lower case; every entry is
+cross-checked against llvm-objdump on the 35 f4gemm code objects (tests/test_emu_decode.py).
 Opcodes not listed decode to an `unknown` instruction that raises EmulatorError when executed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 SOP2 = {
     0: "s_add_u32",
@@ -159,6 +162,224 @@ MUBUF_DWORDS = {
     "buffer_atomic_pk_add_bf16": 1,
 }
 
+#: The VOP3 (e64) opcode space: VOPC at 0x000+, VOP2 at VOP3_VOP2_BASE+, VOP1 at
+#: VOP3_VOP1_BASE+, then the VOP3-only opcodes. Opcode -> (name, the encoding it comes from,
+#: whose operand shape it keeps: "VOP1", "VOP2", "VOPC" or "VOP3" for VOP3-only).
+VOP3_OPCODES: dict[int, tuple[str, str]] = {
+    **{op: (name, "VOPC") for op, name in VOPC.items()},
+    **{VOP3_VOP2_BASE + op: (name, "VOP2") for op, name in VOP2.items()},
+    **{VOP3_VOP1_BASE + op: (name, "VOP1") for op, name in VOP1.items()},
+    **{op: (name, "VOP3") for op, name in VOP3_ONLY.items()},
+}
+
+
+# --- instruction formats -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Format:
+    """One microcode format: how dword 0 names it, its size, where its fields sit.
+
+    The encoding is dword 0's bits `encoding_lo`..31, equal to `encoding`. Fields are
+    (name, lo, hi) bit ranges, both ends included, over the instruction read as one
+    little-endian integer (dword 1 holds bits 32..63), as the manual draws them. `signed`
+    names the fields the manual defines as two's complement. `dwords` excludes a trailing
+    literal; `opcodes` maps the op field to the operation names (VOP3: `VOP3_OPCODES`).
+    """
+
+    name: str
+    encoding_lo: int
+    encoding: int
+    dwords: int
+    fields: tuple[tuple[str, int, int], ...]
+    opcodes: Mapping[int, str] | Mapping[int, tuple[str, str]]
+    signed: frozenset[str] = frozenset()
+
+    def matches(self, dword0: int) -> bool:
+        return dword0 >> self.encoding_lo == self.encoding
+
+
+_VOP3_SOURCES = (("src0", 32, 40), ("src1", 41, 49), ("src2", 50, 58))
+
+SOP2_FORMAT = Format(
+    "SOP2",
+    30,
+    0b10,
+    1,
+    (("ssrc0", 0, 7), ("ssrc1", 8, 15), ("sdst", 16, 22), ("op", 23, 29)),
+    SOP2,
+)
+SOPK_FORMAT = Format(
+    "SOPK",
+    28,
+    0b1011,
+    1,
+    (("simm16", 0, 15), ("sdst", 16, 22), ("op", 23, 27)),
+    SOPK,
+    signed=frozenset({"simm16"}),  # S_MOVK_I32, S_ADDK_I32, S_MULK_I32: signext(SIMM16)
+)
+SOP1_FORMAT = Format(
+    "SOP1", 23, 0b101111101, 1, (("ssrc0", 0, 7), ("op", 8, 15), ("sdst", 16, 22)), SOP1
+)
+SOPC_FORMAT = Format(
+    "SOPC", 23, 0b101111110, 1, (("ssrc0", 0, 7), ("ssrc1", 8, 15), ("op", 16, 22)), SOPC
+)
+#: SIMM16 is unsigned here except as a branch offset (decode.py sign-extends that use).
+SOPP_FORMAT = Format("SOPP", 23, 0b101111111, 1, (("simm16", 0, 15), ("op", 16, 22)), SOPP)
+SMEM_FORMAT = Format(
+    "SMEM",
+    26,
+    0b110000,
+    2,
+    (
+        ("sbase", 0, 5),  # in SGPR pairs
+        ("sdata", 6, 12),
+        ("soe", 14, 14),
+        ("nv", 15, 15),
+        ("glc", 16, 16),
+        ("imm", 17, 17),
+        ("op", 18, 25),
+        ("offset", 32, 52),
+        ("soffset", 57, 63),
+    ),
+    SMEM,
+)
+VOP2_FORMAT = Format(
+    "VOP2",
+    31,
+    0b0,
+    1,
+    (("src0", 0, 8), ("vsrc1", 9, 16), ("vdst", 17, 24), ("op", 25, 30)),
+    VOP2,
+)
+VOP1_FORMAT = Format(
+    "VOP1", 25, 0b0111111, 1, (("src0", 0, 8), ("op", 9, 16), ("vdst", 17, 24)), VOP1
+)
+#: No VDST: the e32 compare writes VCC.
+VOPC_FORMAT = Format(
+    "VOPC", 25, 0b0111110, 1, (("src0", 0, 8), ("vsrc1", 9, 16), ("op", 17, 24)), VOPC
+)
+#: VOP3A (the VOP3B carry-out form is not used by these kernels).
+VOP3_FORMAT = Format(
+    "VOP3",
+    26,
+    0b110100,
+    2,
+    (
+        ("vdst", 0, 7),
+        ("abs", 8, 10),
+        ("op_sel", 11, 14),
+        ("clamp", 15, 15),
+        ("op", 16, 25),
+        *_VOP3_SOURCES,
+        ("omod", 59, 60),
+        ("neg", 61, 63),
+    ),
+    VOP3_OPCODES,
+)
+VOP3P_FORMAT = Format(
+    "VOP3P",
+    23,
+    0b110100111,
+    2,
+    (
+        ("vdst", 0, 7),
+        ("neg_hi", 8, 10),
+        ("op_sel", 11, 13),
+        ("op_sel_hi2", 14, 14),
+        ("clamp", 15, 15),
+        ("op", 16, 22),
+        *_VOP3_SOURCES,
+        ("op_sel_hi", 59, 60),
+        ("neg", 61, 63),
+    ),
+    VOP3P,
+)
+#: VOP3P-MAI: the same encoding as VOP3P with the matrix fields; here only the second half of
+#: the 16-byte scaled MFMA, selected by the VOP3P_LD_SCALE opcode before it (gfx950.md).
+VOP3P_MAI_FORMAT = Format(
+    "VOP3P",
+    23,
+    0b110100111,
+    2,
+    (
+        ("vdst", 0, 7),
+        ("cbsz", 8, 10),
+        ("abid", 11, 14),
+        ("acc_cd", 15, 15),
+        ("op", 16, 22),
+        *_VOP3_SOURCES,
+        ("acc", 59, 60),
+        ("blgp", 61, 63),
+    ),
+    VOP3P_SCALED_MFMA,
+)
+DS_FORMAT = Format(
+    "DS",
+    26,
+    0b110110,
+    2,
+    (
+        ("offset", 0, 15),  # OFFSET1:OFFSET0, one 16-bit offset for single-address opcodes
+        ("gds", 16, 16),
+        ("op", 17, 24),
+        ("acc", 25, 25),
+        ("addr", 32, 39),
+        ("data0", 40, 47),
+        ("data1", 48, 55),
+        ("vdst", 56, 63),
+    ),
+    DS,
+)
+MUBUF_FORMAT = Format(
+    "MUBUF",
+    26,
+    0b111000,
+    2,
+    (
+        ("offset", 0, 11),
+        ("offen", 12, 12),
+        ("idxen", 13, 13),
+        ("sc0", 14, 14),  # GLC before CDNA3
+        ("sc1", 15, 15),
+        ("lds", 16, 16),
+        ("nt", 17, 17),  # SLC before CDNA3
+        ("op", 18, 24),
+        ("vaddr", 32, 39),
+        ("vdata", 40, 47),
+        ("srsrc", 48, 52),  # in groups of 4 SGPRs
+        ("acc", 55, 55),
+        ("soffset", 56, 63),
+    ),
+    MUBUF,
+)
+
+#: Every format the decoder recognises by dword 0. Encodings nest (SOP1, SOPC and SOPP inside
+#: SOPK inside SOP2; VOP3P inside VOP3; VOP1 and VOPC inside VOP2): the longest match wins.
+FORMATS = (
+    SOP2_FORMAT,
+    SOPK_FORMAT,
+    SOP1_FORMAT,
+    SOPC_FORMAT,
+    SOPP_FORMAT,
+    SMEM_FORMAT,
+    VOP2_FORMAT,
+    VOP1_FORMAT,
+    VOPC_FORMAT,
+    VOP3_FORMAT,
+    VOP3P_FORMAT,
+    DS_FORMAT,
+    MUBUF_FORMAT,
+)
+
+#: Every operation name the decoder produces (the handler table's keys, handlers.py).
+OPERATIONS = frozenset(
+    entry if isinstance(entry, str) else entry[0]  # VOP3_OPCODES: (name, origin)
+    for fmt in (*FORMATS, VOP3P_MAI_FORMAT)
+    for entry in fmt.opcodes.values()
+)
+
+
 # --- operand codes (9-bit source field; SGPR fields use the low 8 bits) ----------------------
 
 VCC_LO = 106
@@ -167,6 +388,12 @@ M0 = 124
 EXEC_LO = 126
 EXEC_HI = 127
 LITERAL = 255
+#: src0 codes of VOP1/VOP2/VOPC announcing an SDWA or DPP dword (not modelled: unknown_*).
+SRC_SDWA = 249
+SRC_DPP = 250
+#: Operand codes that decode (listings) but that the executor does not model: the aperture
+#: bases and limits, POPS_EXITING_WAVE_ID, SDWA, DPP, VCCZ, EXECZ, SCC, LDS_DIRECT.
+UNMODELLED_OPERANDS = frozenset({235, 236, 237, 238, 239, 249, 250, 251, 252, 253, 254})
 VGPR_BASE = 256
 #: Register file index of a0 when VGPRs and AGPRs share one array (accum_offset 256).
 AGPR_BASE = 256

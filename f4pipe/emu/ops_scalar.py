@@ -66,23 +66,19 @@ def s_addsub_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
 
 @handler("s_addk_i32")
 def s_addk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
-    a = _i(ex.sgpr[inst.dst.index, sel])
-    k = inst.imm - 0x10000 if inst.imm & 0x8000 else inst.imm
-    r = a + k
+    r = _i(ex.sgpr[inst.dst.index, sel]) + inst.imm  # imm: SIMM16 sign-extended (decode.py)
     _dst(ex, inst, sel, r)
     _scc(ex, sel, (r > 0x7FFFFFFF) | (r < -0x80000000))
 
 
 @handler("s_movk_i32")
 def s_movk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
-    k = inst.imm - 0x10000 if inst.imm & 0x8000 else inst.imm
-    _dst(ex, inst, sel, np.int64(k))
+    _dst(ex, inst, sel, np.int64(inst.imm))
 
 
 @handler("s_mulk_i32")
 def s_mulk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
-    k = inst.imm - 0x10000 if inst.imm & 0x8000 else inst.imm
-    _dst(ex, inst, sel, _i(ex.sgpr[inst.dst.index, sel]) * k)
+    _dst(ex, inst, sel, _i(ex.sgpr[inst.dst.index, sel]) * inst.imm)
 
 
 @handler("s_mul_i32")
