@@ -2,8 +2,8 @@
 
 A differential test (pinned reference tool vs ours): the decoder reads the .text bytes, the
 display code prints LLVM's spelling, and both must agree with llvm-objdump's text for the
-mnemonic and every operand, at every address. Plus the errors for bytes it cannot decode and the
-consistency of the format table.
+mnemonic and every operand, at every address. Plus the errors for bytes it cannot decode, the
+consistency of the format table, and the handler table against both.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from f4pipe.codeobject import CodeObject
 from f4pipe.emu import isa
 from f4pipe.emu.decode import decode_all, decode_one
 from f4pipe.emu.disasm import format_instruction
+from f4pipe.emu.handlers import HANDLERS
 from f4pipe.errors import EmulatorError
 from f4pipe.manifest import read_manifest
 
@@ -114,3 +115,14 @@ def test_format_table_is_consistent() -> None:
     sources = (isa.VOPC, isa.VOP2, isa.VOP1, isa.VOP3_ONLY)
     assert len(isa.VOP3_OPCODES) == sum(len(t) for t in sources)
 
+
+def test_every_operation_has_exactly_one_handler_and_every_kernel_runs_on_them(
+    f4gemm_dir: Path,
+) -> None:
+    assert set(HANDLERS) == isa.OPERATIONS
+    used: set[str] = set()
+    for entry in read_manifest(f4gemm_dir):
+        co = CodeObject.read(f4gemm_dir / entry.co_name)
+        used |= {i.name for i in decode_all(co.section_bytes(".text"))}
+    assert used <= set(HANDLERS), sorted(used - set(HANDLERS))
+    assert len(used) == 63  # of 66 mnemonics: the _e32 and _e64 forms share a handler

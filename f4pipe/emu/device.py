@@ -24,9 +24,7 @@ from typing import TextIO
 import numpy as np
 
 from f4pipe.device import DeviceBuffer
-
-# Register the instruction handlers.
-from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
+from f4pipe.emu import isa
 from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.memory import GlobalMemory, RaceReport
 from f4pipe.emu.program import Program

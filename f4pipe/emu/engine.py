@@ -14,7 +14,6 @@ before its writer's wait and barrier, and any wait state too few (timing.py, wai
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction, Operand
+from f4pipe.emu.handlers import HANDLERS
 from f4pipe.emu.memory import GlobalMemory
 from f4pipe.emu.program import Program
 from f4pipe.emu.timing import TimingRun
@@ -32,28 +32,7 @@ NUM_VREGS = 512  # v0..v255, then a0..a255 at isa.AGPR_BASE
 LANES = 64
 LANE = np.arange(LANES, dtype=np.uint64)
 
-Handler = Callable[["Executor", Instruction, "Sel"], bool | None]
-#: Handlers keyed by operation name; the ops_* modules fill it when imported (load_handlers()).
-HANDLERS: dict[str, Handler] = {}
-
 Sel = slice | np.ndarray
-
-
-def handler(*names: str) -> Callable[[Handler], Handler]:
-    """Register a function as the handler of the named operations."""
-
-    def deco(fn: Handler) -> Handler:
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-
-    return deco
-
-
-def load_handlers() -> None:
-    """Import the instruction modules, which register their handlers (they import this module,
-    so the import happens here, at first use, not at the top)."""
-    from f4pipe.emu import ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
 
 
 @dataclass
@@ -89,7 +68,6 @@ class Executor:
         trace_wave: int | None = None,
         trace_out: TextIO | None = None,
     ) -> None:
-        load_handlers()
         self.program = program
         self.memory = memory
         self.ids = ids

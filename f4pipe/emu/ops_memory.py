@@ -10,13 +10,17 @@ allocation raises EmulatorError.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction
-from f4pipe.emu.engine import Executor, Sel, handler
 from f4pipe.errors import EmulatorError
 from f4pipe.numerics import float_to_bf16_bits
+
+if TYPE_CHECKING:
+    from f4pipe.emu.engine import Executor, Sel
 
 U32 = np.uint32
 
@@ -48,7 +52,6 @@ def _wg_rows(ex: Executor, sel: Sel) -> np.ndarray:
     return ex.wg[sel][:, None, None]
 
 
-@handler("ds_read_b32", "ds_read_b64", "ds_read_b128")
 def ds_read(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
@@ -61,7 +64,6 @@ def ds_read(ex: Executor, inst: Instruction, sel: Sel) -> None:
         ex.set_v(base + i, sel, data[..., i])
 
 
-@handler("ds_write_b32", "ds_write_b64", "ds_write_b128")
 def ds_write(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
@@ -118,7 +120,6 @@ def _buffer_addresses(ex: Executor, inst: Instruction, sel: Sel, ndw: int):
     return addr, ok
 
 
-@handler("buffer_load_dword", "buffer_load_dwordx2", "buffer_load_dwordx4")
 def buffer_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.MUBUF_DWORDS[inst.name]
     addr, ok = _buffer_addresses(ex, inst, sel, ndw)
@@ -147,7 +148,6 @@ def _load_to_lds(ex: Executor, inst: Instruction, sel: Sel, data: np.ndarray, nd
     ex.lds[rows[mask], widx[mask]] = data[mask]
 
 
-@handler("buffer_store_dword", "buffer_store_dwordx2", "buffer_store_dwordx4")
 def buffer_store(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if inst.lds:
         raise ex.error(inst, sel, "buffer stores from LDS are not modelled")
@@ -164,7 +164,6 @@ def buffer_store(ex: Executor, inst: Instruction, sel: Sel) -> None:
     )
 
 
-@handler("buffer_atomic_pk_add_bf16")
 def buffer_atomic_pk_add_bf16(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """Add two packed bf16 values; each half rounds to nearest even on its own. No return.
 

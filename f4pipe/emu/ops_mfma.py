@@ -14,11 +14,15 @@ for, and the end-to-end tests measure it against the float64 reference. MFMA ign
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from f4pipe.emu.decode import Instruction, Operand
-from f4pipe.emu.engine import Executor, Sel, handler
 from f4pipe.numerics import e8m0_to_float, fp4_to_float
+
+if TYPE_CHECKING:
+    from f4pipe.emu.engine import Executor, Sel
 
 FP4_FORMAT = 4  # cbsz / blgp value selecting FP4 e2m1
 _BYTES = np.arange(256, dtype=np.uint8)
@@ -86,7 +90,6 @@ def matrix_to_acc(mat: np.ndarray) -> np.ndarray:
     return mat.reshape(n, 4, 4, 16).transpose(2, 0, 1, 3).reshape(4, n, 64)
 
 
-@handler("v_mfma_scale_f32_16x16x128_f8f6f4")
 def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if inst.cbsz != FP4_FORMAT or inst.blgp != FP4_FORMAT:
         raise ex.error(

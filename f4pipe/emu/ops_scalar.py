@@ -7,11 +7,15 @@ Semantics per the CDNA4 ISA manual's opcode pseudocode (chapter 12): integer res
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction
-from f4pipe.emu.engine import Executor, Sel, handler
+
+if TYPE_CHECKING:
+    from f4pipe.emu.engine import Executor, Sel
 
 U32 = 0xFFFFFFFF
 
@@ -39,7 +43,6 @@ def _overflow(a: np.ndarray, b: np.ndarray, r: np.ndarray) -> np.ndarray:
     return (sa == sb) & (sr != sa)
 
 
-@handler("s_add_u32", "s_sub_u32", "s_addc_u32", "s_subb_u32")
 def s_addsub_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
     c = _u(ex.scc[sel]) if inst.name in ("s_addc_u32", "s_subb_u32") else 0
@@ -53,7 +56,6 @@ def s_addsub_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, np.broadcast_to(carry, (ex.nsel(sel),)))
 
 
-@handler("s_add_i32", "s_sub_i32")
 def s_addsub_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     a, b = _i(ex.s(inst.srcs[0], sel)), _i(ex.s(inst.srcs[1], sel))
     if inst.name == "s_sub_i32":
@@ -64,30 +66,25 @@ def s_addsub_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, np.broadcast_to(ov, (ex.nsel(sel),)))
 
 
-@handler("s_addk_i32")
 def s_addk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     r = _i(ex.sgpr[inst.dst.index, sel]) + inst.imm  # imm: SIMM16 sign-extended (decode.py)
     _dst(ex, inst, sel, r)
     _scc(ex, sel, (r > 0x7FFFFFFF) | (r < -0x80000000))
 
 
-@handler("s_movk_i32")
 def s_movk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _dst(ex, inst, sel, np.int64(inst.imm))
 
 
-@handler("s_mulk_i32")
 def s_mulk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _dst(ex, inst, sel, _i(ex.sgpr[inst.dst.index, sel]) * inst.imm)
 
 
-@handler("s_mul_i32")
 def s_mul_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
     _dst(ex, inst, sel, (a * b) & U32)  # low 32 bits are sign-agnostic
 
 
-@handler("s_mul_hi_u32")
 def s_mul_hi_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     a = np.asarray(ex.s(inst.srcs[0], sel), dtype=np.uint64)
     b = np.asarray(ex.s(inst.srcs[1], sel), dtype=np.uint64)
@@ -101,7 +98,6 @@ _LOGIC = {
 }
 
 
-@handler(*_LOGIC)
 def s_logic(ex: Executor, inst: Instruction, sel: Sel) -> None:
     r = _LOGIC[inst.name](_u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel)))
     r = np.broadcast_to(r, (ex.nsel(sel),))
@@ -109,7 +105,6 @@ def s_logic(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, r != 0)
 
 
-@handler("s_lshl_b32", "s_lshr_b32", "s_ashr_i32")
 def s_shift(ex: Executor, inst: Instruction, sel: Sel) -> None:
     sh = _u(ex.s(inst.srcs[1], sel)) & 31
     if inst.name == "s_lshl_b32":
@@ -123,7 +118,6 @@ def s_shift(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, r != 0)
 
 
-@handler("s_min_i32", "s_max_i32", "s_min_u32", "s_max_u32")
 def s_minmax(ex: Executor, inst: Instruction, sel: Sel) -> None:
     conv = _i if inst.name.endswith("i32") else _u
     a, b = conv(ex.s(inst.srcs[0], sel)), conv(ex.s(inst.srcs[1], sel))
@@ -132,18 +126,15 @@ def s_minmax(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, np.broadcast_to(pick_a, (ex.nsel(sel),)))
 
 
-@handler("s_cselect_b32")
 def s_cselect_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
     _dst(ex, inst, sel, np.where(ex.scc[sel] != 0, a, b))
 
 
-@handler("s_mov_b32")
 def s_mov_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _dst(ex, inst, sel, _u(ex.s(inst.srcs[0], sel)))
 
 
-@handler("s_mov_b64")
 def s_mov_b64(ex: Executor, inst: Instruction, sel: Sel) -> None:
     v = np.broadcast_to(ex.s64(inst.srcs[0], sel), (ex.nsel(sel),))
     d = inst.dst.index
@@ -161,7 +152,6 @@ _CMP = {
 }
 
 
-@handler(*(n for n in isa.SOPC.values() if n.startswith("s_cmp_")))
 def s_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _, _, rel, typ = inst.name.split("_")
     conv = _i if typ == "i32" else _u
@@ -169,7 +159,6 @@ def s_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, np.broadcast_to(r, (ex.nsel(sel),)))
 
 
-@handler("s_set_gpr_idx_on")
 def s_set_gpr_idx_on(ex: Executor, inst: Instruction, sel: Sel) -> None:
     idx = _u(ex.s(inst.srcs[0], sel)) & 0xFF
     m0 = _u(ex.sgpr[isa.M0, sel])
@@ -179,35 +168,29 @@ def s_set_gpr_idx_on(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.gpr_idx_active = True
 
 
-@handler("s_set_gpr_idx_off")
 def s_set_gpr_idx_off(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.gpr_idx_en[sel] = False
     ex.gpr_idx_active = bool(ex.gpr_idx_en.any())
 
 
-@handler("s_nop", "s_waitcnt")
 def s_nothing(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """Values complete at issue; what waiting means is the timing model's (timing.py)."""
 
 
-@handler("s_endpgm")
 def s_endpgm(ex: Executor, inst: Instruction, sel: Sel) -> bool:
     ex.done[sel] = True
     return True
 
 
-@handler("s_barrier")
 def s_barrier(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.at_barrier[sel] = True
 
 
-@handler("s_branch")
 def s_branch(ex: Executor, inst: Instruction, sel: Sel) -> bool:
     ex.pc[sel] = inst.target
     return True
 
 
-@handler("s_cbranch_scc0", "s_cbranch_scc1")
 def s_cbranch(ex: Executor, inst: Instruction, sel: Sel) -> bool:
     want = 1 if inst.name == "s_cbranch_scc1" else 0
     taken = ex.scc[sel] == want
@@ -215,7 +198,6 @@ def s_cbranch(ex: Executor, inst: Instruction, sel: Sel) -> bool:
     return True
 
 
-@handler(*isa.SMEM.values())
 def s_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """s_load_dword*: address = s[base:base+1] + offset, low two bits ignored."""
     base = ex.s64(inst.srcs[0], sel).astype(np.int64)

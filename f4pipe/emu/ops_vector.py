@@ -8,12 +8,16 @@ destinations as M0[15:12] selects; SGPRs and constants are never indexed (manual
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction
-from f4pipe.emu.engine import Executor, Sel, handler
 from f4pipe.numerics import float_to_bf16_bits
+
+if TYPE_CHECKING:
+    from f4pipe.emu.engine import Executor, Sel
 
 U32 = np.uint32
 NO_INDEX = (0, 0, 0, 0)
@@ -69,7 +73,6 @@ _INT_BINOPS = {
 }
 
 
-@handler(*_INT_BINOPS)
 def v_int_binop(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     if inst.clamp:
@@ -81,7 +84,6 @@ def v_int_binop(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, r)
 
 
-@handler("v_add_i32")
 def v_add_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """Signed add, no carry out; with clamp the result saturates to int32."""
     _no_modifiers(ex, inst, sel)
@@ -93,7 +95,6 @@ def v_add_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, (r & 0xFFFFFFFF).astype(U32))
 
 
-@handler("v_mul_i32_i24")
 def v_mul_i32_i24(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """Low 32 bits of the product of the sign-extended low 24 bits of both sources."""
     _no_modifiers(ex, inst, sel)
@@ -107,7 +108,6 @@ def v_mul_i32_i24(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, ((s24(a) * s24(b)) & 0xFFFFFFFF).astype(U32))
 
 
-@handler("v_mul_lo_u32", "v_mul_hi_u32")
 def v_mul_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -117,7 +117,6 @@ def v_mul_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, r.astype(U32))
 
 
-@handler("v_cndmask_b32")
 def v_cndmask_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -137,7 +136,6 @@ _VCMP = {
 }
 
 
-@handler(*isa.VOPC.values())
 def v_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -150,7 +148,6 @@ def v_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.set_mask(inst.sdst.index, sel, r)
 
 
-@handler("v_mul_f32")
 def v_mul_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if inst.fmt == "VOP3" and (inst.abs_ or inst.neg or inst.omod or inst.clamp):
         raise ex.error(inst, sel, "VOP3 modifiers on v_mul_f32 are not modelled")
@@ -161,7 +158,6 @@ def v_mul_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, f32_out(ex, r))
 
 
-@handler("v_mov_b32")
 def v_mov_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -169,14 +165,12 @@ def v_mov_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, a)
 
 
-@handler("v_accvgpr_read_b32", "v_accvgpr_write_b32")
 def v_accvgpr_move(ex: Executor, inst: Instruction, sel: Sel) -> None:
     idx = _idx(ex, inst, sel)
     (a,) = _srcs(ex, inst, sel, idx)
     _write(ex, inst, sel, idx, a)
 
 
-@handler("v_readfirstlane_b32")
 def v_readfirstlane_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     idx = _idx(ex, inst, sel)
     op = inst.srcs[0]
@@ -186,7 +180,6 @@ def v_readfirstlane_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.set_s(inst.dst.index, sel, a[np.arange(a.shape[0]), first])
 
 
-@handler("v_cvt_f32_u32")
 def v_cvt_f32_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -197,7 +190,6 @@ def v_cvt_f32_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     )
 
 
-@handler("v_cvt_u32_f32")
 def v_cvt_u32_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """Truncate toward zero, saturate to [0, 2^32-1], NaN -> 0."""
     _no_modifiers(ex, inst, sel)
@@ -208,7 +200,6 @@ def v_cvt_u32_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, x.astype(np.uint64).astype(U32))
 
 
-@handler("v_rcp_iflag_f32")
 def v_rcp_iflag_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """1/x in f32. Hardware is accurate to 1 ulp; the kernels use it only inside an integer
     division sequence that corrects the estimate, so the correctly rounded value is used."""
@@ -220,7 +211,6 @@ def v_rcp_iflag_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, f32_out(ex, r))
 
 
-@handler("v_cvt_pk_bf16_f32")
 def v_cvt_pk_bf16_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """d.lo = bf16(s0), d.hi = bf16(s1), round to nearest even."""
     _no_modifiers(ex, inst, sel)
@@ -233,7 +223,6 @@ def v_cvt_pk_bf16_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, lo | (hi << U32(16)))
 
 
-@handler("v_permlane16_swap_b32")
 def v_permlane16_swap_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     """Per 32-lane half: swap vsrc lanes 0..15 with vdst lanes 16..31 (gfx950.md)."""
     if ex.gpr_index(inst, sel) is not None:
