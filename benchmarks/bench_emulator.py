@@ -35,7 +35,7 @@ def test_emulate_bpreshuffle_256x256_m256_n256_k1024(benchmark, f4gemm_dir: Path
         return run_gemm(device, entry, f4gemm_dir / entry.co_name, GemmRequest(256, 256, 1024))
 
     result = benchmark.pedantic(run, rounds=3, iterations=1)
-    stats = device.last_stats
+    stats = result.launch
     benchmark.extra_info.update(
         launch_s=stats.seconds,
         wave_instructions=stats.wave_instructions,
@@ -54,7 +54,7 @@ def _matrix(device: EmulatorDevice, f4gemm_dir: Path) -> dict[str, dict[str, flo
         m = 300 if entry.bpreshuffle else 512
         r = run_gemm(device, entry, f4gemm_dir / entry.co_name, GemmRequest(m, 2048, 1024))
         assert r.verification.passed, entry.name
-        s = device.last_stats
+        s = r.launch
         out[entry.name] = {
             "launch_s": s.seconds,
             "wave_instructions": s.wave_instructions,

@@ -30,9 +30,8 @@ def f4gemm_dir() -> Path:
 def timed_run(check: bool, entry, co_path: Path) -> tuple[float, int | None]:
     device = EmulatorDevice(check_hazards=check)
     t0 = time.process_time()
-    run_gemm(device, entry, co_path, GemmRequest(300, 2048, 1024, edge_policy="pad"))
-    hazards = device.last_stats.hazards
-    return time.process_time() - t0, None if hazards is None else hazards.count
+    r = run_gemm(device, entry, co_path, GemmRequest(300, 2048, 1024, edge_policy="pad"))
+    return time.process_time() - t0, r.hazards
 
 
 def main() -> None:

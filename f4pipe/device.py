@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from f4pipe.errors import HipVersionError, NoDeviceError
+
+if TYPE_CHECKING:  # the emulator is optional and heavy: only its report types are named here
+    from f4pipe.emu.memory import RaceReport
+    from f4pipe.emu.timing import HazardReport
 
 #: device_id of f4pipe's emulator-backed HIP runtime (f4pipe.hipshim): the hardware launcher's
 #: real hip-python calls, but the emulator's results and the host's clock, never a GPU's.
@@ -34,6 +38,18 @@ class Kernel(Protocol):
 
     symbol: str
     co_path: Path
+
+
+class LaunchReport(Protocol):
+    """What a device found out about one launch besides its results: the dwords that several
+    workgroups stored to (races) and the timing hazards, None for a check it did not make.
+    The emulator's LaunchStats is one; a device that checks nothing returns None instead."""
+
+    @property
+    def races(self) -> RaceReport | None: ...
+
+    @property
+    def hazards(self) -> HazardReport | None: ...
 
 
 @runtime_checkable
@@ -71,8 +87,9 @@ class Device(Protocol):
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         kernarg: bytes,
-    ) -> None:
-        """Run one launch to completion (grid in workgroups, block in work-items)."""
+    ) -> LaunchReport | None:
+        """Run one launch to completion (grid in workgroups, block in work-items); what the
+        device checked on the way (races, hazards), or None where it checks nothing."""
         ...
 
     def time_launches(

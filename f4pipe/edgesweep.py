@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from f4pipe.emu import EmulatorDevice
+from f4pipe.emu import EmulatorDevice, LaunchFault
 from f4pipe.emu.decode import decode_all
 from f4pipe.emu.disasm import format_instruction
 from f4pipe.emu.program import Program
@@ -126,9 +126,11 @@ def run_order(
     )
     try:
         result = run_gemm(device, entry, co_path, request)
-    except EmulatorError as exc:
-        races = device.last_stats.races
-        return OrderOutcome(order, fault=str(exc), races=races.count, race_summary=races.summary())
+    except LaunchFault as fault:  # the races of the launch up to its fault
+        races = fault.stats.races
+        return OrderOutcome(
+            order, fault=str(fault), races=races.count, race_summary=races.summary()
+        )
     out: dict[str, Any] = {
         "hazards": result.hazards or 0,
         "hazard_summary": result.hazard_summary,

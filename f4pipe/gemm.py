@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from f4pipe.device import Device, DeviceBuffer, measures_throughput
+from f4pipe.device import Device, DeviceBuffer, LaunchReport, measures_throughput
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.kernarg import BufferLayout, LaunchGeometry, gemm_kernarg, launch_geometry
 from f4pipe.manifest import KernelEntry
@@ -29,6 +29,9 @@ from f4pipe.operands import (
 from f4pipe.reference import kernel_alpha, reference_gemm
 from f4pipe.safety import check_policy, padded_launch, refusal, violations
 from f4pipe.verify import Verification, verify_output
+
+if TYPE_CHECKING:
+    from f4pipe.emu.timing import HazardReport
 
 #: Untimed launches before the timed ones (the seed driver's).
 WARMUP_LAUNCHES = 5
@@ -150,6 +153,9 @@ class GemmResult:
     hazard_summary: str = ""
     advisories: int = 0
     advisory_summary: str = ""
+    #: What the device reported on the launch (the emulator's LaunchStats, with its cost);
+    #: None where it checks nothing (hardware).
+    launch: LaunchReport | None = field(default=None, repr=False)
 
     @property
     def gdz(self) -> int:
@@ -311,10 +317,9 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
             alpha=r.alpha,
             log2_k_split=r.log2_k_split if entry.splitk else 0,
         )
-        device.launch(kernel, geometry.grid, geometry.block, kernarg)
-        stats = getattr(device, "last_stats", None)  # the emulator: races and hazards
-        race_report = getattr(stats, "races", None)
-        hazard_report = getattr(stats, "hazards", None)
+        report = device.launch(kernel, geometry.grid, geometry.block, kernarg)
+        race_report = None if report is None else report.races
+        hazard_report = None if report is None else report.hazards
         d_bits = device.download(d_buf).view(np.uint16).reshape(layout.d_shape).copy()
 
         us: float | None = None
@@ -364,10 +369,11 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         races=None if race_report is None else race_report.count,
         race_summary="" if race_report is None else race_report.summary(),
         **hazard_fields(hazard_report),
+        launch=report,
     )
 
 
-def hazard_fields(report: Any) -> dict[str, Any]:
+def hazard_fields(report: HazardReport | None) -> dict[str, Any]:
     """GemmResult's hazard fields from a launch's HazardReport (None: not checked)."""
     if report is None:
         return {}

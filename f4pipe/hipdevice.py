@@ -306,6 +306,7 @@ class HipDevice:
         block: tuple[int, int, int],
         kernarg: bytes,
     ) -> None:
+        """Launch and wait. Hardware checks no races or hazards: there is no LaunchReport."""
         self._launch_async(kernel, grid, block, kernarg)
         _call(self._hip, "hipDeviceSynchronize", self._hip.hipDeviceSynchronize())
 

@@ -12,7 +12,7 @@ import pytest
 
 from f4pipe.assemble import assemble
 from f4pipe.co2asm import co2asm
-from f4pipe.emu import EmulatorDevice
+from f4pipe.emu import EmulatorDevice, LaunchFault
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import BufferLayout
@@ -292,8 +292,11 @@ def test_a_faulting_launch_leaves_no_stale_timing_state_for_the_next(f4gemm_dir:
     pool = device._lds_words
     assert pool is not None
     base = pool.base
-    with pytest.raises(EmulatorError):
+    with pytest.raises(LaunchFault) as fault:
         run_gemm(device, entry, co, GemmRequest(300, 256, 256, edge_policy="unsafe"))
     assert pool.base > base  # the faulting batch's sequence numbers were handed back
+    stats = fault.value.stats  # the faulting launch's own, up to the fault
+    assert (stats.workgroups, stats.waves) == (2, 8)
+    assert stats.wave_instructions > 0 and stats.hazards is not None
     result = run_gemm(device, entry, co, GemmRequest(256, 256, 512))
     assert result.status == "passed" and result.hazards == 0

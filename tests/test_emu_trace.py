@@ -26,7 +26,7 @@ def test_trace_of_one_wave_lists_every_instruction_it_ran(f4gemm_dir: Path, tmp_
     assert any(re.search(r"v_mfma_scale_f32_16x16x128_f8f6f4 .* ; a\d+\[all\]", x) for x in lines)
     assert any(re.search(r"s_waitcnt", x) for x in lines)
     # every wave of this kernel runs the same count; the trace has one line per instruction
-    assert len(lines) == device.last_stats.wave_instructions // device.last_stats.waves
+    assert len(lines) == r.launch.wave_instructions // r.launch.waves
 
 
 def test_trace_line_names_changed_registers_and_scc(toolchain) -> None:

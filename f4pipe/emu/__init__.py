@@ -2,15 +2,17 @@
 timing (memory counters, LDS visibility, wait states) that its own legal schedule hides.
 What it models exactly, as a schedule, or refuses: fidelity.py.
 
-`EmulatorDevice` implements f4pipe.device.Device. The pieces: isa.py (encoding tables),
-decode.py (machine code from the code object's .text), disasm.py (LLVM's spelling, for traces
-and the llvm-objdump cross-check), program.py (kernel entry and launch settings from the
-descriptor), engine.py (register state, lockstep scheduler), ops_scalar/ops_vector/ops_memory/
-ops_mfma.py (instruction semantics), memory.py (global memory), effects.py / timing.py /
+`EmulatorDevice` implements f4pipe.device.Device; its launches return LaunchStats. The pieces:
+isa.py (formats, field layouts, opcode tables), decode.py (machine code from the code object's
+.text, driven by those tables), disasm.py (LLVM's spelling, for traces and the llvm-objdump
+cross-check), program.py (kernel entry and launch settings from the descriptor), engine.py
+(register state, lockstep scheduler), ops_scalar/ops_vector/ops_memory/ops_mfma.py
+(instruction semantics), handlers.py (the table from operation name to the function that runs
+it), memory.py (global memory), effects.py / timing.py /
 waitstates.py / hazards.py (the timing model, its rule table and the static check), trace.py,
 device.py.
 """
 
-from f4pipe.emu.device import EmulatorDevice, EmulatorKernel, LaunchStats
+from f4pipe.emu.device import EmulatorDevice, EmulatorKernel, LaunchFault, LaunchStats
 
-__all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchStats"]
+__all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchFault", "LaunchStats"]

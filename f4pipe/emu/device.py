@@ -79,7 +79,8 @@ class EmulatorKernel:
 
 @dataclass
 class LaunchStats:
-    """What the last launch cost: wall time, waves, and dynamic instructions (per wave)."""
+    """What one launch found and cost (EmulatorDevice.launch returns it; it implements
+    f4pipe.device.LaunchReport): races, hazards, wall time, waves, dynamic instructions."""
 
     seconds: float = 0.0
     waves: int = 0
@@ -95,6 +96,15 @@ class LaunchStats:
         return self.wave_instructions / self.seconds if self.seconds else 0.0
 
 
+class LaunchFault(EmulatorError):
+    """A launch stopped at a fault (an access outside every allocation, an instruction it
+    cannot run, ...); `stats` is what the launch found up to there (its races, its hazards)."""
+
+    def __init__(self, message: str, stats: LaunchStats) -> None:
+        super().__init__(message)
+        self.stats = stats
+
+
 class EmulatorDevice:
     """Runs gfx950 code objects on the CPU (fidelity.py says how faithfully); throughput is
     not measured here.
@@ -106,12 +116,14 @@ class EmulatorDevice:
     `pc: instruction ; registers it changed` (see trace.py).
     max_waves_per_batch bounds memory (register files are [regs, waves, 64]); an access that
     leaves every allocation, an unknown instruction, a bad LDS access or more than
-    max_instructions_per_wave instructions in one wave raises EmulatorError.
+    max_instructions_per_wave instructions in one wave raises LaunchFault (an EmulatorError
+    that carries the launch's stats).
     workgroup_order: "in-order", "reversed" or "shuffle:SEED" (see the module docstring);
     with max_waves_per_batch = waves per workgroup each workgroup runs alone, to completion,
     in exactly that order.
     check_hazards: check memory counters, LDS visibility and wait states as hardware timing
-    requires (timing.py); each launch's findings are in last_stats.hazards. Off only for speed.
+    requires (timing.py); each launch's findings are in the hazards of the LaunchStats it
+    returns. Off only for speed.
     """
 
     device_id = "emulator"
@@ -141,7 +153,6 @@ class EmulatorDevice:
         self.max_instructions_per_wave = max_instructions_per_wave
         self.workgroup_order = workgroup_order
         self.check_hazards = check_hazards
-        self.last_stats = LaunchStats()
         self._programs: dict[tuple[Path, str], Program] = {}
         self._models: dict[int, TimingModel] = {}
         self._lds_words: LdsWords | None = None
@@ -194,8 +205,9 @@ class EmulatorDevice:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         kernarg: bytes,
-    ) -> None:
-        prog = kernel.program
+    ) -> LaunchStats:
+        """Run one launch; its stats (races, hazards, cost) are returned, or carried by the
+        LaunchFault it raises when the kernel faults."""
         if any(g < 1 for g in grid) or any(b < 1 for b in block):
             raise EmulatorError(f"launch grid {grid} / block {block} must be positive")
         if block[0] > 1024 or block[1] > 1024 or block[2] > 1024:
@@ -210,6 +222,24 @@ class EmulatorDevice:
             workgroup_order=self.workgroup_order,
         )
         t0 = time.perf_counter()
+        try:
+            self._run(kernel.program, grid, block, kernarg, stats)
+        except EmulatorError as exc:
+            raise LaunchFault(str(exc), stats) from exc
+        finally:
+            stats.seconds = time.perf_counter() - t0
+        return stats
+
+    def _run(
+        self,
+        prog: Program,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernarg: bytes,
+        stats: LaunchStats,
+    ) -> None:
+        """Every workgroup of the launch, batch by batch, accumulating into `stats`."""
+        waves_per_group = stats.waves // stats.workgroups
         kernarg_size = max(len(kernarg), prog.kernarg_bytes, 4)
         ka = self.memory.alloc(kernarg_size)
         self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
@@ -253,16 +283,14 @@ class EmulatorDevice:
                 finally:  # a faulting batch's LDS tags must still read as old to the next one
                     if ex.timing is not None:
                         ex.timing.finish()
-                stats.wave_instructions += ex.dynamic_instructions
-                stats.steps += ex.steps
+                    stats.wave_instructions += ex.dynamic_instructions
+                    stats.steps += ex.steps
         finally:
             stats.races = self.memory.end_launch()
             stats.hazards = hazards
             self.memory.free(ka)
             if owned is not None and sink is not None:
                 write_text(owned, sink.getvalue())  # type: ignore[union-attr]
-        stats.seconds = time.perf_counter() - t0
-        self.last_stats = stats
 
     def time_launches(self, *args, **kwargs) -> float:
         raise NoDeviceError(
