@@ -448,6 +448,11 @@ def test_the_lds_pool_is_reused_without_clearing_and_stale_tags_read_as_retired(
         ("buffer_load_dword v1, off, s[8:11], 0 sc1", "sc1"),
         ("buffer_store_dword v1, off, s[8:11], 0 nt", "slc/nt"),
         ("s_load_dword s4, s[0:1], 0x0 glc", "glc (scalar cache coherence)"),
+        # the scaled MFMA's scale sources with neg (bit 61) or neg_hi (bit 8) set: llvm-mc
+        # refuses both spellings, so the words are written out (the unmodified MFMA is
+        # d3ac0000 00022310 d3ad8800 04021100)
+        (".long 0xd3ac0000, 0x20022310, 0xd3ad8800, 0x04021100", "neg/neg_hi"),
+        (".long 0xd3ac0100, 0x00022310, 0xd3ad8800, 0x04021100", "neg/neg_hi"),
     ],
 )
 def test_fields_the_emulator_does_not_model_are_refused_by_name(toolchain, asm, field) -> None:

@@ -360,7 +360,7 @@ def _scaled_mfma(scale: Fields, site: _Site) -> Instruction:
     if any(o.is_literal for o in (scale0, scale1, a, b, c)):
         return _unknown(site.pc, 16, "VOP3P_SCALE_LITERAL", op)
     unmodelled = _unmodelled(
-        ("neg/neg_hi of the scale sources", scale["neg"]),
+        ("neg/neg_hi of the scale sources", scale["neg"] | scale["neg_hi"]),
         ("clamp of the scale word", scale["clamp"]),
         # LLVM always encodes 1 here for the scaled MFMA (the round trip reproduces it)
         ("abid other than 1", mai["abid"] != 1),
