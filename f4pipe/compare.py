@@ -36,20 +36,17 @@ from f4pipe.asmfacts import fact_changes, instruction_diff
 from f4pipe.audit import TARGET_ARCH
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, read_input_text
-from f4pipe.report import (
-    ROUNDTRIP_DIR,
-    RUN_KEY,
-    ResultSet,
+from f4pipe.layout import ROUNDTRIP_DIR
+from f4pipe.report.plots import pyplot, save_figure
+from f4pipe.report.render import (
     Section,
-    find_aiter_provenance,
     fmt_value,
-    pyplot,
     render_html,
     render_markdown,
-    save_figure,
     shape_label,
     short_kernel,
 )
+from f4pipe.resultset import RUN_KEY, ResultSet, find_aiter_provenance
 
 ASM_DIFF_LINES = 40  # per kernel; the full diff is one `diff` of the two .s files away
 TERMINAL_ROWS = 20  # per list in the terminal summary; -o and --json carry every row

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from f4pipe.errors import HipVersionError, NoDeviceError
+from f4pipe.layout import DEVICE_KINDS
 
 #: device_id of f4pipe's emulator-backed HIP runtime (f4pipe.hipshim): the hardware launcher's
 #: real hip-python calls, but the emulator's results and the host's clock, never a GPU's.
@@ -92,9 +93,6 @@ class Device(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-DEVICE_KINDS = ("auto", "hip", "emulator")
 
 
 def measures_throughput(device: Device) -> bool:

@@ -36,6 +36,7 @@ from f4pipe.codeobject import (
 )
 from f4pipe.errors import ConfigError, InputError
 from f4pipe.fsio import atomic_dir, read_input_text, write_json, write_text
+from f4pipe.layout import EDIT_NAME, edit_variant
 from f4pipe.manifest import MANIFEST_NAME, KernelEntry, manifest_text, read_manifest
 from f4pipe.toolchain import Toolchain
 
@@ -767,10 +768,6 @@ def diff_metadata(a: dict[str, Any], b: dict[str, Any]) -> list[FieldChange]:
 # Edits named in the pipeline config
 
 
-EDIT_NAME = re.compile(r"^[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*$")
-VARIANT_PREFIX = "edit-"
-
-
 @dataclass(frozen=True)
 class EditSpec:
     """One configured edit: `edits: [{name, kernel, asm}]`; its variant is `edit-<name>`."""
@@ -781,7 +778,7 @@ class EditSpec:
 
     @property
     def variant(self) -> str:
-        return f"{VARIANT_PREFIX}{self.name}"
+        return edit_variant(self.name)
 
 
 def parse_edit_specs(items: list[dict[str, Any]] | None) -> list[EditSpec]:

@@ -19,7 +19,8 @@ from f4pipe.asmfacts import (
 )
 from f4pipe.cli import main as cli_main
 from f4pipe.compare import compare_sets, open_result_set
-from f4pipe.report import ResultSet, short_kernel
+from f4pipe.report.render import short_kernel
+from f4pipe.resultset import ResultSet
 
 
 @pytest.fixture

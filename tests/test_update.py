@@ -29,7 +29,7 @@ from f4pipe.audit import read_tuned
 from f4pipe.co2asm import co2asm
 from f4pipe.fetch import GIT_F4GEMM_PATH, extract_wheel_file
 from f4pipe.manifest import MANIFEST_NAME, read_manifest
-from f4pipe.report import short_kernel
+from f4pipe.report.render import short_kernel
 from f4pipe.safety import is_safe
 from f4pipe.tables import CONFIGS_PATH
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from f4pipe.assemble import assemble
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
 from f4pipe.cli.gemm import co_dir_from, parse_seed
-from f4pipe.device import DEVICE_KINDS
 from f4pipe.edits import (
     StaticCheckError,
     build_edit_variant,
@@ -28,6 +27,7 @@ from f4pipe.edits import (
     static_checks,
 )
 from f4pipe.fsio import write_text
+from f4pipe.layout import DEVICE_KINDS
 from f4pipe.matrices import parse_case
 from f4pipe.toolchain import Toolchain
 from f4pipe.trykernel import try_edit

@@ -15,18 +15,19 @@ from typing import Any
 import pyarrow as pa
 
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.device import DEVICE_KINDS, Device, open_device
+from f4pipe.device import Device, open_device
 from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
 from f4pipe.fsio import check_writable, json_text
 from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, check_alpha, run_gemm
 from f4pipe.heuristic import select_kernel
 from f4pipe.kernarg import BLOCK, check_shape, launch_geometry
+from f4pipe.layout import DEVICE_KINDS, GEMM_STAGES
 from f4pipe.locate import artifact_keys, locate_co_dir
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
 from f4pipe.operands import SEED_A, SEED_B
 from f4pipe.safety import is_safe, refusal
-from f4pipe.schemas import BENCH, SPLITK, VERIFY, write_rows
+from f4pipe.schemas import TABLE_SCHEMAS, write_rows
 from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
 
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
@@ -377,7 +378,6 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
 
 # --- f4pipe verify | splitk | bench ------------------------------------------------------------
 
-STAGE_SCHEMAS = {"verify": VERIFY, "splitk": SPLITK, "bench": BENCH}
 STAGE_DEFAULT_MATRIX = {"verify": "seed", "splitk": "splitk", "bench": "throughput"}
 
 
@@ -427,7 +427,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
     finally:
         if device is not None:
             device.close()
-    written = write_if_asked(args.output, rows, STAGE_SCHEMAS[args.command])
+    written = write_if_asked(args.output, rows, TABLE_SCHEMAS[args.command])
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
@@ -501,5 +501,5 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     register_gemm(subparsers)
-    for name in STAGES:
+    for name in GEMM_STAGES:
         register_stage(subparsers, name)
