@@ -20,13 +20,9 @@ from f4pipe.cli.fetchcmd import add_source_args, source_from_args
 from f4pipe.cli.gemm import write_if_asked
 from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
 from f4pipe.errors import InputError
-from f4pipe.fetch import (
-    TUNED_CSV_MEMBER,
-    extract_wheel_file,
-    fetch_aiter,
-    tuned_tables,
-)
+from f4pipe.fetch import extract_wheel_file, fetch_aiter, tuned_tables
 from f4pipe.fsio import write_bytes
+from f4pipe.layout import TUNED_CSV_MEMBER
 from f4pipe.locate import (
     Located,
     artifact_keys,
