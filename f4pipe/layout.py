@@ -97,3 +97,9 @@ SEED_SPLITK_SHAPE: tuple[int, int, int] = (256, 1024, 4096)
 #: The seed README's MI355X splitK errors at that shape: log2_k_split -> max abs err / max|ref|,
 #: in percent (the only place they live).
 SEED_SPLITK_ERR_PCT: dict[int, float] = {0: 0.28, 1: 0.51, 2: 0.62, 3: 0.81, 4: 1.15}
+#: The seed driver's operand seeds for A and B (its values; f4pipe.operands' generator differs).
+SEED_A = 1234
+SEED_B = 5678
+#: The workgroup orders every shape-edge sweep runs (f4pipe.edgesweep; one workgroup at a time,
+#: so the order is the only freedom).
+SWEEP_ORDERS: tuple[str, ...] = ("in-order", "reversed")

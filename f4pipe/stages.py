@@ -31,9 +31,9 @@ from f4pipe.gemm import (
 )
 from f4pipe.heuristic import DEFAULT_NUM_CU, select_kernel
 from f4pipe.kernarg import launch_geometry
+from f4pipe.layout import SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.matrices import Case, expand_case
-from f4pipe.operands import SEED_A, SEED_B
 from f4pipe.progress import track
 from f4pipe.schemas import ArtifactKeys
 

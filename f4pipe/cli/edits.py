@@ -13,24 +13,19 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from f4pipe.assemble import assemble
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
 from f4pipe.cli.gemm import co_dir_from, parse_seed
-from f4pipe.edits import (
-    StaticCheckError,
-    build_edit_variant,
-    diff_listings,
-    read_listing,
-    render_findings,
-    report_text,
-    static_checks,
-)
 from f4pipe.fsio import write_text
 from f4pipe.layout import DEVICE_KINDS
 from f4pipe.matrices import parse_case
 from f4pipe.toolchain import Toolchain
-from f4pipe.trykernel import try_edit
+
+if TYPE_CHECKING:
+    pass
+
 
 #: Instruction changes shown on the terminal; the diff file has them all.
 TERMINAL_CHANGES = 20
@@ -41,6 +36,9 @@ TERMINAL_FINDINGS = 10
 
 
 def cmd_try(args: argparse.Namespace) -> int:
+    from f4pipe.edits import render_findings, report_text
+    from f4pipe.trykernel import try_edit
+
     asm = Path(args.edit)
     seed_a, seed_b = parse_seed(args.seed)
     cases = [parse_case(s) for s in args.shape] if args.shape else None
@@ -85,6 +83,8 @@ def _as_object(path: Path, tmp: Path, toolchain: Toolchain, tag: str) -> tuple[P
 
 
 def cmd_asmdiff(args: argparse.Namespace) -> int:
+    from f4pipe.edits import diff_listings, read_listing, render_findings, static_checks
+
     tc = toolchain_from_args(args)
     with tempfile.TemporaryDirectory(prefix="f4pipe-asmdiff-") as tmp:
         a_co, a_asm = _as_object(Path(args.a), Path(tmp), tc, "a")
@@ -110,6 +110,8 @@ def cmd_asmdiff(args: argparse.Namespace) -> int:
 
 
 def cmd_edit_variant(args: argparse.Namespace) -> int:
+    from f4pipe.edits import StaticCheckError, build_edit_variant
+
     try:
         prepared = build_edit_variant(
             args.asm,

@@ -10,36 +10,33 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.device import Device, open_device
 from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
 from f4pipe.fsio import check_writable, json_text
-from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, check_alpha, run_gemm
-from f4pipe.heuristic import select_kernel
-from f4pipe.kernarg import BLOCK, check_shape, launch_geometry
-from f4pipe.layout import DEVICE_KINDS, GEMM_STAGES
-from f4pipe.locate import artifact_keys, locate_co_dir
+from f4pipe.layout import DEVICE_KINDS, GEMM_STAGES, SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
-from f4pipe.operands import SEED_A, SEED_B
-from f4pipe.safety import is_safe, refusal
-from f4pipe.schemas import TABLE_SCHEMAS, write_rows
-from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from f4pipe.device import Device
+    from f4pipe.gemm import GemmResult
+
 
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
 SEED_B_OFFSET = SEED_B - SEED_A
 PREFIX = "[f4gemm]"
 #: numpy's Generator takes any non-negative integer; 2^63-1 keeps seeds in a Parquet int64.
 MAX_SEED = (1 << 63) - 1
-WAVES_PER_WG = BLOCK[0] // 64
 
 
 def co_dir_from(args: argparse.Namespace) -> str:
     """--co-dir, else $AITER_ASM_DIR, else the fetched aiter (f4pipe.locate's rules)."""
+    from f4pipe.locate import locate_co_dir
+
     return str(locate_co_dir(getattr(args, "co_dir", None)).co_dir)
 
 
@@ -86,6 +83,9 @@ def choose(
 ) -> tuple[KernelEntry, int, str]:
     """(kernel, log2_k_split, how it was chosen) as the seed driver does; the heuristic only
     considers kernels that are safe at the shape (or that --pad-output / --unsafe allow)."""
+    from f4pipe.heuristic import select_kernel
+    from f4pipe.safety import is_safe, refusal
+
     policy = edge_policy(args)
     if args.kernel:
         entry = manifest.get(args.kernel)
@@ -158,6 +158,8 @@ def timing_line(result: GemmResult) -> str:
 
 
 def print_result(result: GemmResult, device: Device) -> None:
+    from f4pipe.gemm import SHIM_TIME_NOTE
+
     v = result.verification
     if v is None:
         print(f"{PREFIX} verification skipped (--no-verify)")
@@ -184,6 +186,10 @@ def print_result(result: GemmResult, device: Device) -> None:
 
 
 def run_gemm_command(args: argparse.Namespace) -> int:
+    from f4pipe.device import open_device
+    from f4pipe.gemm import GemmRequest, check_alpha, run_gemm
+    from f4pipe.kernarg import check_shape
+
     if args.list:
         print_manifest(read_manifest(co_dir_from(args)))
         return EXIT_OK
@@ -238,12 +244,21 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.status in ("failed", "hazard") else EXIT_OK
 
 
+def waves_per_workgroup() -> int:
+    """Waves in one f4gemm workgroup (64 lanes each)."""
+    from f4pipe.kernarg import BLOCK
+
+    return BLOCK[0] // 64
+
+
 def check_trace_wave(args: argparse.Namespace, entry: KernelEntry, log2_k_split: int) -> None:
     """--trace WAVE must name a wave of this launch, or the trace would be silently empty."""
+    from f4pipe.kernarg import launch_geometry
+
     if args.trace is None:
         return
     grid = launch_geometry(entry.tile_m, entry.tile_n, args.m, args.n, args.k, log2_k_split).grid
-    waves = grid[0] * grid[1] * grid[2] * WAVES_PER_WG
+    waves = grid[0] * grid[1] * grid[2] * waves_per_workgroup()
     if args.trace >= waves:
         raise ConfigError(
             f"--trace {args.trace}: this launch has {waves} waves (0..{waves - 1}) of "
@@ -260,7 +275,9 @@ def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
         options.update(check_hazards=False)
     if args.workgroup_order is not None:
         # one workgroup at a time, so that the order alone decides who stores last
-        options.update(workgroup_order=args.workgroup_order, max_waves_per_batch=WAVES_PER_WG)
+        options.update(
+            workgroup_order=args.workgroup_order, max_waves_per_batch=waves_per_workgroup()
+        )
     if args.trace is not None:
         if args.device == "hip":
             raise ConfigError("--trace runs on the emulator only: use --device emulator")
@@ -383,6 +400,8 @@ STAGE_DEFAULT_MATRIX = {"verify": "seed", "splitk": "splitk", "bench": "throughp
 
 def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.Schema) -> str:
     """Write the Parquet table only when -o names one; the suffix for the summary line."""
+    from f4pipe.schemas import write_rows
+
     if output is None:
         return ""
     write_rows(output, rows, schema)
@@ -390,6 +409,12 @@ def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.S
 
 
 def run_stage_command(args: argparse.Namespace) -> int:
+    from f4pipe.device import open_device
+    from f4pipe.gemm import check_alpha
+    from f4pipe.locate import artifact_keys, locate_co_dir
+    from f4pipe.schemas import TABLE_SCHEMAS
+    from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
+
     check_alpha(args.alpha)  # before any row: a bad alpha is bad input, not an error row
     cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
     located = locate_co_dir(args.co_dir)

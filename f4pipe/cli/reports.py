@@ -11,15 +11,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from f4pipe.archive import check_archive, create_archive
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.compare import compare_sets, open_result_set, write_comparison
 from f4pipe.errors import InputError
-from f4pipe.report import build_report
+
+if TYPE_CHECKING:
+    pass
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from f4pipe.report import build_report
+
     report = build_report(
         args.result_dir, args.output, config=args.config, aiter_provenance=args.aiter_provenance
     )
@@ -30,6 +33,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
+    from f4pipe.archive import check_archive, create_archive
+
     if args.check:
         status = EXIT_OK
         for path in args.paths:
@@ -45,6 +50,8 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from f4pipe.compare import compare_sets, open_result_set, write_comparison
+
     with open_result_set(args.a) as a, open_result_set(args.b) as b:
         comparison = compare_sets(a, b)
         if args.json:

@@ -13,29 +13,28 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from f4pipe.audit import audit_tables, format_finding, summarize
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
 from f4pipe.cli.gemm import write_if_asked
-from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
 from f4pipe.errors import InputError
 from f4pipe.fetch import extract_wheel_file, fetch_aiter, tuned_tables
 from f4pipe.fsio import write_bytes
-from f4pipe.layout import TUNED_CSV_MEMBER
-from f4pipe.locate import (
-    Located,
-    artifact_keys,
-    default_tables,
-    fetched_aiter_dir,
-    locate_co_dir,
-)
+from f4pipe.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.manifest import read_manifest
-from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys
 from f4pipe.tables import CONFIGS_PATH
+
+if TYPE_CHECKING:
+    from f4pipe.locate import (
+        Located,
+    )
+    from f4pipe.schemas import ArtifactKeys
 
 
 def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
+    from f4pipe.locate import artifact_keys
+
     return artifact_keys(
         located,
         "emulator",
@@ -46,6 +45,10 @@ def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
 
 
 def run_safety(args: argparse.Namespace) -> int:
+    from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
+    from f4pipe.locate import locate_co_dir
+    from f4pipe.schemas import SAFETY
+
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
@@ -71,6 +74,8 @@ def run_safety(args: argparse.Namespace) -> int:
 def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]:
     """The tables to audit: the CSV files given, else the located aiter's tuned tables
     (only those named by --table, when given)."""
+    from f4pipe.locate import default_tables
+
     if args.csv:
         return {path.name if len(args.csv) == 1 else str(path): path for path in args.csv}
     tables = default_tables(located)
@@ -92,6 +97,10 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
 
 
 def run_audit(args: argparse.Namespace) -> int:
+    from f4pipe.audit import audit_tables, format_finding, summarize
+    from f4pipe.locate import locate_co_dir
+    from f4pipe.schemas import AUDIT
+
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     tables = _audit_inputs(args, located)
@@ -113,6 +122,8 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def run_tuned_csv(args: argparse.Namespace) -> int:
     """Copy a tuned table of any source kind (the pypi wheel without touching resources/)."""
+    from f4pipe.locate import fetched_aiter_dir
+
     member = args.member.removeprefix(f"{CONFIGS_PATH}/")
     if args.source is None and (args.package or args.version or args.sha256):
         args.source = "pypi"  # the options of the wheel name a pypi source
@@ -175,7 +186,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--order",
         action="append",
-        help=f"workgroup order (repeatable, at least two; default {', '.join(DEFAULT_ORDERS)})",
+        help=f"workgroup order (repeatable, at least two; default {', '.join(SWEEP_ORDERS)})",
     )
     p.add_argument(
         "--record",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from f4pipe.assemble import assemble
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
@@ -12,25 +13,23 @@ from f4pipe.co2asm import check_reassembles, co2asm
 from f4pipe.codeobject import CodeObject
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, check_writable, json_text, sha256_file, write_text
+from f4pipe.layout import TABLES
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
-from f4pipe.roundtrip import roundtrip
-from f4pipe.schemas import (
-    KERNELS,
-    ROUNDTRIP,
-    TABLE_SCHEMAS,
-    ArtifactKeys,
-    read_table,
-    write_rows,
-    write_table,
-)
 from f4pipe.toolchain import (
     find_toolchain,
     read_toolchain_id,
     write_toolchain_json,
 )
 
+if TYPE_CHECKING:
+    from f4pipe.schemas import (
+        ArtifactKeys,
+    )
+
 
 def _keys(args: argparse.Namespace, toolchain_id: str) -> ArtifactKeys:
+    from f4pipe.schemas import ArtifactKeys
+
     return ArtifactKeys(aiter_id=args.aiter_id, toolchain_id=toolchain_id, device_id="none")
 
 
@@ -62,6 +61,9 @@ def cmd_assemble(args: argparse.Namespace) -> int:
 
 
 def cmd_roundtrip(args: argparse.Namespace) -> int:
+    from f4pipe.roundtrip import roundtrip
+    from f4pipe.schemas import ROUNDTRIP, write_rows
+
     tc = toolchain_from_args(args)
     out_dir = Path(args.out) if args.out else Path(args.code_object).parent / "rebuilt"
     rt = roundtrip(args.code_object, out_dir, tc)
@@ -84,6 +86,8 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
 
 def cmd_kernels(args: argparse.Namespace) -> int:
     """kernels.parquet: the manifest joined with what each code object's header says."""
+    from f4pipe.schemas import KERNELS, write_rows
+
     manifest = read_manifest(args.co_dir)
     toolchain_id = read_toolchain_id(args.toolchain_json)
     keys = _keys(args, toolchain_id)
@@ -121,6 +125,8 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 def cmd_gather(args: argparse.Namespace) -> int:
     """Concatenate per-job Parquet tables of one schema into one table."""
     import pyarrow as pa
+
+    from f4pipe.schemas import TABLE_SCHEMAS, read_table, write_table
 
     schema = TABLE_SCHEMAS[args.table]
     tables = [read_table(p, schema) for p in args.rows]
@@ -201,7 +207,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_kernels)
 
     p = subparsers.add_parser("gather", help=command_help("gather"))
-    p.add_argument("table", choices=sorted(TABLE_SCHEMAS), help="which table the rows belong to")
+    p.add_argument("table", choices=TABLES, help="which table the rows belong to")
     p.add_argument("rows", nargs="*", help="Parquet files to concatenate, in order")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_gather)
