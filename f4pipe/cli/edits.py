@@ -13,19 +13,22 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from f4pipe.assemble import assemble
-from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
-from f4pipe.cli.gemm import co_dir_from, parse_seed
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import (
+    add_co_dir,
+    add_device,
+    add_json_flag,
+    add_seed,
+    add_toolchain_args,
+    co_dir_from,
+    parse_seed,
+    toolchain_from_args,
+)
 from f4pipe.fsio import write_text
-from f4pipe.layout import DEVICE_KINDS
 from f4pipe.matrices import parse_case
 from f4pipe.toolchain import Toolchain
-
-if TYPE_CHECKING:
-    pass
-
 
 #: Instruction changes shown on the terminal; the diff file has them all.
 TERMINAL_CHANGES = 20
@@ -148,25 +151,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--kernel",
         help="the original kernel (symbol, .co name or stem); default: the edit's kernel symbol",
     )
-    p.add_argument(
-        "--co-dir",
-        help="directory with the original f4gemm manifest and .co files; default "
-        "$AITER_ASM_DIR, else the aiter fetched under ./resources (by `f4pipe fetch` or the "
-        "pipeline)",
-    )
-    p.add_argument(
-        "--device",
-        choices=DEVICE_KINDS,
-        default="auto",
-        help="auto: the emulator, plus a gfx950 GPU when one answers (default); emulator; hip",
-    )
+    add_co_dir(p, what="the original code objects")
+    add_device(p, auto="the emulator, plus a gfx950 GPU when one answers")
     p.add_argument(
         "--shape",
         action="append",
         metavar="M,N,K[,L]",
         help="run these shapes instead of the quick set; repeatable",
     )
-    p.add_argument("--seed", default="1234", help="operand seeds: S or A,B (as f4pipe gemm)")
+    add_seed(p)
     p.add_argument("--diff", help="write the full diff here (default: EDIT with .diff.txt)")
     p.add_argument("--co", help="keep the assembled edit here (default: a temporary file)")
     p.add_argument(
@@ -193,7 +186,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("b", help="the edit: a .s (assembled first) or a code object")
     p.add_argument("--kernel", help="kernel symbol, when the objects hold more than one")
     p.add_argument("-o", "--output", help="also write the diff to this file")
-    p.add_argument("--json", action="store_true", help="print the diff as one JSON object")
+    add_json_flag(p, "the diff")
     add_toolchain_args(p)
     p.set_defaults(func=cmd_asmdiff)
 
@@ -205,7 +198,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "fails the static checks.",
     )
     p.add_argument("--asm", required=True, help="the edited assembly")
-    p.add_argument("--co-dir", required=True, help="the original f4gemm directory")
+    add_co_dir(p, required=True, what="the original code objects")
     p.add_argument("--kernel", required=True, help="the original kernel (symbol, .co or stem)")
     p.add_argument("--name", help="the edit's name (recorded in the JSON)")
     p.add_argument("-o", "--output", required=True, help="variant directory to write")

@@ -11,13 +11,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import add_json_flag
 from f4pipe.errors import InputError
-
-if TYPE_CHECKING:
-    pass
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -107,7 +104,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("a", type=Path, help="baseline: result-set directory or archive")
     p.add_argument("b", type=Path, help="new: result-set directory or archive")
     p.add_argument("-o", "--output", type=Path, help="write index.html + summary.md here")
-    p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    add_json_flag(p, "the comparison")
     p.add_argument(
         "--exit-code",
         action="store_true",

@@ -16,8 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import (
+    add_artifact_keys,
+    add_co_dir,
+    add_record,
+    add_table_output,
+    write_if_asked,
+)
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
-from f4pipe.cli.gemm import write_if_asked
 from f4pipe.errors import InputError
 from f4pipe.fetch import extract_wheel_file, fetch_aiter, tuned_tables
 from f4pipe.fsio import write_bytes
@@ -26,9 +32,7 @@ from f4pipe.manifest import read_manifest
 from f4pipe.tables import CONFIGS_PATH
 
 if TYPE_CHECKING:
-    from f4pipe.locate import (
-        Located,
-    )
+    from f4pipe.locate import Located
     from f4pipe.schemas import ArtifactKeys
 
 
@@ -155,21 +159,9 @@ def run_tuned_csv(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--co-dir",
-        help="the f4gemm manifest and .co files (default $AITER_ASM_DIR, else the aiter fetched "
-        "under ./resources)",
-    )
-    p.add_argument("--aiter-id", help="artifact key (default: the fetched aiter's id)")
-    tc = p.add_mutually_exclusive_group()
-    tc.add_argument("--toolchain-id", help="artifact key: LLVM/ROCm version")
-    tc.add_argument(
-        "--toolchain-json",
-        type=Path,
-        help="read the toolchain id from this file (default results/<aiter-id>/toolchain.json, "
-        "else the toolchain f4pipe finds)",
-    )
-    p.add_argument("-o", "--output", type=Path, help="write the Parquet table here")
+    add_co_dir(p)
+    add_artifact_keys(p)
+    add_table_output(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -188,11 +180,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         help=f"workgroup order (repeatable, at least two; default {', '.join(SWEEP_ORDERS)})",
     )
-    p.add_argument(
-        "--record",
-        action="store_true",
-        help="exit 0 once the table is written, even if the rules disagree (the report shows it)",
-    )
+    add_record(p)
     p.set_defaults(func=run_safety)
 
     p = subparsers.add_parser(
@@ -223,7 +211,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--co-dir-hint",
         help="the --co-dir to write into reproducer commands (default: the one used)",
     )
-    p.add_argument("--record", action="store_true", help="exit 0 once the table is written")
+    add_record(p)
     p.set_defaults(func=run_audit)
 
     p = subparsers.add_parser(
