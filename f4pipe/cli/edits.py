@@ -86,7 +86,10 @@ def _as_object(path: Path, tmp: Path, toolchain: Toolchain, tag: str) -> tuple[P
 
 
 def cmd_asmdiff(args: argparse.Namespace) -> int:
-    from f4pipe.edits import diff_listings, read_listing, render_findings, static_checks
+    from f4pipe.edits import render_findings
+    from f4pipe.edits.checks import static_checks
+    from f4pipe.edits.diff import diff_listings
+    from f4pipe.edits.listing import read_listing
 
     tc = toolchain_from_args(args)
     with tempfile.TemporaryDirectory(prefix="f4pipe-asmdiff-") as tmp:

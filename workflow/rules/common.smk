@@ -5,7 +5,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from f4pipe.edits import parse_edit_specs
+from f4pipe.edits.spec import parse_edit_specs
 from f4pipe.fetch import aiter_id_for
 from f4pipe.layout import (
     BASE_VARIANTS,
