@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from f4pipe import layout
@@ -36,12 +37,13 @@ def test_every_table_has_one_schema_and_every_gemm_stage_one_runner() -> None:
 
 
 def test_the_workflow_spells_no_table_or_fetched_directory_of_its_own() -> None:
-    """Every `<name>.parquet` a rule names is a layout table or a per-kernel/per-variant row
-    file (a wildcard or an `.untimed` suffix); `f4gemm` appears only through F4GEMM_DIR."""
+    """A table's file is `table_file(name)` in the rules too: the only `.parquet` names a rule
+    spells are per-kernel or per-variant row files (a wildcard in them) and the GEMM stage
+    tables by their `{stage}` wildcard; `f4gemm` appears only through F4GEMM_DIR."""
     for smk in sorted(RULES.glob("*.smk")):
         text = smk.read_text()
-        for name in re.findall(r'"([A-Za-z0-9_.{}]+)\.parquet"', text):
-            assert name in layout.TABLES or "{" in name, f"{smk.name}: {name}.parquet"
+        for name in re.findall(r'"([A-Za-z0-9_./{}]+)\.parquet"', text):
+            assert "{" in name, f"{smk.name}: {name}.parquet: use table_file()"
         assert "/f4gemm" not in text and '"f4gemm"' not in text, smk.name
 
 
@@ -68,3 +70,20 @@ def test_an_unknown_matrix_fails_at_config_validation(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert "no-such-matrix" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / ".test").glob("config-*.yaml")), ids=lambda p: p.name
+)
+def test_test_configs_are_valid_configs(path: Path) -> None:
+    """The .test/ configs the pipeline tests run pass the schema like config/config.yaml."""
+    from snakemake.utils import validate
+
+    validate(yaml.safe_load(path.read_text()), str(ROOT / "workflow/schemas/config.schema.yaml"))
+
+
+def test_the_default_config_is_valid() -> None:
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))

@@ -30,6 +30,11 @@ or tag needs the network on a re-run (to learn which commit it names now).
 
 A fetch made before tables were fetched (its provenance has no "tables") is completed once: the
 tables of the same wheel or commit are added and the record rewritten; nothing else changes.
+
+The parts: `sources` (the config's source, checked), `record` (provenance.json, verifying a
+fetched directory, the locked atomic copy), `process` (pip and git failures as FetchErrors) and
+`wheel` (the PyPI wheel cache and extraction); this module fetches each kind of source and names
+the aiter id a source gives.
 """
 
 from __future__ import annotations
@@ -41,36 +46,36 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.errors import ChecksumError, FetchError, ManifestError
-from f4pipe.fetch.process import _run
+from f4pipe.fetch.process import run_fetch_tool
 from f4pipe.fetch.record import (
     FetchResult,
-    _complete_tables,
-    _content_digest,
-    _fetch_into,
-    _listed_names,
-    _locked,
-    _result,
+    complete_tables,
+    content_digest,
+    fetch_into,
+    fetch_result,
+    listed_names,
+    locked,
     read_provenance,
     tuned_tables,
     verify_aiter_dir,
 )
 from f4pipe.fetch.sources import (
-    _HEX40,
     DEFAULT_PACKAGE,
     DEFAULT_VERSION,
+    HEX40,
     AiterSource,
     GitSource,
     LocalSource,
     PypiSource,
-    _pypi_id,
     parse_source,
+    pypi_id,
 )
 from f4pipe.fetch.wheel import (
     TREE_MARKER_NAME,
     WHEEL_F4GEMM_PREFIX,
-    _extract,
-    _extract_tables,
     ensure_wheel,
+    extract_prefix,
+    extract_tables,
     extract_wheel_file,
     extract_wheel_tree,
     wheel_cache_dir,
@@ -137,14 +142,14 @@ def aiter_id_for(source: Mapping[str, Any] | AiterSource) -> str:
     """
     src = parse_source(source)
     if isinstance(src, PypiSource):
-        return _pypi_id(src)
+        return pypi_id(src)
     if isinstance(src, GitSource):
-        if _HEX40.match(src.rev):
+        if HEX40.match(src.rev):
             return f"git-{src.rev[:12]}"
         with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
             return f"git-{_git_fetch_commit(src, Path(tmp))[:12]}"
     _, files, tables = _local_files(src)
-    return f"local-{_content_digest(files, tables)[:12]}"
+    return f"local-{content_digest(files, tables)[:12]}"
 
 
 def _lock_for(resources_dir: Path, aiter_id: str) -> Path:
@@ -152,9 +157,9 @@ def _lock_for(resources_dir: Path, aiter_id: str) -> Path:
 
 
 def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) -> FetchResult:
-    aiter_id = _pypi_id(src)
+    aiter_id = pypi_id(src)
     target = aiter_dir(resources_dir, aiter_id)
-    with _locked(_lock_for(resources_dir, aiter_id)):
+    with locked(_lock_for(resources_dir, aiter_id)):
         if target.exists():
             record = verify_aiter_dir(target)
             recorded = record["source"].get("wheel_sha256")
@@ -168,13 +173,13 @@ def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) ->
             if "tables" not in record:
                 wheel, _ = ensure_wheel(src, cache_dir=cache_dir)
                 with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:
-                    configs = _extract_tables(wheel, Path(tmp))
-                    _complete_tables(target, configs, f"{wheel.name}:{CONFIGS_PATH}")
-            return _result(target, fetched=False)
+                    configs = extract_tables(wheel, Path(tmp))
+                    complete_tables(target, configs, f"{wheel.name}:{CONFIGS_PATH}")
+            return fetch_result(target, fetched=False)
         wheel, wheel_sha = ensure_wheel(src, cache_dir=cache_dir)
         with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:
-            _extract(wheel, WHEEL_F4GEMM_PREFIX, Path(tmp) / F4GEMM_DIR)
-            configs = _extract_tables(wheel, Path(tmp) / "configs")
+            extract_prefix(wheel, WHEEL_F4GEMM_PREFIX, Path(tmp) / F4GEMM_DIR)
+            configs = extract_tables(wheel, Path(tmp) / "configs")
             provenance = {
                 "kind": "pypi",
                 "package": src.package,
@@ -186,7 +191,7 @@ def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) ->
                 "tables_dir": f"{wheel.name}:{CONFIGS_PATH}",
             }
             where = provenance["f4gemm_dir"]
-            return _fetch_into(
+            return fetch_into(
                 resources_dir, aiter_id, Path(tmp) / F4GEMM_DIR, provenance, where, configs
             )
 
@@ -195,11 +200,13 @@ def _git_fetch_commit(src: GitSource, repo: Path) -> str:
     """Shallow, blob-less fetch of `src.rev` into a new repository; the commit sha.
 
     Blobs come later, only for the f4gemm directory and the tuned tables (sparse checkout); a
-    server without
-    partial-clone support (a plain file:// repository) sends them all, which is merely slower.
+    server without partial-clone support (a plain file:// repository) sends them all, which is
+    merely slower.
     """
-    _run(["git", "init", "-q", str(repo)], action="git init", default_hint="check git works")
-    _run(
+    run_fetch_tool(
+        ["git", "init", "-q", str(repo)], action="git init", default_hint="check git works"
+    )
+    run_fetch_tool(
         ["git", "fetch", "-q", "--depth", "1", "--filter=blob:none", src.url, src.rev],
         cwd=repo,
         action=f"git fetch {src.url} {src.rev}",
@@ -215,13 +222,13 @@ def _git_fetch_commit(src: GitSource, repo: Path) -> str:
         },
         default_hint=f"check the url {src.url!r} and rev {src.rev!r}",
     )
-    commit = _run(
+    commit = run_fetch_tool(
         ["git", "rev-parse", "--verify", "FETCH_HEAD^{commit}"],
         cwd=repo,
         action=f"resolving {src.rev} of {src.url}",
         default_hint=f"{src.rev!r} does not name a commit",
     ).strip()
-    if _HEX40.match(src.rev) and commit != src.rev:
+    if HEX40.match(src.rev) and commit != src.rev:
         raise FetchError(f"git fetch {src.url} {src.rev} returned commit {commit}")
     return commit
 
@@ -229,7 +236,7 @@ def _git_fetch_commit(src: GitSource, repo: Path) -> str:
 def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
     """Check out only GIT_F4GEMM_PATH and the a4w4 tables under CONFIGS_PATH of `commit`; the
     f4gemm directory in the work tree (the tables are at repo/CONFIGS_PATH)."""
-    listed = _run(
+    listed = run_fetch_tool(
         ["git", "ls-tree", "--name-only", commit, "--", f"{GIT_F4GEMM_PATH}/{MANIFEST_NAME}"],
         cwd=repo,
         action=f"listing {GIT_F4GEMM_PATH} at {commit}",
@@ -252,7 +259,7 @@ def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
         ["git", "-c", "advice.detachedHead=false", "checkout", "-q", commit],
     ]
     for cmd in git_steps:
-        _run(
+        run_fetch_tool(
             cmd,
             cwd=repo,
             action=f"checking out {GIT_F4GEMM_PATH} of {commit} from {src.url}",
@@ -262,10 +269,10 @@ def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
 
 
 def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
-    if _HEX40.match(src.rev):  # a commit pins its tree: no network when already fetched
+    if HEX40.match(src.rev):  # a commit pins its tree: no network when already fetched
         aiter_id = f"git-{src.rev[:12]}"
         target = aiter_dir(resources_dir, aiter_id)
-        with _locked(_lock_for(resources_dir, aiter_id)):
+        with locked(_lock_for(resources_dir, aiter_id)):
             if target.exists() and "tables" in read_provenance(target):
                 return _reuse_git(target, src.rev)
     with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
@@ -273,14 +280,14 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
         commit = _git_fetch_commit(src, repo)
         aiter_id = f"git-{commit[:12]}"
         target = aiter_dir(resources_dir, aiter_id)
-        with _locked(_lock_for(resources_dir, aiter_id)):
+        with locked(_lock_for(resources_dir, aiter_id)):
             if target.exists() and "tables" in read_provenance(target):
                 return _reuse_git(target, commit)
             f4gemm = _git_checkout_f4gemm(src, repo, commit)
             if target.exists():  # fetched before tables were: add them
                 _reuse_git(target, commit)
-                _complete_tables(target, repo / CONFIGS_PATH, CONFIGS_PATH)
-                return _result(target, fetched=False)
+                complete_tables(target, repo / CONFIGS_PATH, CONFIGS_PATH)
+                return fetch_result(target, fetched=False)
             provenance = {
                 "kind": "git",
                 "url": src.url,
@@ -290,7 +297,7 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
                 "tables_dir": CONFIGS_PATH,
             }
             where = f"{GIT_F4GEMM_PATH} of commit {commit} of {src.url}"
-            return _fetch_into(
+            return fetch_into(
                 resources_dir, aiter_id, f4gemm, provenance, where, repo / CONFIGS_PATH
             )
 
@@ -302,7 +309,7 @@ def _reuse_git(target: Path, commit: str) -> FetchResult:
             f"{target} records commit {record['source'].get('commit')}, not {commit} (a 12-hex "
             f"id collision?); move {target} away and fetch again"
         )
-    return _result(target, fetched=False)
+    return fetch_result(target, fetched=False)
 
 
 def local_configs_dir(f4gemm_dir: Path) -> Path | None:
@@ -323,7 +330,7 @@ def _local_files(
     the directory used is recorded in the provenance.
     """
     directory = find_f4gemm_dir(src.path)
-    directory, names = _listed_names(directory, str(directory))
+    directory, names = listed_names(directory, str(directory))
     files = {}
     for name in names:
         path = directory / name
@@ -337,16 +344,16 @@ def _local_files(
 
 def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
     directory, files, tables = _local_files(src)
-    digest = _content_digest(files, tables)
+    digest = content_digest(files, tables)
     if src.sha256 is not None and src.sha256 != digest:
         named = {**files, **{f"{TABLES_DIR}/{rel}": v for rel, v in tables.items()}}
         raise ChecksumError(_local_pin_message(src, directory, digest, named, resources_dir))
     aiter_id = f"local-{digest[:12]}"
     target = aiter_dir(resources_dir, aiter_id)
-    with _locked(_lock_for(resources_dir, aiter_id)):
+    with locked(_lock_for(resources_dir, aiter_id)):
         if target.exists():
             verify_aiter_dir(target)
-            return _result(target, fetched=False)
+            return fetch_result(target, fetched=False)
         configs = local_configs_dir(directory)
         provenance = {
             "kind": "local",
@@ -354,9 +361,7 @@ def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
             "f4gemm_dir": str(directory.resolve()),
             "tables_dir": str(configs) if configs is not None else "",
         }
-        result = _fetch_into(
-            resources_dir, aiter_id, directory, provenance, str(directory), configs
-        )
+        result = fetch_into(resources_dir, aiter_id, directory, provenance, str(directory), configs)
         copied = read_provenance(target)["content_sha256"]
         if copied != digest:
             shutil.rmtree(target)

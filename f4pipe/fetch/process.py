@@ -16,7 +16,7 @@ SUBPROCESS_TIMEOUT_S = 900  # a 40 MB wheel over a slow link; git fetch of one c
 # Subprocesses: the one place their failures become f4pipe errors
 
 
-def _run(
+def run_fetch_tool(
     cmd: list[str],
     *,
     action: str,

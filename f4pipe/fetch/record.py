@@ -39,7 +39,7 @@ class FetchResult:
     fetched: bool  # False when an existing, verified copy was reused
 
 
-def _content_digest(
+def content_digest(
     files: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Mapping[str, Any]] | None = None
 ) -> str:
     """sha256 over sorted `name\\tsha256\\n` lines: names the bytes, not where they came from.
@@ -81,7 +81,7 @@ def _recorded_source(record: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _result(aiter_dir: Path, fetched: bool) -> FetchResult:
+def fetch_result(aiter_dir: Path, fetched: bool) -> FetchResult:
     return FetchResult(
         aiter_id=aiter_dir.name,
         f4gemm_dir=aiter_dir / F4GEMM_DIR,
@@ -150,7 +150,7 @@ def verify_aiter_dir(aiter_dir: Path) -> dict[str, Any]:
     return record
 
 
-def _listed_names(src_dir: Path, where: str) -> tuple[Path, list[str]]:
+def listed_names(src_dir: Path, where: str) -> tuple[Path, list[str]]:
     """(the f4gemm directory, the manifest + the .co names it lists) of `src_dir`.
 
     A listed .co that is missing is a ManifestError naming `where` (the wheel, the commit or
@@ -177,7 +177,7 @@ def _copy_f4gemm(
 
     Returns (files, skipped): sha256 + size per copied name; names present but not copied.
     """
-    directory, names = _listed_names(src_dir, where)
+    directory, names = listed_names(src_dir, where)
     dest.mkdir(parents=True, exist_ok=True)
     files: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -210,7 +210,7 @@ def _write_provenance(
             "schema": PROVENANCE_SCHEMA,
             "aiter_id": aiter_id,
             "source": source,
-            "content_sha256": _content_digest(files, tables),
+            "content_sha256": content_digest(files, tables),
             "files": files,
             "skipped": skipped,
             "manifest_header": _manifest_header(aiter_dir / F4GEMM_DIR / MANIFEST_NAME),
@@ -228,13 +228,13 @@ def _manifest_header(csv_path: Path) -> str:
         return fh.readline().strip()
 
 
-def _complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict[str, Any]:
+def complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict[str, Any]:
     """Add the tuned tables to a fetch recorded without them; the rewritten provenance."""
     record = read_provenance(target)
     tables = copy_tables(configs_dir, target / TABLES_DIR)
     record.update(
         tables=tables,
-        content_sha256=_content_digest(record["files"], tables),
+        content_sha256=content_digest(record["files"], tables),
         manifest_header=_manifest_header(target / F4GEMM_DIR / MANIFEST_NAME),
     )
     record["source"]["tables_dir"] = where
@@ -243,7 +243,7 @@ def _complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
+def locked(lock_path: Path) -> Iterator[None]:
     """Serialise fetches of one id (parallel Snakemake jobs, pytest-xdist workers)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as fh:
@@ -254,7 +254,7 @@ def _locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _fetch_into(
+def fetch_into(
     resources_dir: Path,
     aiter_id: str,
     src_dir: Path,
@@ -269,4 +269,4 @@ def _fetch_into(
         files, skipped = _copy_f4gemm(src_dir, tmp / F4GEMM_DIR, where)
         tables = copy_tables(configs_dir, tmp / TABLES_DIR)
         _write_provenance(tmp, aiter_id, source, files, skipped, tables)
-    return _result(target, fetched=True)
+    return fetch_result(target, fetched=True)

@@ -15,7 +15,7 @@ from f4pipe.errors import ConfigError
 DEFAULT_PACKAGE = "amd-aiter"
 DEFAULT_VERSION = "0.1.7.post2.dev18"
 
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 _PACKAGE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
@@ -112,12 +112,12 @@ def _git_source(values: dict[str, Any]) -> GitSource:
             f"git rev {rev!r} looks like an abbreviated commit; git can fetch a commit only by "
             "its full 40-hex sha (or give a branch or tag)"
         )
-    return GitSource(url=url, rev=rev.lower() if _HEX40.match(rev.lower()) else rev)
+    return GitSource(url=url, rev=rev.lower() if HEX40.match(rev.lower()) else rev)
 
 
-def _normalized_package(package: str) -> str:
+def normalized_package(package: str) -> str:
     return re.sub(r"[-_.]+", "-", package).lower()
 
 
-def _pypi_id(src: PypiSource) -> str:
-    return f"pypi-{_normalized_package(src.package)}-{re.sub(r'[^A-Za-z0-9._-]', '_', src.version)}"
+def pypi_id(src: PypiSource) -> str:
+    return f"pypi-{normalized_package(src.package)}-{re.sub(r'[^A-Za-z0-9._-]', '_', src.version)}"

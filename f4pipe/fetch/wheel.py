@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.errors import ChecksumError, ConfigError, FetchError
-from f4pipe.fetch.process import _run
-from f4pipe.fetch.record import _locked
-from f4pipe.fetch.sources import PypiSource, _normalized_package, parse_source
+from f4pipe.fetch.process import run_fetch_tool
+from f4pipe.fetch.record import locked
+from f4pipe.fetch.sources import PypiSource, normalized_package, parse_source
 from f4pipe.fsio import atomic_dir, sha256_file, write_bytes, write_json, write_text
 from f4pipe.layout import TUNED_CSV_MEMBER
 from f4pipe.tables import (
@@ -37,7 +37,7 @@ TREE_MARKER_NAME = ".f4pipe-wheel-tree.json"
 def wheel_cache_dir(package: str, version: str, cache_dir: Path | None = None) -> Path:
     """Where the wheel of package==version is cached: <cache>/wheels/<package>/<version>/."""
     base = Path(cache_dir) if cache_dir is not None else cache_root() / "wheels"
-    return base / _normalized_package(package) / version
+    return base / normalized_package(package) / version
 
 
 def ensure_wheel(
@@ -52,7 +52,7 @@ def ensure_wheel(
     if not isinstance(src, PypiSource):
         raise ConfigError(f"a wheel needs a pypi source, got {src!r}")
     where = wheel_cache_dir(src.package, src.version, cache_dir)
-    with _locked(where / ".lock"):
+    with locked(where / ".lock"):
         cached = sorted(where.glob("*.whl"))
         if cached:
             return cached[0], _check_cached_wheel(cached[0], src)
@@ -93,7 +93,7 @@ def _download_wheel(src: PypiSource, where: Path) -> tuple[Path, str]:
         log = Path(tmp) / "pip.log"
         pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--pre"]
         options = ["--only-binary=:all:", "--disable-pip-version-check", "--log", str(log)]
-        _run(
+        run_fetch_tool(
             [*pip, *options, spec, "-d", str(Path(tmp) / "dl")],
             action=f"downloading {spec} from PyPI",
             hints={
@@ -134,7 +134,7 @@ def _safe_members(zf: zipfile.ZipFile, prefix: str) -> list[zipfile.ZipInfo]:
     return members
 
 
-def _extract(wheel: Path, prefix: str, dest: Path) -> dict[str, int]:
+def extract_prefix(wheel: Path, prefix: str, dest: Path) -> dict[str, int]:
     """Extract members under `prefix` into `dest` (prefix stripped); {relative path: size}."""
     try:
         with zipfile.ZipFile(wheel) as zf:
@@ -154,7 +154,7 @@ def _extract(wheel: Path, prefix: str, dest: Path) -> dict[str, int]:
         raise FetchError(f"{wheel} is not a readable wheel ({exc}); delete it and retry") from exc
 
 
-def _extract_tables(wheel: Path, dest: Path) -> Path:
+def extract_tables(wheel: Path, dest: Path) -> Path:
     """Extract the wheel's tuned tables (members under aiter/configs/) into `dest`; `dest`."""
     prefix = f"{CONFIGS_PATH}/"
     try:
@@ -191,7 +191,7 @@ def extract_wheel_tree(
         prefix += "/"
     dest = Path(dest)
     wheel, wheel_sha = ensure_wheel(src, cache_dir=cache_dir)
-    with _locked(dest.with_name(f".{dest.name}.lock")):
+    with locked(dest.with_name(f".{dest.name}.lock")):
         marker = dest / TREE_MARKER_NAME
         if dest.exists():
             if not marker.is_file():
@@ -207,7 +207,7 @@ def extract_wheel_tree(
             ):
                 return dest
         with atomic_dir(dest) as tmp:
-            sizes = _extract(wheel, prefix, tmp)
+            sizes = extract_prefix(wheel, prefix, tmp)
             write_json(
                 tmp / TREE_MARKER_NAME,
                 {"wheel": wheel.name, "wheel_sha256": wheel_sha, "prefix": prefix, "files": sizes},

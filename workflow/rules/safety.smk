@@ -27,7 +27,7 @@ rule safety_table:
         get_safety_rows,
     output:
         report(
-            RESULTS / "safety.parquet",
+            RESULTS / table_file("safety"),
             caption="../report/safety.rst",
             category="Shape-edge safety",
         ),
@@ -45,7 +45,7 @@ rule audit_tuned:
         toolchain=RESULTS / "toolchain.json",
     output:
         report(
-            RESULTS / "audit.parquet",
+            RESULTS / table_file("audit"),
             caption="../report/audit.rst",
             category="Shape-edge safety",
         ),

@@ -33,7 +33,7 @@ rule kernels:
         fetched=AITER_DIR,
         toolchain=RESULTS / "toolchain.json",
     output:
-        RESULTS / "kernels.parquet",
+        RESULTS / table_file("kernels"),
     log:
         LOGS / "kernels.log",
     conda:
@@ -74,7 +74,7 @@ rule roundtrip_table:
         get_roundtrip_rows,
     output:
         report(
-            RESULTS / "roundtrip.parquet",
+            RESULTS / table_file("roundtrip"),
             caption="../report/roundtrip.rst",
             category="Round trip",
         ),
