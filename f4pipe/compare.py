@@ -46,14 +46,13 @@ from f4pipe.report.render import (
     shape_label,
     short_kernel,
 )
+from f4pipe.report.sections import VERIFY_METRICS
 from f4pipe.resultset import RUN_KEY, ResultSet, find_aiter_provenance
 
 ASM_DIFF_LINES = 40  # per kernel; the full diff is one `diff` of the two .s files away
 TERMINAL_ROWS = 20  # per list in the terminal summary; -o and --json carry every row
-GEMM_METRICS = {
-    "verify": ("max_abs_err", "err_frac", "bad"),
-    "splitk": ("max_abs_err", "err_frac", "bad"),
-}
+#: The stages whose error metrics a comparison lines up run by run (the report's columns).
+GEMM_METRICS = {"verify": VERIFY_METRICS, "splitk": VERIFY_METRICS}
 
 
 @contextlib.contextmanager

@@ -35,7 +35,6 @@ def table_file(name: str) -> str:
 
 
 TOOLCHAIN_JSON = "toolchain.json"
-CONFIG_JSON = "config.json"  # the effective configuration a pipeline run recorded
 REPORT_DIR = "report"
 ROUNDTRIP_DIR = "roundtrip"
 VARIANTS_DIR = "variants"  # variants/<variant>/: code objects + manifest the stages run on

@@ -24,8 +24,9 @@ from f4pipe.errors import F4PipeError
 
 #: Every command, in `f4pipe --help` order: the module under f4pipe/cli that registers it
 #: (register(subparsers); the command sets `func(args) -> int`) and its one-line help. A run
-#: imports only its command's module, so `f4pipe --help` and the light commands do not pay for
-#: numpy, pandas and pyarrow.
+#: imports only its command's module, and each module imports numpy, pandas and pyarrow only
+#: inside the functions that run a command, so parsing arguments stays light (every pipeline
+#: job pays it; tests/test_cli_startup.py guards it, benchmarks/cli_startup.py measures it).
 COMMANDS: dict[str, tuple[str, str]] = {
     "toolchain": ("spine", "find or provision an LLVM that knows gfx950"),
     "fetch": (

@@ -132,6 +132,7 @@ def _identical(df: pd.DataFrame, metrics: Sequence[str]) -> tuple[int, int]:
     return len(same), len(both)
 
 
+#: The error metrics of a GEMM run, side by side per variant (also what compare lines up).
 VERIFY_METRICS = ("max_abs_err", "err_frac", "bad")
 
 

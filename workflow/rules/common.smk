@@ -10,9 +10,12 @@ from f4pipe.fetch import aiter_id_for
 from f4pipe.layout import (
     BASE_VARIANTS,
     EDIT_NAME_PATTERN,
+    EDITS_DIR,
     F4GEMM_DIR,
     GEMM_STAGES,
+    ROUNDTRIP_DIR,
     TOOLCHAIN_JSON,
+    VARIANTS_DIR,
     aiter_dir,
     edit_name_of,
     table_file,
@@ -83,11 +86,11 @@ def get_original_object(wildcards):
 
 
 def get_roundtrip_rows(wildcards):
-    return [RESULTS / "roundtrip" / f"{k}.parquet" for k in get_kernels()]
+    return [RESULTS / ROUNDTRIP_DIR / f"{k}.parquet" for k in get_kernels()]
 
 
 def get_rebuilt_objects(wildcards):
-    return [RESULTS / "roundtrip" / f"{k}.co" for k in get_kernels()]
+    return [RESULTS / ROUNDTRIP_DIR / f"{k}.co" for k in get_kernels()]
 
 
 def is_edit_variant(variant):
@@ -98,7 +101,7 @@ def get_variant_dir(wildcards):
     """The code object directory (with manifest) a variant's stages run on."""
     if wildcards.variant == "original":
         return get_f4gemm_dir(wildcards)
-    return str(RESULTS / "variants" / wildcards.variant)
+    return str(RESULTS / VARIANTS_DIR / wildcards.variant)
 
 
 def get_variant_kernels(variant):
@@ -122,8 +125,8 @@ def get_edit_kernel(wildcards):
 
 def get_edit_outputs():
     """Every edit's variant directory and diff report."""
-    return [RESULTS / "variants" / spec.variant for spec in EDITS.values()] + [
-        RESULTS / "edits" / f"{name}.diff.txt" for name in EDITS
+    return [RESULTS / VARIANTS_DIR / spec.variant for spec in EDITS.values()] + [
+        RESULTS / EDITS_DIR / f"{name}.diff.txt" for name in EDITS
     ]
 
 
@@ -193,7 +196,7 @@ def get_report_inputs(wildcards):
         RESULTS / TOOLCHAIN_JSON,
         RESULTS / table_file("kernels"),
         RESULTS / table_file("roundtrip"),
-        RESULTS / "variants" / "rebuilt",
+        RESULTS / VARIANTS_DIR / "rebuilt",
     ]
     outputs += [
         RESULTS / table_file(stage)
