@@ -261,12 +261,23 @@ def provenance_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
 # Rows
 
 
+def merge_sets(
+    ta: pd.DataFrame, tb: pd.DataFrame, on: str | list[str], how: str = "outer"
+) -> pd.DataFrame:
+    """Rows of set A beside rows of set B by key, columns suffixed " A" / " B". Two tables that
+    hold no row (a stage that ran no case, an audit without tables) merge as plain objects:
+    pandas 3 cannot merge two empty Arrow string columns."""
+    if not len(ta) and not len(tb):
+        ta, tb = ta.astype(object), tb.astype(object)
+    return ta.merge(tb, on=on, how=how, suffixes=(" A", " B"))
+
+
 def roundtrip_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
     ta, tb = a.table("roundtrip"), b.table("roundtrip")
     if ta is None or tb is None:
         return pd.DataFrame()
     cols = ["kernel", "equivalent", "text_bytes_unexplained", "detail"]
-    m = ta[cols].merge(tb[cols], on="kernel", how="outer", suffixes=(" A", " B"))
+    m = merge_sets(ta[cols], tb[cols], on="kernel")
     differs = (m["equivalent A"] != m["equivalent B"]) | (
         m["text_bytes_unexplained A"] != m["text_bytes_unexplained B"]
     )
@@ -291,11 +302,7 @@ def gemm_changes(a: ResultSet, b: ResultSet, name: str) -> pd.DataFrame | None:
         return None
     metrics = list(GEMM_METRICS[name])
     cols = [*RUN_KEY, "status", *metrics]
-    m = (
-        ta[cols]
-        .drop_duplicates(RUN_KEY)
-        .merge(tb[cols].drop_duplicates(RUN_KEY), on=RUN_KEY, how="outer", suffixes=(" A", " B"))
-    )
+    m = merge_sets(ta[cols].drop_duplicates(RUN_KEY), tb[cols].drop_duplicates(RUN_KEY), RUN_KEY)
     rows = []
     for _, r in m.iterrows():
         pairs = [(r[f"{c} A"], r[f"{c} B"]) for c in ["status", *metrics]]
@@ -322,7 +329,7 @@ def safety_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     if ta is None or tb is None:
         return None
     cols = [*SAFETY_KEY, "verdict", "bad", "races"]
-    m = ta[cols].merge(tb[cols], on=SAFETY_KEY, how="outer", suffixes=(" A", " B"))
+    m = merge_sets(ta[cols], tb[cols], SAFETY_KEY)
     rows = []
     for _, r in m.iterrows():
         pairs = {c: (r[f"{c} A"], r[f"{c} B"]) for c in ("verdict", "bad", "races")}
@@ -362,9 +369,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
         return None
     cols = [*AUDIT_KEY, "line", "kernel", "symbol", "log2_k_split", "status", "emulated"]
     fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", TARGET_ARCH)) for t in (ta, tb))
-    m = fa.drop_duplicates(AUDIT_KEY).merge(
-        fb.drop_duplicates(AUDIT_KEY), on=AUDIT_KEY, how="outer", suffixes=(" A", " B")
-    )
+    m = merge_sets(fa.drop_duplicates(AUDIT_KEY), fb.drop_duplicates(AUDIT_KEY), AUDIT_KEY)
     rows = []
     for _, r in m.iterrows():
         state_a, state_b = _audit_state(r, "A"), _audit_state(r, "B")
@@ -392,7 +397,7 @@ def throughput_deltas(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     if ta is None or tb is None:
         return None
     ma, mb = (t[t["status"] == "measured"][[*RUN_KEY, "us", "tflops"]] for t in (ta, tb))
-    m = ma.merge(mb, on=RUN_KEY, suffixes=(" A", " B"))
+    m = merge_sets(ma, mb, RUN_KEY, how="inner")
     if not len(m):
         return None
     m["ratio B/A (TFLOP/s)"] = m["tflops B"] / m["tflops A"]
