@@ -47,7 +47,8 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from f4pipe.compare import compare_sets, open_result_set, write_comparison
+    from f4pipe.compare import compare_sets, open_result_set
+    from f4pipe.compare.render import write_comparison
 
     with open_result_set(args.a) as a, open_result_set(args.b) as b:
         comparison = compare_sets(a, b)
