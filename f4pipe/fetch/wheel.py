@@ -215,9 +215,6 @@ def extract_wheel_tree(
     return dest
 
 
-#: aiter's tuned MXFP4 GEMM table inside the wheel (which asm kernel runs which shape).
-
-
 def extract_wheel_file(
     source: Mapping[str, Any] | PypiSource,
     dest: Path,
