@@ -27,21 +27,18 @@ def install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> N
 
 @nox.session
 def verify(session: nox.Session) -> None:
-    """The full test suite: spine, host side, emulator, pipeline (provisions LLVM and the
-    aiter wheel into ~/.cache/f4pipe on first use)."""
-    install(session, "test")
+    """The full test suite: spine, host side, emulator, pipeline, and lint (tests/test_lint.py);
+    provisions LLVM and the aiter wheel into ~/.cache/f4pipe on first use."""
+    install(session, "test", "lint")
     session.run("pytest", *PYTEST_FLAGS, *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (check + format), snakefmt and snakemake --lint."""
-    install(session, "lint")
-    paths = ("f4pipe", "tests", "benchmarks", "scripts", "noxfile.py")
-    session.run("ruff", "check", *paths)
-    session.run("ruff", "format", "--check", *paths)
-    session.run("snakefmt", "--check", "Snakefile", "workflow/rules")
-    session.run("snakemake", "--lint", "--cores", "1", external=False)
+    """ruff (check + format), snakefmt and snakemake --lint: tests/test_lint.py alone (the
+    suite `nox -s verify` runs it too, so CI lints)."""
+    install(session, "test", "lint")
+    session.run("pytest", *PYTEST_FLAGS, "tests/test_lint.py", *session.posargs)
 
 
 @nox.session(default=False)
@@ -55,8 +52,8 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison and
-    the cost of the emulator's hazard checks."""
+    """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison,
+    the cost of the emulator's hazard checks and the command line's start-up CPU."""
     install(session, "test")
     session.run(
         "pytest",
@@ -71,6 +68,7 @@ def bench(session: nox.Session) -> None:
     )
     session.run("python", "benchmarks/roundtrip_floor.py")
     session.run("python", "benchmarks/hazard_overhead.py")
+    session.run("python", "benchmarks/cli_startup.py")
 
 
 @nox.session(default=False)

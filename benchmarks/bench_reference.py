@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from f4pipe.operands import SEED_A, SEED_B, generate_operand
+from f4pipe.layout import SEED_A, SEED_B
+from f4pipe.operands import generate_operand
 from f4pipe.reference import reference_gemm
 
 

@@ -25,7 +25,8 @@ from typing import Any
 from f4pipe import __version__
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_path, read_input_bytes, read_json_file
-from f4pipe.report import TABLE_FILES, ResultSet, find_aiter_provenance
+from f4pipe.layout import TABLES, table_file
+from f4pipe.resultset import ResultSet, find_aiter_provenance
 
 SUMS_NAME = "SHA256SUMS"
 PROVENANCE_NAME = "provenance.json"
@@ -49,7 +50,8 @@ def archive_name(aiter_id: str, toolchain_id: str, device_id: str) -> str:
 def set_provenance(rs: ResultSet, aiter_provenance: Path | None) -> dict[str, Any]:
     """What produced the set, deterministically (no timestamps of the archiving itself)."""
     tables = {}
-    for name, (file_name, _) in TABLE_FILES.items():
+    for name in TABLES:
+        file_name = table_file(name)
         df = rs.table(name)
         if df is not None:
             tables[file_name] = {"rows": len(df)}

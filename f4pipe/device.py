@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from f4pipe.errors import HipVersionError, NoDeviceError
+from f4pipe.layout import DEVICE_KINDS
 
 if TYPE_CHECKING:  # the emulator is optional and heavy: only its report types are named here
     from f4pipe.emu.memory import RaceReport
@@ -109,9 +110,6 @@ class Device(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-DEVICE_KINDS = ("auto", "hip", "emulator")
 
 
 def measures_throughput(device: Device) -> bool:

@@ -34,8 +34,9 @@ from f4pipe.emu.program import Program
 from f4pipe.errors import EmulatorError
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import KERNARG_FIELDS, BufferLayout
+from f4pipe.layout import SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.manifest import KernelEntry, Manifest
-from f4pipe.operands import SEED_A, SEED_B, generate_operand
+from f4pipe.operands import generate_operand
 from f4pipe.progress import track
 from f4pipe.reference import reference_gemm
 from f4pipe.safety import (
@@ -57,7 +58,7 @@ from f4pipe.verify import bad_mask
 #: bf16 NaN with a payload no kernel computes: any other value there was written by a kernel.
 CANARY = 0x7FC1
 #: Orders every sweep runs (one workgroup at a time, so the order is the only freedom).
-DEFAULT_ORDERS = ("in-order", "reversed")
+DEFAULT_ORDERS = SWEEP_ORDERS
 VERDICTS = ("safe", "race", "hazard", "wrong", "fault")
 M_EDGE_RESIDUES = (1, 17, 31, 33)
 K_MULTIPLES = (768, 1024)

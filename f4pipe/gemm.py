@@ -16,12 +16,11 @@ import numpy as np
 from f4pipe.device import Device, DeviceBuffer, LaunchReport, measures_throughput
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.kernarg import BufferLayout, LaunchGeometry, gemm_kernarg, launch_geometry
+from f4pipe.layout import SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry
 from f4pipe.numerics import SCALE_PAD, bf16_bits_to_float, pad_scales, shuffle_b, shuffle_scales
 from f4pipe.operands import (
     DEFAULT_DISTRIBUTION,
-    SEED_A,
-    SEED_B,
     MxOperand,
     OperandDistribution,
     generate_operand,

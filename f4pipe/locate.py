@@ -19,20 +19,28 @@ import yaml
 
 from f4pipe.errors import F4PipeError, ManifestError
 from f4pipe.fetch import (
-    PROVENANCE_NAME,
     aiter_id_for,
     local_configs_dir,
     read_provenance,
     tuned_tables,
+)
+from f4pipe.layout import (
+    AITER_RESOURCES_DIR,
+    DEFAULT_RESOURCES_DIR,
+    DEFAULT_RESULTS_DIR,
+    F4GEMM_DIR,
+    PROVENANCE_JSON,
+    TOOLCHAIN_JSON,
+    aiter_dir,
 )
 from f4pipe.manifest import find_f4gemm_dir
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.tables import find_tables
 from f4pipe.toolchain import find_toolchain, read_toolchain_id
 
-DEFAULT_RESOURCES = Path("resources")
+DEFAULT_RESOURCES = Path(DEFAULT_RESOURCES_DIR)
 DEFAULT_CONFIG = Path("config/config.yaml")
-DEFAULT_RESULTS = Path("results")
+DEFAULT_RESULTS = Path(DEFAULT_RESULTS_DIR)
 
 
 @dataclass(frozen=True)
@@ -43,10 +51,10 @@ class Located:
 
 
 def _fetched_dirs(resources: Path) -> list[Path]:
-    root = resources / "aiter"
+    root = resources / AITER_RESOURCES_DIR
     if not root.is_dir():
         return []
-    return [p for p in root.iterdir() if (p / PROVENANCE_NAME).is_file()]
+    return [p for p in root.iterdir() if (p / PROVENANCE_JSON).is_file()]
 
 
 def _configured_dir(resources: Path, config: Path) -> Path | None:
@@ -55,10 +63,10 @@ def _configured_dir(resources: Path, config: Path) -> Path | None:
         source = yaml.safe_load(config.read_text())["aiter"]
         if source.get("kind") == "git" and len(str(source.get("rev", ""))) != 40:
             return None  # a branch: naming its commit needs the network
-        path = resources / "aiter" / aiter_id_for(source)
+        path = aiter_dir(resources, aiter_id_for(source))
     except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError, F4PipeError):
         return None
-    return path if (path / PROVENANCE_NAME).is_file() else None
+    return path if (path / PROVENANCE_JSON).is_file() else None
 
 
 def fetched_aiter_dir(
@@ -83,19 +91,19 @@ def locate_co_dir(co_dir: str | os.PathLike[str] | None = None) -> Located:
     if env:
         found = find_f4gemm_dir(env)
         return Located(found, f"$AITER_ASM_DIR={env}", _aiter_dir_of(found))
-    aiter_dir = fetched_aiter_dir()
-    if aiter_dir is not None:
-        return Located(aiter_dir / "f4gemm", f"fetched {aiter_dir}", aiter_dir)
+    fetched = fetched_aiter_dir()
+    if fetched is not None:
+        return Located(fetched / F4GEMM_DIR, f"fetched {fetched}", fetched)
     raise ManifestError(
         "no code object directory: pass --co-dir DIR, set AITER_ASM_DIR (aiter's "
         "hsa/gfx950/f4gemm directory, or either parent), or run `f4pipe fetch` (or `snakemake "
-        f"all`) here so that {DEFAULT_RESOURCES}/aiter/ holds a fetched aiter"
+        f"all`) here so that {DEFAULT_RESOURCES / AITER_RESOURCES_DIR}/ holds a fetched aiter"
     )
 
 
 def _aiter_dir_of(f4gemm_dir: Path) -> Path | None:
     parent = Path(f4gemm_dir).resolve().parent
-    return parent if (parent / PROVENANCE_NAME).is_file() else None
+    return parent if (parent / PROVENANCE_JSON).is_file() else None
 
 
 def aiter_id_of(located: Located) -> str:
@@ -115,7 +123,7 @@ def default_tables(located: Located) -> dict[str, Path]:
 
 def toolchain_json_for(aiter_id: str, results: Path = DEFAULT_RESULTS) -> Path | None:
     """results/<aiter-id>/toolchain.json when the pipeline wrote one."""
-    path = results / aiter_id / "toolchain.json"
+    path = results / aiter_id / TOOLCHAIN_JSON
     return path if path.is_file() else None
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from f4pipe.errors import InputError, ManifestError
 from f4pipe.fsio import read_input_text
+from f4pipe.layout import F4GEMM_DIR
 
 #: aiter's manifest is ~3 kB; a bound keeps a hostile path (/dev/zero, a huge file) out.
 MAX_MANIFEST_BYTES = 16 << 20
@@ -153,7 +154,7 @@ def find_f4gemm_dir(path: str | os.PathLike[str]) -> Path:
     to which it appends `gfx950/f4gemm`). The first candidate holding the manifest wins.
     """
     base = Path(path)
-    candidates = [base, base / "f4gemm", base / "gfx950" / "f4gemm"]
+    candidates = [base, base / F4GEMM_DIR, base / "gfx950" / F4GEMM_DIR]
     for cand in candidates:
         if (cand / MANIFEST_NAME).is_file():
             return cand

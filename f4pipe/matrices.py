@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from f4pipe.errors import ConfigError, ShapeError
+from f4pipe.layout import SEED_SPLITK_SHAPE
 from f4pipe.manifest import KernelEntry, Manifest
 
 ALL_KERNELS = "*"
@@ -45,13 +46,13 @@ SEED_HEURISTIC = tuple(
     ]
 )
 SEED_ALL_KERNELS = (Case(300, 2048, 1024, kernel=ALL_KERNELS),)
-SEED_SPLITK = tuple(Case(256, 1024, 4096, log2, SPLITK_KERNELS) for log2 in (1, 2, 3, 4))
+SEED_SPLITK = tuple(Case(*SEED_SPLITK_SHAPE, log2, SPLITK_KERNELS) for log2 in (1, 2, 3, 4))
 
 MATRICES: dict[str, tuple[Case, ...]] = {
     "seed": SEED_HEURISTIC + SEED_ALL_KERNELS + SEED_SPLITK,
     "heuristic": SEED_HEURISTIC,
     "all-kernels": SEED_ALL_KERNELS,
-    "splitk": tuple(Case(256, 1024, 4096, log2, SPLITK_KERNELS) for log2 in range(5)),
+    "splitk": tuple(Case(*SEED_SPLITK_SHAPE, log2, SPLITK_KERNELS) for log2 in range(5)),
     "throughput": tuple(
         Case(m, n, k)
         for m, n, k in [

@@ -15,10 +15,6 @@ import numpy as np
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.numerics import SCALE_BLOCK, dequantize, pack_fp4
 
-#: The seed driver's seeds for A and B (its values; the generator differs, see module doc).
-SEED_A = 1234
-SEED_B = 5678
-
 
 @dataclass(frozen=True)
 class OperandDistribution:

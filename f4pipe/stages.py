@@ -31,9 +31,9 @@ from f4pipe.gemm import (
 )
 from f4pipe.heuristic import DEFAULT_NUM_CU, select_kernel
 from f4pipe.kernarg import launch_geometry
+from f4pipe.layout import NO_DEVICE, SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.matrices import Case, expand_case
-from f4pipe.operands import SEED_A, SEED_B
 from f4pipe.progress import track
 from f4pipe.schemas import ArtifactKeys
 
@@ -124,7 +124,7 @@ def _checked_row(
     log2: int,
     case: Case,
 ) -> dict[str, Any]:
-    device_id = device.device_id if device is not None else "none"
+    device_id = device.device_id if device is not None else NO_DEVICE
     row = _case_row(settings, device_id, entry, log2, case)
     row.update(
         {name: None for name in (*_ERROR_METRICS, "atol", "rtol", "seconds", "hazards")},
@@ -229,7 +229,7 @@ def bench_stage(
     rows = []
     runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "bench", settings)
     for entry, log2, case in runs:
-        device_id = device.device_id if device is not None else "none"
+        device_id = device.device_id if device is not None else NO_DEVICE
         row = _case_row(settings, device_id, entry, log2, case)
         row.update(iters=settings.iters, warmup=WARMUP_LAUNCHES, us=None, tflops=None)
         if device is None:

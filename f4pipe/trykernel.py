@@ -31,9 +31,10 @@ from f4pipe.device import Device, open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
 from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
+from f4pipe.layout import SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry
 from f4pipe.matrices import Case
-from f4pipe.operands import SEED_A, SEED_B, generate_operand
+from f4pipe.operands import generate_operand
 from f4pipe.reference import reference_gemm
 from f4pipe.toolchain import Toolchain
 from f4pipe.verify import bad_mask

@@ -23,7 +23,7 @@ from f4pipe.archive import (
 )
 from f4pipe.cli import main as cli_main
 from f4pipe.manifest import MANIFEST_NAME
-from f4pipe.report import ResultSet
+from f4pipe.resultset import ResultSet
 
 
 @pytest.fixture

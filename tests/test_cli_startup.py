@@ -1,6 +1,7 @@
-"""The command line loads only what a command runs: `f4pipe --help` lists every command
-without importing numpy, pandas or pyarrow (issue 14: start-up cost on every pipeline job),
-and the command table that makes this possible agrees with what the modules register."""
+"""The command line loads only what a command runs: `f4pipe --help` and every command's
+argument parsing (`f4pipe CMD --help`) import no numpy, pandas, pyarrow or matplotlib (issue 14:
+start-up cost on every pipeline job; the CPU figures are in benchmarks/cli_startup.py), and the
+command table that makes this possible agrees with what the modules register."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import argparse
 import importlib
 import subprocess
 import sys
+
+import pytest
 
 from f4pipe.cli import COMMANDS, build_parser
 
@@ -33,9 +36,31 @@ def test_top_level_help_imports_no_heavy_module() -> None:
     assert imported_by(code) == set()
 
 
-def test_the_full_parser_does_import_them() -> None:
-    """The probe can fail: building every command's parser loads the heavy modules."""
-    assert "pyarrow" in imported_by("from f4pipe.cli import build_parser\nbuild_parser()")
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_command_s_help_imports_no_heavy_module(command: str) -> None:
+    """Parsing a command's arguments (what every pipeline job pays before it works) stays
+    light; the command's own function imports what it runs."""
+    code = (
+        "import contextlib, io\nfrom f4pipe.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    main([{command!r}, '--help'])"
+    )
+    assert imported_by(code) == set()
+
+
+def test_running_a_command_does_import_them(tmp_path) -> None:
+    """The probe can fail: a command that reads a table loads pyarrow when it runs."""
+    code = (
+        "import contextlib, io\nfrom f4pipe.cli import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    main(['gather', 'kernels', '-o', {str(tmp_path / 'k.parquet')!r}])"
+    )
+    assert "pyarrow" in imported_by(code)
+
+
+def test_the_full_parser_imports_none_either() -> None:
+    """Every command's module keeps its heavy imports inside the functions that run."""
+    assert imported_by("from f4pipe.cli import build_parser\nbuild_parser()") == set()
 
 
 def test_command_table_matches_what_each_module_registers() -> None:

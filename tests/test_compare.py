@@ -4,6 +4,7 @@ reassembled (one instruction changed)."""
 from __future__ import annotations
 
 import json
+import shutil
 import tarfile
 
 import pytest
@@ -19,7 +20,10 @@ from f4pipe.asmfacts import (
 )
 from f4pipe.cli import main as cli_main
 from f4pipe.compare import compare_sets, open_result_set
-from f4pipe.report import ResultSet, short_kernel
+from f4pipe.layout import table_file
+from f4pipe.report.render import short_kernel
+from f4pipe.resultset import ResultSet
+from f4pipe.schemas import SPLITK, write_rows
 
 
 @pytest.fixture
@@ -131,3 +135,18 @@ def test_fact_changes_name_code_object_version_abi_metadata_and_args(result_sets
     assert any(f.endswith(f"kernarg_segment_size: {size - 4} -> {size}") for f in facts)
     assert len(facts) == 3
     assert instruction_diff(old, new).summary().startswith("+0 -0 ~0 instructions")
+
+
+def test_two_sets_whose_stage_ran_no_case_compare(result_sets, tmp_path):
+    """A stage table with no rows (none of a set's kernels can split K, so splitk ran nothing)
+    in both sets is no change, not a failed merge of two empty string columns (pandas 3)."""
+    copies = []
+    for name in ("A", "A2"):
+        copy = tmp_path / name / result_sets["A"].name
+        shutil.copytree(result_sets["A"], copy)
+        write_rows(copy / table_file("splitk"), [], SPLITK)
+        copies.append(copy)
+    a, b = (ResultSet.load(c) for c in copies)
+    assert len(a.table("splitk")) == 0
+    c = compare_sets(a, b)
+    assert not c.differs and len(c.gemm["splitk"]) == 0

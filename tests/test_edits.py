@@ -9,17 +9,10 @@ import pytest
 
 from f4pipe.cli import main
 from f4pipe.co2asm import co2asm
-from f4pipe.edits import (
-    StaticCheckError,
-    build_edit_variant,
-    kernarg_read,
-    lds_extent,
-    parse_edit_specs,
-    prepare_edit,
-    read_listing,
-    registers_of,
-    static_checks,
-)
+from f4pipe.edits import StaticCheckError, build_edit_variant, prepare_edit
+from f4pipe.edits.checks import kernarg_read, lds_extent, registers_of, static_checks
+from f4pipe.edits.listing import read_listing
+from f4pipe.edits.spec import parse_edit_specs
 from f4pipe.errors import ConfigError, InputError
 from f4pipe.manifest import read_manifest
 

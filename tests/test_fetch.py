@@ -21,7 +21,6 @@ from f4pipe.fetch import (
     DEFAULT_PACKAGE,
     DEFAULT_VERSION,
     GIT_F4GEMM_PATH,
-    PROVENANCE_NAME,
     TREE_MARKER_NAME,
     WHEEL_F4GEMM_PREFIX,
     aiter_id_for,
@@ -35,6 +34,7 @@ from f4pipe.fetch import (
     wheel_cache_dir,
 )
 from f4pipe.fsio import sha256_file
+from f4pipe.layout import PROVENANCE_JSON
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 
 PYPI = {"kind": "pypi", "package": DEFAULT_PACKAGE, "version": DEFAULT_VERSION}
@@ -401,7 +401,7 @@ def test_foreign_directory_is_not_overwritten(tmp_path: Path, aiter_tree: Path) 
     foreign = res / "aiter" / aiter_id_for(source)
     foreign.mkdir(parents=True)
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(FetchError, match=f"has no {PROVENANCE_NAME}"):
+    with pytest.raises(FetchError, match=f"has no {PROVENANCE_JSON}"):
         fetch_aiter(source, res)
     assert (foreign / "notes.txt").read_text() == "mine"
 
@@ -499,7 +499,7 @@ def test_fetch_made_before_tables_is_completed_once(tmp_path: Path) -> None:
     legacy = {k: v for k, v in record.items() if k not in ("tables", "manifest_header")}
     legacy["source"] = {k: v for k, v in record["source"].items() if k != "tables_dir"}
     shutil.rmtree(aiter_dir / "configs")
-    (aiter_dir / PROVENANCE_NAME).write_text(json.dumps(legacy))
+    (aiter_dir / PROVENANCE_JSON).write_text(json.dumps(legacy))
     f4gemm_before = mtimes(aiter_dir / "f4gemm")
     assert tuned_tables(aiter_dir) == {TUNED: aiter_dir / "configs" / TUNED}  # completes it
     again = fetch_aiter(PYPI, res)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hostmodel import HostModelDevice, TimingModelDevice
 
-import f4pipe.cli.gemm as gemm_cli
+import f4pipe.device as device_module
 from f4pipe.cli import main
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.gemm import GemmRequest, run_gemm, tflops
@@ -124,7 +124,7 @@ def test_cli_hip_without_runtime(capsys):
 def test_cli_needs_a_co_dir(monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("AITER_ASM_DIR", raising=False)
     monkeypatch.chdir(tmp_path)  # no ./resources/aiter to fall back on
-    monkeypatch.setattr(gemm_cli, "open_device", lambda kind: HostModelDevice())
+    monkeypatch.setattr(device_module, "open_device", lambda kind: HostModelDevice())
     assert main(["gemm"]) == 2
     assert "--co-dir" in capsys.readouterr().err
 
@@ -138,7 +138,7 @@ def model_device(monkeypatch):
         devices.append(HostModelDevice())
         return devices[-1]
 
-    monkeypatch.setattr(gemm_cli, "open_device", fake_open)
+    monkeypatch.setattr(device_module, "open_device", fake_open)
     return devices
 
 
@@ -171,7 +171,7 @@ def test_cli_human_run_and_kernel_choice(f4gemm_dir, model_device, capsys):
 
 def test_cli_failed_verification_exits_1(f4gemm_dir, monkeypatch, capsys):
     monkeypatch.setattr(
-        gemm_cli, "open_device", lambda kind: HostModelDevice(honour_b_shuffle=False)
+        device_module, "open_device", lambda kind: HostModelDevice(honour_b_shuffle=False)
     )
     args = ["gemm", "--co-dir", str(f4gemm_dir), "-m", "32", "-n", "256", "-k", "256"]
     assert main(args) == 1

@@ -58,31 +58,29 @@ def write_nop_edit(f4gemm_dir: Path, dest: Path, toolchain) -> Path:
     return dest
 
 
-def write_config(
-    workdir: Path, aiter_path: Path, edits: list[dict[str, str]] | None = None
-) -> None:
-    config = {
-        "aiter": {"kind": "local", "path": str(aiter_path)},
-        "toolchain": {"bin_dir": ""},
-        "device": "emulator",
-        "resources_dir": "resources",
-        "results_dir": "results",
-        "verify": {"activate": True, "matrix": "smoke"},
-        "splitk": {"activate": True, "matrix": "smoke-splitk"},
-        "bench": {"activate": True, "matrix": "smoke", "iters": 5},
-        "safety": {"activate": True},
-        "audit_tuned": {"activate": True},
-        "edits": edits or [],
-    }
+#: The test's configuration: a file under .test/ (the snakemake-workflows convention).
+TEST_CONFIG = REPO / ".test" / "config-pipeline.yaml"
+
+
+def use_config(workdir: Path, **changes: object) -> dict:
+    """.test/config-pipeline.yaml as workdir/config.yaml, with `changes` (top-level keys) made
+    as a user edits a config; the config written."""
+    config = {**yaml.safe_load(TEST_CONFIG.read_text()), **changes}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    return config
 
 
 @pytest.fixture(scope="module")
 def pipeline_run(f4gemm_dir: Path, tmp_path_factory, toolchain) -> Path:
     workdir = tmp_path_factory.mktemp("pipeline")
-    edit = write_nop_edit(f4gemm_dir, workdir / "edits" / "nop.s", toolchain)
-    nop = {"name": "nop", "kernel": KERNELS[0], "asm": str(edit)}
-    write_config(workdir, make_local_aiter(f4gemm_dir, workdir / "aiter", KERNELS), [nop])
+    config = use_config(workdir)
+    (nop,) = config["edits"]
+    assert nop["kernel"] == KERNELS[0]
+    write_nop_edit(f4gemm_dir, workdir / nop["asm"], toolchain)
+    assert (
+        make_local_aiter(f4gemm_dir, workdir / "aiter", KERNELS)
+        == workdir / config["aiter"]["path"]
+    )
     proc = snakemake(workdir, "all")
     assert proc.returncode == 0, proc.stderr[-4000:]
     return workdir
@@ -187,8 +185,8 @@ def test_second_run_does_nothing(pipeline_run: Path) -> None:
 
 def test_changed_aiter_source_reruns_under_a_new_id(pipeline_run: Path, f4gemm_dir: Path) -> None:
     before = results_dir(pipeline_run).name
-    aiter = pipeline_run / "aiter2"
-    write_config(pipeline_run, make_local_aiter(f4gemm_dir, aiter, KERNELS[:1]))
+    make_local_aiter(f4gemm_dir, pipeline_run / "aiter2", KERNELS[:1])
+    use_config(pipeline_run, aiter={"kind": "local", "path": "aiter2/hsa"})
     proc = snakemake(pipeline_run, "all", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr

@@ -11,8 +11,12 @@ from resultsets import EDITED, KERNELS, SPLITK_CASES, VERIFY_CASES, get_result_s
 
 from f4pipe.cli import main as cli_main
 from f4pipe.fsio import sha256_file
+from f4pipe.layout import SEED_SPLITK_ERR_PCT
 from f4pipe.manifest import read_manifest
-from f4pipe.report import NOT_MEASURED, SEED_SPLITK_ERR_PCT, ResultSet, build_report, short_kernel
+from f4pipe.report import build_report
+from f4pipe.report.render import short_kernel
+from f4pipe.report.sections import NOT_MEASURED
+from f4pipe.resultset import ResultSet
 from f4pipe.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.stages import NO_DEVICE_REASON, StageSettings, splitk_stage, verify_stage
 

@@ -7,7 +7,7 @@ import ctypes.util
 import pytest
 from hostmodel import HostModelDevice
 
-import f4pipe.cli.gemm as gemm_cli
+import f4pipe.device as device_module
 from f4pipe.cli import main
 from f4pipe.manifest import read_manifest
 from f4pipe.matrices import MATRICES, Case, get_matrix, parse_case
@@ -106,7 +106,7 @@ def test_stage_cli_without_device(f4gemm_dir, tmp_path, capsys):
 
 
 def test_stage_cli_on_model(f4gemm_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(gemm_cli, "open_device", lambda kind: HostModelDevice())
+    monkeypatch.setattr(device_module, "open_device", lambda kind: HostModelDevice())
     out = tmp_path / "verify.parquet"
     args = ["verify", "--co-dir", str(f4gemm_dir), "--aiter-id", "a", "--toolchain-id", "t"]
     assert main([*args, "--shape", "32,256,512", "--variant", "rebuilt", "-o", str(out)]) == 0

@@ -22,14 +22,14 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import DEFAULT_SOURCE
-from test_pipeline import snakemake
+from test_pipeline import REPO, snakemake
 
 from f4pipe.assemble import assemble
 from f4pipe.audit import read_tuned
 from f4pipe.co2asm import co2asm
 from f4pipe.fetch import GIT_F4GEMM_PATH, extract_wheel_file
 from f4pipe.manifest import MANIFEST_NAME, read_manifest
-from f4pipe.report import short_kernel
+from f4pipe.report.render import short_kernel
 from f4pipe.safety import is_safe
 from f4pipe.tables import CONFIGS_PATH
 
@@ -127,19 +127,9 @@ def history(f4gemm_dir: Path, toolchain, tmp_path_factory) -> tuple[str, str, st
 
 
 def write_config(workdir: Path, url: str, rev: str) -> None:
-    config = {
-        "aiter": {"kind": "git", "url": url, "rev": rev},
-        "toolchain": {"bin_dir": ""},
-        "device": "emulator",
-        "resources_dir": "resources",
-        "results_dir": "results",
-        "verify": {"activate": True, "matrix": "smoke"},
-        "splitk": {"activate": True, "matrix": "smoke-splitk"},
-        "bench": {"activate": False, "matrix": "smoke", "iters": 1},
-        "safety": {"activate": False},
-        "audit_tuned": {"activate": True},
-        "edits": [],
-    }
+    """.test/config-update.yaml pointed at one commit, as workdir/config.yaml."""
+    config = yaml.safe_load((REPO / ".test" / "config-update.yaml").read_text())
+    config["aiter"] = {"kind": "git", "url": url, "rev": rev}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
 
 

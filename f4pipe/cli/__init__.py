@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 from f4pipe import __version__
 from f4pipe.errors import F4PipeError
-from f4pipe.toolchain import Toolchain, find_toolchain, read_toolchain_json
 
 #: Every command, in `f4pipe --help` order: the module under f4pipe/cli that registers it
 #: (register(subparsers); the command sets `func(args) -> int`) and its one-line help. A run
-#: imports only its command's module, so `f4pipe --help` and the light commands do not pay for
-#: numpy, pandas and pyarrow.
+#: imports only its command's module, and each module imports numpy, pandas and pyarrow only
+#: inside the functions that run a command, so parsing arguments stays light (every pipeline
+#: job pays it; tests/test_cli_startup.py guards it, benchmarks/cli_startup.py measures it).
 COMMANDS: dict[str, tuple[str, str]] = {
     "toolchain": ("spine", "find or provision an LLVM that knows gfx950"),
     "fetch": (
@@ -71,24 +71,6 @@ def command_help(name: str) -> str:
 
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-def add_toolchain_args(p: argparse.ArgumentParser) -> None:
-    """--toolchain-bin / --toolchain-json, shared by every command that runs LLVM tools."""
-    p.add_argument(
-        "--toolchain-bin",
-        metavar="DIR",
-        help="LLVM bin directory to use (default: search ROCm, PATH, /usr/lib/llvm-N, "
-        "then provision Debian's LLVM 22 into ~/.cache/f4pipe)",
-    )
-    p.add_argument("--toolchain-json", help="use the toolchain recorded in this toolchain.json")
-
-
-def toolchain_from_args(args: argparse.Namespace) -> Toolchain:
-    """The toolchain add_toolchain_args' options name (a recorded one is never re-provisioned)."""
-    if getattr(args, "toolchain_json", None):
-        return find_toolchain(read_toolchain_json(args.toolchain_json)["bin_dir"], provision=False)
-    return find_toolchain(getattr(args, "toolchain_bin", None))
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -15,22 +15,20 @@ import tempfile
 from pathlib import Path
 
 from f4pipe.assemble import assemble
-from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
-from f4pipe.cli.gemm import co_dir_from, parse_seed
-from f4pipe.device import DEVICE_KINDS
-from f4pipe.edits import (
-    StaticCheckError,
-    build_edit_variant,
-    diff_listings,
-    read_listing,
-    render_findings,
-    report_text,
-    static_checks,
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import (
+    add_co_dir,
+    add_device,
+    add_json_flag,
+    add_seed,
+    add_toolchain_args,
+    co_dir_from,
+    parse_seed,
+    toolchain_from_args,
 )
 from f4pipe.fsio import write_text
 from f4pipe.matrices import parse_case
 from f4pipe.toolchain import Toolchain
-from f4pipe.trykernel import try_edit
 
 #: Instruction changes shown on the terminal; the diff file has them all.
 TERMINAL_CHANGES = 20
@@ -41,6 +39,9 @@ TERMINAL_FINDINGS = 10
 
 
 def cmd_try(args: argparse.Namespace) -> int:
+    from f4pipe.edits import render_findings, report_text
+    from f4pipe.trykernel import try_edit
+
     asm = Path(args.edit)
     seed_a, seed_b = parse_seed(args.seed)
     cases = [parse_case(s) for s in args.shape] if args.shape else None
@@ -85,6 +86,11 @@ def _as_object(path: Path, tmp: Path, toolchain: Toolchain, tag: str) -> tuple[P
 
 
 def cmd_asmdiff(args: argparse.Namespace) -> int:
+    from f4pipe.edits import render_findings
+    from f4pipe.edits.checks import static_checks
+    from f4pipe.edits.diff import diff_listings
+    from f4pipe.edits.listing import read_listing
+
     tc = toolchain_from_args(args)
     with tempfile.TemporaryDirectory(prefix="f4pipe-asmdiff-") as tmp:
         a_co, a_asm = _as_object(Path(args.a), Path(tmp), tc, "a")
@@ -110,6 +116,8 @@ def cmd_asmdiff(args: argparse.Namespace) -> int:
 
 
 def cmd_edit_variant(args: argparse.Namespace) -> int:
+    from f4pipe.edits import StaticCheckError, build_edit_variant
+
     try:
         prepared = build_edit_variant(
             args.asm,
@@ -146,25 +154,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--kernel",
         help="the original kernel (symbol, .co name or stem); default: the edit's kernel symbol",
     )
-    p.add_argument(
-        "--co-dir",
-        help="directory with the original f4gemm manifest and .co files; default "
-        "$AITER_ASM_DIR, else the aiter fetched under ./resources (by `f4pipe fetch` or the "
-        "pipeline)",
-    )
-    p.add_argument(
-        "--device",
-        choices=DEVICE_KINDS,
-        default="auto",
-        help="auto: the emulator, plus a gfx950 GPU when one answers (default); emulator; hip",
-    )
+    add_co_dir(p, what="the original code objects")
+    add_device(p, auto="the emulator, plus a gfx950 GPU when one answers")
     p.add_argument(
         "--shape",
         action="append",
         metavar="M,N,K[,L]",
         help="run these shapes instead of the quick set; repeatable",
     )
-    p.add_argument("--seed", default="1234", help="operand seeds: S or A,B (as f4pipe gemm)")
+    add_seed(p)
     p.add_argument("--diff", help="write the full diff here (default: EDIT with .diff.txt)")
     p.add_argument("--co", help="keep the assembled edit here (default: a temporary file)")
     p.add_argument(
@@ -191,7 +189,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("b", help="the edit: a .s (assembled first) or a code object")
     p.add_argument("--kernel", help="kernel symbol, when the objects hold more than one")
     p.add_argument("-o", "--output", help="also write the diff to this file")
-    p.add_argument("--json", action="store_true", help="print the diff as one JSON object")
+    add_json_flag(p, "the diff")
     add_toolchain_args(p)
     p.set_defaults(func=cmd_asmdiff)
 
@@ -203,7 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "fails the static checks.",
     )
     p.add_argument("--asm", required=True, help="the edited assembly")
-    p.add_argument("--co-dir", required=True, help="the original f4gemm directory")
+    add_co_dir(p, required=True, what="the original code objects")
     p.add_argument("--kernel", required=True, help="the original kernel (symbol, .co or stem)")
     p.add_argument("--name", help="the edit's name (recorded in the JSON)")
     p.add_argument("-o", "--output", required=True, help="variant directory to write")

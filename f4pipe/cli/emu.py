@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import add_json_flag
 from f4pipe.errors import InputError
 
 
@@ -97,6 +98,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("code_object", nargs="?", help="a gfx950 code object (.co)")
     p.add_argument("--kernel", help="only kernels whose symbol contains this")
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    add_json_flag(p, "the findings")
     p.add_argument("--rules", action="store_true", help="print the rule table and exit")
     p.set_defaults(func=cmd_hazards)

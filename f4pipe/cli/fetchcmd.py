@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.cli import command_help
+from f4pipe.cli.args import add_json_flag
 from f4pipe.errors import ConfigError
 from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter, read_provenance
 from f4pipe.fsio import json_text
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "does nothing, and changed bytes are an error, never a silent refetch.",
     )
     add_source_args(p, default="pypi")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json_flag(p, "the result")
     p.set_defaults(func=run)
 
 

@@ -10,53 +10,33 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.device import DEVICE_KINDS, Device, open_device
+from f4pipe.cli.args import (
+    add_artifact_keys,
+    add_co_dir,
+    add_device,
+    add_json_flag,
+    add_record,
+    add_seed,
+    add_table_output,
+    co_dir_from,
+    parse_seed,
+    write_if_asked,
+)
 from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
 from f4pipe.fsio import check_writable, json_text
-from f4pipe.gemm import SHIM_TIME_NOTE, GemmRequest, GemmResult, check_alpha, run_gemm
-from f4pipe.heuristic import select_kernel
-from f4pipe.kernarg import BLOCK, check_shape, launch_geometry
-from f4pipe.locate import artifact_keys, locate_co_dir
+from f4pipe.layout import GEMM_STAGES, NO_DEVICE
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
-from f4pipe.operands import SEED_A, SEED_B
-from f4pipe.safety import is_safe, refusal
-from f4pipe.schemas import BENCH, SPLITK, VERIFY, write_rows
-from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
 
-#: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
-SEED_B_OFFSET = SEED_B - SEED_A
+if TYPE_CHECKING:
+    from f4pipe.device import Device
+    from f4pipe.gemm import GemmResult
+
+
 PREFIX = "[f4gemm]"
-#: numpy's Generator takes any non-negative integer; 2^63-1 keeps seeds in a Parquet int64.
-MAX_SEED = (1 << 63) - 1
-WAVES_PER_WG = BLOCK[0] // 64
-
-
-def co_dir_from(args: argparse.Namespace) -> str:
-    """--co-dir, else $AITER_ASM_DIR, else the fetched aiter (f4pipe.locate's rules)."""
-    return str(locate_co_dir(getattr(args, "co_dir", None)).co_dir)
-
-
-def parse_seed(text: str) -> tuple[int, int]:
-    """'S' -> (S, S + 4444); 'A,B' -> (A, B)."""
-    try:
-        parts = [int(p) for p in text.split(",")]
-    except ValueError:
-        parts = []
-    if len(parts) == 1:
-        parts.append(parts[0] + SEED_B_OFFSET)
-    if len(parts) != 2:
-        raise ConfigError(f"--seed {text!r}: expected S or A,B (integers)")
-    if not all(0 <= p <= MAX_SEED for p in parts):
-        raise ConfigError(
-            f"--seed {text!r}: seeds must be in 0..{MAX_SEED} (B = S + {SEED_B_OFFSET})"
-        )
-    return parts[0], parts[1]
 
 
 # --- f4pipe gemm -------------------------------------------------------------------------------
@@ -85,6 +65,9 @@ def choose(
 ) -> tuple[KernelEntry, int, str]:
     """(kernel, log2_k_split, how it was chosen) as the seed driver does; the heuristic only
     considers kernels that are safe at the shape (or that --pad-output / --unsafe allow)."""
+    from f4pipe.heuristic import select_kernel
+    from f4pipe.safety import is_safe, refusal
+
     policy = edge_policy(args)
     if args.kernel:
         entry = manifest.get(args.kernel)
@@ -157,6 +140,8 @@ def timing_line(result: GemmResult) -> str:
 
 
 def print_result(result: GemmResult, device: Device) -> None:
+    from f4pipe.gemm import SHIM_TIME_NOTE
+
     v = result.verification
     if v is None:
         print(f"{PREFIX} verification skipped (--no-verify)")
@@ -183,6 +168,10 @@ def print_result(result: GemmResult, device: Device) -> None:
 
 
 def run_gemm_command(args: argparse.Namespace) -> int:
+    from f4pipe.device import open_device
+    from f4pipe.gemm import GemmRequest, check_alpha, run_gemm
+    from f4pipe.kernarg import check_shape
+
     if args.list:
         print_manifest(read_manifest(co_dir_from(args)))
         return EXIT_OK
@@ -237,12 +226,21 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.status in ("failed", "hazard") else EXIT_OK
 
 
+def waves_per_workgroup() -> int:
+    """Waves in one f4gemm workgroup (64 lanes each)."""
+    from f4pipe.kernarg import BLOCK
+
+    return BLOCK[0] // 64
+
+
 def check_trace_wave(args: argparse.Namespace, entry: KernelEntry, log2_k_split: int) -> None:
     """--trace WAVE must name a wave of this launch, or the trace would be silently empty."""
+    from f4pipe.kernarg import launch_geometry
+
     if args.trace is None:
         return
     grid = launch_geometry(entry.tile_m, entry.tile_n, args.m, args.n, args.k, log2_k_split).grid
-    waves = grid[0] * grid[1] * grid[2] * WAVES_PER_WG
+    waves = grid[0] * grid[1] * grid[2] * waves_per_workgroup()
     if args.trace >= waves:
         raise ConfigError(
             f"--trace {args.trace}: this launch has {waves} waves (0..{waves - 1}) of "
@@ -259,7 +257,9 @@ def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
         options.update(check_hazards=False)
     if args.workgroup_order is not None:
         # one workgroup at a time, so that the order alone decides who stores last
-        options.update(workgroup_order=args.workgroup_order, max_waves_per_batch=WAVES_PER_WG)
+        options.update(
+            workgroup_order=args.workgroup_order, max_waves_per_batch=waves_per_workgroup()
+        )
     if args.trace is not None:
         if args.device == "hip":
             raise ConfigError("--trace runs on the emulator only: use --device emulator")
@@ -271,25 +271,11 @@ def emulator_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def add_device_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--device",
-        choices=DEVICE_KINDS,
-        default="auto",
-        help="hip: a gfx950 GPU via hip-python; emulator: f4pipe's gfx950 emulator; "
-        "auto: hip when a gfx950 GPU answers, else the emulator (default)",
-    )
-    p.add_argument(
-        "--co-dir",
-        help="directory with the f4gemm manifest and .co files (aiter's hsa/gfx950/f4gemm or "
-        "a parent); default $AITER_ASM_DIR, else the aiter fetched under ./resources",
-    )
-    p.add_argument(
-        "--seed",
-        default=str(SEED_A),
-        help=f"operand seeds: S (A=S, B=S+{SEED_B_OFFSET}) or A,B (default {SEED_A} -> "
-        f"{SEED_A},{SEED_B})",
-    )
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """Device, code objects, seeds and alpha: what `gemm` and the stage commands share."""
+    add_device(p)
+    add_co_dir(p)
+    add_seed(p)
     p.add_argument("--alpha", type=float, default=1.0, help="output scale (default 1.0)")
 
 
@@ -329,7 +315,7 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-verify", action="store_true", help="skip the CPU reference check")
     p.add_argument("--list", action="store_true", help="print the manifest and exit")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_json_flag(p, "the result")
     p.add_argument(
         "--no-memory-check",
         action="store_true",
@@ -371,32 +357,29 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
         help="run the emulator's workgroups one at a time in this order: in-order, reversed, "
         "shuffle:SEED (default: launch order, many workgroups in lockstep)",
     )
-    add_device_args(p)
+    add_run_args(p)
     p.set_defaults(func=run_gemm_command)
 
 
 # --- f4pipe verify | splitk | bench ------------------------------------------------------------
 
-STAGE_SCHEMAS = {"verify": VERIFY, "splitk": SPLITK, "bench": BENCH}
 STAGE_DEFAULT_MATRIX = {"verify": "seed", "splitk": "splitk", "bench": "throughput"}
 
 
-def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.Schema) -> str:
-    """Write the Parquet table only when -o names one; the suffix for the summary line."""
-    if output is None:
-        return ""
-    write_rows(output, rows, schema)
-    return f" -> {output}"
-
-
 def run_stage_command(args: argparse.Namespace) -> int:
+    from f4pipe.device import open_device
+    from f4pipe.gemm import check_alpha
+    from f4pipe.locate import artifact_keys, locate_co_dir
+    from f4pipe.schemas import TABLE_SCHEMAS
+    from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
+
     check_alpha(args.alpha)  # before any row: a bad alpha is bad input, not an error row
     cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     keys = artifact_keys(
         located,
-        "none",
+        NO_DEVICE,
         aiter_id=args.aiter_id,
         toolchain_id=args.toolchain_id,
         toolchain_json=args.toolchain_json,
@@ -427,7 +410,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
     finally:
         if device is not None:
             device.close()
-    written = write_if_asked(args.output, rows, STAGE_SCHEMAS[args.command])
+    written = write_if_asked(args.output, rows, TABLE_SCHEMAS[args.command])
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
@@ -476,30 +459,17 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--kernel", help="only runs of this kernel (symbol, .co name or stem)")
     p.add_argument("--variant", default="original", help="label: original, rebuilt, ...")
-    p.add_argument("--aiter-id", help="artifact key (default: the fetched aiter's id)")
-    tc = p.add_mutually_exclusive_group()
-    tc.add_argument("--toolchain-id", help="artifact key: LLVM/ROCm version")
-    tc.add_argument(
-        "--toolchain-json",
-        type=Path,
-        help="read the toolchain id from this toolchain.json (default results/<aiter-id>/"
-        "toolchain.json, else the toolchain f4pipe finds)",
-    )
+    add_artifact_keys(p)
     p.add_argument(
         "--iters", type=int, default=100, help="timed launches per case (bench; default 100)"
     )
-    p.add_argument(
-        "--record",
-        action="store_true",
-        help="exit 0 once the table is written, whatever the verdicts (the pipeline reports "
-        "failures instead of stopping on them); errors still exit 2",
-    )
-    p.add_argument("-o", "--output", type=Path, help="write the Parquet table here")
-    add_device_args(p)
+    add_record(p)
+    add_table_output(p)
+    add_run_args(p)
     p.set_defaults(func=run_stage_command)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     register_gemm(subparsers)
-    for name in STAGES:
+    for name in GEMM_STAGES:
         register_stage(subparsers, name)

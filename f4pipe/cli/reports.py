@@ -12,14 +12,14 @@ import json
 import sys
 from pathlib import Path
 
-from f4pipe.archive import check_archive, create_archive
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.compare import compare_sets, open_result_set, write_comparison
+from f4pipe.cli.args import add_json_flag
 from f4pipe.errors import InputError
-from f4pipe.report import build_report
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from f4pipe.report import build_report
+
     report = build_report(
         args.result_dir, args.output, config=args.config, aiter_provenance=args.aiter_provenance
     )
@@ -30,6 +30,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
+    from f4pipe.archive import check_archive, create_archive
+
     if args.check:
         status = EXIT_OK
         for path in args.paths:
@@ -45,6 +47,9 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from f4pipe.compare import compare_sets, open_result_set
+    from f4pipe.compare.render import write_comparison
+
     with open_result_set(args.a) as a, open_result_set(args.b) as b:
         comparison = compare_sets(a, b)
         if args.json:
@@ -100,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("a", type=Path, help="baseline: result-set directory or archive")
     p.add_argument("b", type=Path, help="new: result-set directory or archive")
     p.add_argument("-o", "--output", type=Path, help="write index.html + summary.md here")
-    p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    add_json_flag(p, "the comparison")
     p.add_argument(
         "--exit-code",
         action="store_true",

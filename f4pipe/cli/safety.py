@@ -13,33 +13,32 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from f4pipe.audit import audit_tables, format_finding, summarize
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import (
+    add_artifact_keys,
+    add_co_dir,
+    add_record,
+    add_table_output,
+    write_if_asked,
+)
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
-from f4pipe.cli.gemm import write_if_asked
-from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
 from f4pipe.errors import InputError
-from f4pipe.fetch import (
-    TUNED_CSV_MEMBER,
-    extract_wheel_file,
-    fetch_aiter,
-    tuned_tables,
-)
+from f4pipe.fetch import extract_wheel_file, fetch_aiter, tuned_tables
 from f4pipe.fsio import write_bytes
-from f4pipe.locate import (
-    Located,
-    artifact_keys,
-    default_tables,
-    fetched_aiter_dir,
-    locate_co_dir,
-)
+from f4pipe.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.manifest import read_manifest
-from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys
 from f4pipe.tables import CONFIGS_PATH
+
+if TYPE_CHECKING:
+    from f4pipe.locate import Located
+    from f4pipe.schemas import ArtifactKeys
 
 
 def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
+    from f4pipe.locate import artifact_keys
+
     return artifact_keys(
         located,
         "emulator",
@@ -50,6 +49,10 @@ def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
 
 
 def run_safety(args: argparse.Namespace) -> int:
+    from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
+    from f4pipe.locate import locate_co_dir
+    from f4pipe.schemas import SAFETY
+
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
@@ -75,6 +78,8 @@ def run_safety(args: argparse.Namespace) -> int:
 def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]:
     """The tables to audit: the CSV files given, else the located aiter's tuned tables
     (only those named by --table, when given)."""
+    from f4pipe.locate import default_tables
+
     if args.csv:
         return {path.name if len(args.csv) == 1 else str(path): path for path in args.csv}
     tables = default_tables(located)
@@ -96,6 +101,10 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
 
 
 def run_audit(args: argparse.Namespace) -> int:
+    from f4pipe.audit import audit_tables, format_finding, summarize
+    from f4pipe.locate import locate_co_dir
+    from f4pipe.schemas import AUDIT
+
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     tables = _audit_inputs(args, located)
@@ -117,6 +126,8 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def run_tuned_csv(args: argparse.Namespace) -> int:
     """Copy a tuned table of any source kind (the pypi wheel without touching resources/)."""
+    from f4pipe.locate import fetched_aiter_dir
+
     member = args.member.removeprefix(f"{CONFIGS_PATH}/")
     if args.source is None and (args.package or args.version or args.sha256):
         args.source = "pypi"  # the options of the wheel name a pypi source
@@ -148,21 +159,9 @@ def run_tuned_csv(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--co-dir",
-        help="the f4gemm manifest and .co files (default $AITER_ASM_DIR, else the aiter fetched "
-        "under ./resources)",
-    )
-    p.add_argument("--aiter-id", help="artifact key (default: the fetched aiter's id)")
-    tc = p.add_mutually_exclusive_group()
-    tc.add_argument("--toolchain-id", help="artifact key: LLVM/ROCm version")
-    tc.add_argument(
-        "--toolchain-json",
-        type=Path,
-        help="read the toolchain id from this file (default results/<aiter-id>/toolchain.json, "
-        "else the toolchain f4pipe finds)",
-    )
-    p.add_argument("-o", "--output", type=Path, help="write the Parquet table here")
+    add_co_dir(p)
+    add_artifact_keys(p)
+    add_table_output(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -179,13 +178,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--order",
         action="append",
-        help=f"workgroup order (repeatable, at least two; default {', '.join(DEFAULT_ORDERS)})",
+        help=f"workgroup order (repeatable, at least two; default {', '.join(SWEEP_ORDERS)})",
     )
-    p.add_argument(
-        "--record",
-        action="store_true",
-        help="exit 0 once the table is written, even if the rules disagree (the report shows it)",
-    )
+    add_record(p)
     p.set_defaults(func=run_safety)
 
     p = subparsers.add_parser(
@@ -216,7 +211,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--co-dir-hint",
         help="the --co-dir to write into reproducer commands (default: the one used)",
     )
-    p.add_argument("--record", action="store_true", help="exit 0 once the table is written")
+    add_record(p)
     p.set_defaults(func=run_audit)
 
     p = subparsers.add_parser(

@@ -5,36 +5,34 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from f4pipe.assemble import assemble
-from f4pipe.cli import EXIT_FAILED, EXIT_OK, add_toolchain_args, command_help, toolchain_from_args
-from f4pipe.co2asm import check_reassembles, co2asm
-from f4pipe.codeobject import CodeObject
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import (
+    add_aiter_id,
+    add_co_dir,
+    add_json_flag,
+    add_record,
+    add_toolchain_args,
+    toolchain_from_args,
+)
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, check_writable, json_text, sha256_file, write_text
-from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
-from f4pipe.roundtrip import roundtrip
-from f4pipe.schemas import (
-    KERNELS,
-    ROUNDTRIP,
-    TABLE_SCHEMAS,
-    ArtifactKeys,
-    read_table,
-    write_rows,
-    write_table,
-)
-from f4pipe.toolchain import (
-    find_toolchain,
-    read_toolchain_id,
-    write_toolchain_json,
-)
+from f4pipe.layout import NO_DEVICE, TABLES
+
+if TYPE_CHECKING:
+    from f4pipe.schemas import ArtifactKeys
 
 
 def _keys(args: argparse.Namespace, toolchain_id: str) -> ArtifactKeys:
-    return ArtifactKeys(aiter_id=args.aiter_id, toolchain_id=toolchain_id, device_id="none")
+    from f4pipe.schemas import ArtifactKeys
+
+    return ArtifactKeys(aiter_id=args.aiter_id, toolchain_id=toolchain_id, device_id=NO_DEVICE)
 
 
 def cmd_toolchain(args: argparse.Namespace) -> int:
+    from f4pipe.toolchain import find_toolchain, write_toolchain_json
+
     tc = find_toolchain(args.toolchain_bin, provision=not args.no_provision)
     if args.output:
         write_toolchain_json(tc, Path(args.output))
@@ -43,6 +41,8 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
 
 
 def cmd_co2asm(args: argparse.Namespace) -> int:
+    from f4pipe.co2asm import check_reassembles, co2asm
+
     src = Path(args.code_object)
     out = Path(args.output) if args.output else src.with_suffix(".s")
     check_writable(out)
@@ -56,12 +56,17 @@ def cmd_co2asm(args: argparse.Namespace) -> int:
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
+    from f4pipe.assemble import assemble
+
     out = assemble(args.assembly, args.output, toolchain_from_args(args))
     print(f"wrote {out}")
     return EXIT_OK
 
 
 def cmd_roundtrip(args: argparse.Namespace) -> int:
+    from f4pipe.roundtrip import roundtrip
+    from f4pipe.schemas import ROUNDTRIP, write_rows
+
     tc = toolchain_from_args(args)
     out_dir = Path(args.out) if args.out else Path(args.code_object).parent / "rebuilt"
     rt = roundtrip(args.code_object, out_dir, tc)
@@ -84,6 +89,11 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
 
 def cmd_kernels(args: argparse.Namespace) -> int:
     """kernels.parquet: the manifest joined with what each code object's header says."""
+    from f4pipe.codeobject import CodeObject
+    from f4pipe.manifest import read_manifest
+    from f4pipe.schemas import KERNELS, write_rows
+    from f4pipe.toolchain import read_toolchain_id
+
     manifest = read_manifest(args.co_dir)
     toolchain_id = read_toolchain_id(args.toolchain_json)
     keys = _keys(args, toolchain_id)
@@ -122,6 +132,8 @@ def cmd_gather(args: argparse.Namespace) -> int:
     """Concatenate per-job Parquet tables of one schema into one table."""
     import pyarrow as pa
 
+    from f4pipe.schemas import TABLE_SCHEMAS, read_table, write_table
+
     schema = TABLE_SCHEMAS[args.table]
     tables = [read_table(p, schema) for p in args.rows]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
@@ -132,6 +144,8 @@ def cmd_gather(args: argparse.Namespace) -> int:
 
 def cmd_rebuilt_dir(args: argparse.Namespace) -> int:
     """Rebuilt objects plus their own manifest, so later stages treat them like aiter's."""
+    from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
+
     manifest = read_manifest(args.co_dir)
     rebuilt = Path(args.rebuilt)
     with atomic_dir(args.output) as out:
@@ -180,36 +194,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", help="directory for the .s, rebuilt .co and diff (default: ./rebuilt beside it)"
     )
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON object instead of the summary"
-    )
+    add_json_flag(p, "the result (instead of the summary)")
     p.add_argument("--row", help="also write the result as a one-row roundtrip Parquet file")
     p.add_argument("--aiter-id", default="unknown", help="artifact key recorded in --row/--json")
-    p.add_argument(
-        "--record",
-        action="store_true",
-        help="exit 0 when the verdict was recorded, equivalent or not (for pipelines)",
-    )
+    add_record(p, "the verdict")
     add_toolchain_args(p)
     p.set_defaults(func=cmd_roundtrip)
 
     p = subparsers.add_parser("kernels", help=command_help("kernels"))
-    p.add_argument("--co-dir", required=True, help="f4gemm directory (or an AITER_ASM_DIR)")
-    p.add_argument("--toolchain-json", required=True)
-    p.add_argument("--aiter-id", required=True)
+    add_co_dir(p, required=True)
+    p.add_argument("--toolchain-json", required=True, help="the toolchain.json to record")
+    add_aiter_id(p, required=True)
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_kernels)
 
     p = subparsers.add_parser("gather", help=command_help("gather"))
-    p.add_argument("table", choices=sorted(TABLE_SCHEMAS), help="which table the rows belong to")
+    p.add_argument("table", choices=TABLES, help="which table the rows belong to")
     p.add_argument("rows", nargs="*", help="Parquet files to concatenate, in order")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_gather)
 
     p = subparsers.add_parser("rebuilt-dir", help=command_help("rebuilt-dir"))
-    p.add_argument(
-        "--co-dir", required=True, help="the original f4gemm directory (for its manifest)"
-    )
+    add_co_dir(p, required=True, what="the original code objects (for their manifest)")
     p.add_argument("--rebuilt", required=True, help="directory holding the rebuilt .co files")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_rebuilt_dir)

@@ -5,27 +5,41 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from f4pipe.edits import VARIANT_PREFIX, parse_edit_specs
+from f4pipe.edits.spec import parse_edit_specs
 from f4pipe.fetch import aiter_id_for
+from f4pipe.layout import (
+    BASE_VARIANTS,
+    EDIT_NAME_PATTERN,
+    EDITS_DIR,
+    F4GEMM_DIR,
+    GEMM_STAGES,
+    ROUNDTRIP_DIR,
+    TOOLCHAIN_JSON,
+    VARIANTS_DIR,
+    aiter_dir,
+    edit_name_of,
+    table_file,
+)
 from f4pipe.manifest import read_manifest
 
 validate(config, schema="../schemas/config.schema.yaml")
 
 AITER_ID = aiter_id_for(config["aiter"])
 RESOURCES = Path(config["resources_dir"])
-AITER_DIR = RESOURCES / "aiter" / AITER_ID
+AITER_DIR = aiter_dir(RESOURCES, AITER_ID)
+FETCHED_CO_DIR = AITER_DIR / F4GEMM_DIR  # the fetched code objects and their manifest
 RESULTS = Path(config["results_dir"]) / AITER_ID
 LOGS = Path("logs") / AITER_ID
 ARCHIVES = Path(config["results_dir"]) / "archives"
 EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
-VARIANTS = ["original", "rebuilt"] + [spec.variant for spec in EDITS.values()]
-GEMM_STAGES = ["verify", "splitk", "bench"]
+VARIANTS = [*BASE_VARIANTS] + [spec.variant for spec in EDITS.values()]
 
 
 wildcard_constraints:
     kernel=r"[A-Za-z0-9_]+",
     variant="|".join(re.escape(v) for v in VARIANTS),
     stage="|".join(GEMM_STAGES),
+    edit=EDIT_NAME_PATTERN,
 
 
 def get_fetch_args(wildcards):
@@ -48,6 +62,11 @@ def get_fetch_args(wildcards):
     return " ".join(args)
 
 
+def get_f4gemm_dir(wildcards):
+    """The fetched code objects and their manifest (the fetch checkpoint's f4gemm/)."""
+    return str(Path(checkpoints.fetch.get().output[0]) / F4GEMM_DIR)
+
+
 def get_toolchain_args(wildcards):
     bin_dir = config["toolchain"]["bin_dir"]
     return f"--toolchain-bin {json.dumps(bin_dir)}" if bin_dir else ""
@@ -56,33 +75,33 @@ def get_toolchain_args(wildcards):
 def get_kernels(wildcards=None):
     """Kernel names (.co stems) listed by the fetched manifest: known only after fetch."""
     fetched = checkpoints.fetch.get().output[0]
-    return [e.name for e in read_manifest(Path(fetched) / "f4gemm", check_files=False)]
+    return [
+        e.name for e in read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False)
+    ]
 
 
 def get_original_object(wildcards):
     checkpoints.fetch.get()
-    return AITER_DIR / "f4gemm" / f"{wildcards.kernel}.co"
+    return AITER_DIR / F4GEMM_DIR / f"{wildcards.kernel}.co"
 
 
 def get_roundtrip_rows(wildcards):
-    return [RESULTS / "roundtrip" / f"{k}.parquet" for k in get_kernels()]
+    return [RESULTS / ROUNDTRIP_DIR / f"{k}.parquet" for k in get_kernels()]
 
 
 def get_rebuilt_objects(wildcards):
-    return [RESULTS / "roundtrip" / f"{k}.co" for k in get_kernels()]
+    return [RESULTS / ROUNDTRIP_DIR / f"{k}.co" for k in get_kernels()]
 
 
 def is_edit_variant(variant):
-    return (
-        variant.startswith(VARIANT_PREFIX) and variant[len(VARIANT_PREFIX) :] in EDITS
-    )
+    return edit_name_of(variant) in EDITS
 
 
 def get_variant_dir(wildcards):
     """The code object directory (with manifest) a variant's stages run on."""
     if wildcards.variant == "original":
-        return str(Path(checkpoints.fetch.get().output[0]) / "f4gemm")
-    return str(RESULTS / "variants" / wildcards.variant)
+        return get_f4gemm_dir(wildcards)
+    return str(RESULTS / VARIANTS_DIR / wildcards.variant)
 
 
 def get_variant_kernels(variant):
@@ -90,8 +109,10 @@ def get_variant_kernels(variant):
     if not is_edit_variant(variant):
         return get_kernels()
     fetched = checkpoints.fetch.get().output[0]
-    kernel = EDITS[variant[len(VARIANT_PREFIX) :]].kernel
-    return [read_manifest(Path(fetched) / "f4gemm", check_files=False).get(kernel).name]
+    kernel = EDITS[edit_name_of(variant)].kernel
+    return [
+        read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False).get(kernel).name
+    ]
 
 
 def get_edit_asm(wildcards):
@@ -104,8 +125,8 @@ def get_edit_kernel(wildcards):
 
 def get_edit_outputs():
     """Every edit's variant directory and diff report."""
-    return [RESULTS / "variants" / spec.variant for spec in EDITS.values()] + [
-        RESULTS / "edits" / f"{name}.diff.txt" for name in EDITS
+    return [RESULTS / VARIANTS_DIR / spec.variant for spec in EDITS.values()] + [
+        RESULTS / EDITS_DIR / f"{name}.diff.txt" for name in EDITS
     ]
 
 
@@ -172,20 +193,20 @@ def get_audit_table_args(wildcards):
 def get_report_inputs(wildcards):
     """Every table and edit the report and the archive are made from."""
     outputs = [
-        RESULTS / "toolchain.json",
-        RESULTS / "kernels.parquet",
-        RESULTS / "roundtrip.parquet",
-        RESULTS / "variants" / "rebuilt",
+        RESULTS / TOOLCHAIN_JSON,
+        RESULTS / table_file("kernels"),
+        RESULTS / table_file("roundtrip"),
+        RESULTS / VARIANTS_DIR / "rebuilt",
     ]
     outputs += [
-        RESULTS / f"{stage}.parquet"
+        RESULTS / table_file(stage)
         for stage in GEMM_STAGES
         if config[stage]["activate"]
     ]
     if config["safety"]["activate"]:
-        outputs.append(RESULTS / "safety.parquet")
+        outputs.append(RESULTS / table_file("safety"))
     if is_audit_active():
-        outputs.append(RESULTS / "audit.parquet")
+        outputs.append(RESULTS / table_file("audit"))
     outputs += get_edit_outputs()
     return outputs
 

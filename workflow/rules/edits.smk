@@ -20,14 +20,13 @@ rule edit_variant:
         json=RESULTS / "edits" / "{edit}.json",
     log:
         LOGS / "edits" / "{edit}.log",
-    wildcard_constraints:
-        edit=r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*",
     conda:
         "../envs/f4pipe.yaml"
     params:
+        co_dir=FETCHED_CO_DIR,
         kernel=get_edit_kernel,
     shell:
-        "f4pipe edit-variant --asm {input.asm} --co-dir {input.fetched}/f4gemm "
+        "f4pipe edit-variant --asm {input.asm} --co-dir {params.co_dir} "
         "--kernel {params.kernel} --name {wildcards.edit} "
         "--toolchain-json {input.toolchain} -o {output.variant} --diff {output.diff} "
         "--json {output.json} > {log} 2>&1"

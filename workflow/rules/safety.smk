@@ -27,7 +27,7 @@ rule safety_table:
         get_safety_rows,
     output:
         report(
-            RESULTS / "safety.parquet",
+            RESULTS / table_file("safety"),
             caption="../report/safety.rst",
             category="Shape-edge safety",
         ),
@@ -45,7 +45,7 @@ rule audit_tuned:
         toolchain=RESULTS / "toolchain.json",
     output:
         report(
-            RESULTS / "audit.parquet",
+            RESULTS / table_file("audit"),
             caption="../report/audit.rst",
             category="Shape-edge safety",
         ),
@@ -56,9 +56,10 @@ rule audit_tuned:
     conda:
         "../envs/f4pipe.yaml"
     params:
+        co_dir=FETCHED_CO_DIR,
         aiter_id=AITER_ID,
         tables=get_audit_table_args,
     shell:
-        "f4pipe audit-tuned {params.tables} --co-dir {input.fetched}/f4gemm "
+        "f4pipe audit-tuned {params.tables} --co-dir {params.co_dir} "
         "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
         "-o {output} > {log} 2>&1"

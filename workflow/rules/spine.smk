@@ -33,15 +33,16 @@ rule kernels:
         fetched=AITER_DIR,
         toolchain=RESULTS / "toolchain.json",
     output:
-        RESULTS / "kernels.parquet",
+        RESULTS / table_file("kernels"),
     log:
         LOGS / "kernels.log",
     conda:
         "../envs/f4pipe.yaml"
     params:
+        co_dir=FETCHED_CO_DIR,
         aiter_id=AITER_ID,
     shell:
-        "f4pipe kernels --co-dir {input.fetched}/f4gemm --toolchain-json {input.toolchain} "
+        "f4pipe kernels --co-dir {params.co_dir} --toolchain-json {input.toolchain} "
         "--aiter-id {params.aiter_id} -o {output} > {log} 2>&1"
 
 
@@ -73,7 +74,7 @@ rule roundtrip_table:
         get_roundtrip_rows,
     output:
         report(
-            RESULTS / "roundtrip.parquet",
+            RESULTS / table_file("roundtrip"),
             caption="../report/roundtrip.rst",
             category="Round trip",
         ),
@@ -96,7 +97,8 @@ rule rebuilt_variant:
     conda:
         "../envs/f4pipe.yaml"
     params:
+        co_dir=FETCHED_CO_DIR,
         rebuilt_dir=RESULTS / "roundtrip",
     shell:
-        "f4pipe rebuilt-dir --co-dir {input.fetched}/f4gemm --rebuilt {params.rebuilt_dir} "
+        "f4pipe rebuilt-dir --co-dir {params.co_dir} --rebuilt {params.rebuilt_dir} "
         "-o {output} > {log} 2>&1"

@@ -1,0 +1,170 @@
+"""Options several commands share, each defined once with one help text: where the code objects
+are (`--co-dir`), the artifact keys (`--aiter-id`, `--toolchain-id` / `--toolchain-json`), the
+LLVM to use, the device, the operand seeds, `--record`, `--json` and a table's `-o`.
+
+Light on purpose (argparse and f4pipe.layout): every command's argument parsing imports this,
+and what a helper needs to run (the toolchain search, the code-object lookup, Parquet) is
+imported inside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from f4pipe.errors import ConfigError
+from f4pipe.layout import DEVICE_KINDS, SEED_A, SEED_B
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from f4pipe.toolchain import Toolchain
+
+#: How a command finds the code objects when --co-dir is not given (f4pipe.locate's rules).
+CO_DIR_LOOKUP = "default $AITER_ASM_DIR, else the aiter fetched under ./resources"
+#: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
+SEED_B_OFFSET = SEED_B - SEED_A
+#: numpy's Generator takes any non-negative integer; 2^63-1 keeps seeds in a Parquet int64.
+MAX_SEED = (1 << 63) - 1
+
+
+# --- code objects and artifact keys ----------------------------------------------------------
+
+
+def add_co_dir(
+    p: argparse.ArgumentParser, *, required: bool = False, what: str = "the code objects"
+) -> None:
+    """--co-dir: aiter's f4gemm directory (manifest CSV + .co files) or either AITER_ASM_DIR
+    meaning; optional ones fall back to f4pipe.locate's lookup."""
+    lookup = "" if required else f"; {CO_DIR_LOOKUP}"
+    p.add_argument(
+        "--co-dir",
+        required=required,
+        help=f"{what}: an f4gemm directory (manifest CSV + .co files) or an AITER_ASM_DIR{lookup}",
+    )
+
+
+def co_dir_from(args: argparse.Namespace) -> str:
+    """--co-dir, else $AITER_ASM_DIR, else the fetched aiter (f4pipe.locate's rules)."""
+    from f4pipe.locate import locate_co_dir
+
+    return str(locate_co_dir(getattr(args, "co_dir", None)).co_dir)
+
+
+def add_aiter_id(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    p.add_argument(
+        "--aiter-id",
+        required=required,
+        help="artifact key: the aiter id" + ("" if required else " (default: the fetched aiter's)"),
+    )
+
+
+def add_artifact_keys(p: argparse.ArgumentParser) -> None:
+    """--aiter-id and --toolchain-id / --toolchain-json: the keys a command's rows carry."""
+    add_aiter_id(p)
+    tc = p.add_mutually_exclusive_group()
+    tc.add_argument("--toolchain-id", help="artifact key: the LLVM/ROCm version")
+    tc.add_argument(
+        "--toolchain-json",
+        type=Path,
+        help="read the toolchain id from this toolchain.json (default results/<aiter-id>/"
+        "toolchain.json, else the toolchain f4pipe finds)",
+    )
+
+
+# --- the LLVM toolchain ----------------------------------------------------------------------
+
+
+def add_toolchain_args(p: argparse.ArgumentParser) -> None:
+    """--toolchain-bin / --toolchain-json, for every command that runs LLVM tools."""
+    p.add_argument(
+        "--toolchain-bin",
+        metavar="DIR",
+        help="LLVM bin directory to use (default: search ROCm, PATH, /usr/lib/llvm-N, "
+        "then provision Debian's LLVM 22 into ~/.cache/f4pipe)",
+    )
+    p.add_argument("--toolchain-json", help="use the toolchain recorded in this toolchain.json")
+
+
+def toolchain_from_args(args: argparse.Namespace) -> Toolchain:
+    """The toolchain add_toolchain_args' options name (a recorded one is never re-provisioned)."""
+    from f4pipe.toolchain import find_toolchain, read_toolchain_json
+
+    if getattr(args, "toolchain_json", None):
+        return find_toolchain(read_toolchain_json(args.toolchain_json)["bin_dir"], provision=False)
+    return find_toolchain(getattr(args, "toolchain_bin", None))
+
+
+# --- running kernels -------------------------------------------------------------------------
+
+#: What `--device auto` means for commands that run on one device.
+AUTO_ONE_DEVICE = "hip when a gfx950 GPU answers, else the emulator"
+
+
+def add_device(p: argparse.ArgumentParser, *, auto: str = AUTO_ONE_DEVICE) -> None:
+    """--device auto|hip|emulator; `auto` says what auto means for this command."""
+    p.add_argument(
+        "--device",
+        choices=DEVICE_KINDS,
+        default="auto",
+        help=f"hip: a gfx950 GPU via hip-python; emulator: f4pipe's gfx950 emulator; "
+        f"auto: {auto} (default)",
+    )
+
+
+def add_seed(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--seed",
+        default=str(SEED_A),
+        help=f"operand seeds: S (A=S, B=S+{SEED_B_OFFSET}) or A,B (default {SEED_A} -> "
+        f"{SEED_A},{SEED_B}, the seed driver's)",
+    )
+
+
+def parse_seed(text: str) -> tuple[int, int]:
+    """'S' -> (S, S + SEED_B_OFFSET); 'A,B' -> (A, B)."""
+    try:
+        parts = [int(p) for p in text.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts.append(parts[0] + SEED_B_OFFSET)
+    if len(parts) != 2:
+        raise ConfigError(f"--seed {text!r}: expected S or A,B (integers)")
+    if not all(0 <= p <= MAX_SEED for p in parts):
+        raise ConfigError(
+            f"--seed {text!r}: seeds must be in 0..{MAX_SEED} (B = S + {SEED_B_OFFSET})"
+        )
+    return parts[0], parts[1]
+
+
+# --- outputs and exit codes ------------------------------------------------------------------
+
+
+def add_record(p: argparse.ArgumentParser, written: str = "the table") -> None:
+    """--record: the pipeline records verdicts instead of stopping on them."""
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help=f"exit 0 once {written} is written, whatever the verdicts (the pipeline reports "
+        "them instead of stopping); errors still exit 2",
+    )
+
+
+def add_json_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=f"print {what} as one JSON object")
+
+
+def add_table_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", type=Path, help="write the Parquet table here")
+
+
+def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.Schema) -> str:
+    """Write the Parquet table only when -o names one; the suffix for the summary line."""
+    if output is None:
+        return ""
+    from f4pipe.schemas import write_rows
+
+    write_rows(output, rows, schema)
+    return f" -> {output}"

@@ -1,0 +1,370 @@
+"""What changed between two result sets, one function per kind of change: code objects (bytes,
+descriptor and metadata facts, instructions), the kernel list and manifest, the aiter source, and
+the rows of each table (round trip, GEMM stages, safety, audit, throughput)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from f4pipe.archive import PROVENANCE_NAME
+from f4pipe.asmfacts import fact_changes, instruction_diff
+from f4pipe.audit import TARGET_ARCH
+from f4pipe.fsio import read_input_text
+from f4pipe.layout import ROUNDTRIP_DIR
+from f4pipe.report.render import (
+    fmt_value,
+    shape_label,
+    short_kernel,
+)
+from f4pipe.report.sections import VERIFY_METRICS
+from f4pipe.resultset import RUN_KEY, ResultSet, find_aiter_provenance
+
+ASM_DIFF_LINES = 40  # per kernel; the full diff is one `diff` of the two .s files away
+#: The stages whose error metrics a comparison lines up run by run (the report's columns).
+GEMM_METRICS = {"verify": VERIFY_METRICS, "splitk": VERIFY_METRICS}
+
+
+# ---------------------------------------------------------------------------------------------
+# Code objects
+
+
+def _asm(rs: ResultSet, kernel: str) -> str | None:
+    path = rs.directory / ROUNDTRIP_DIR / f"{kernel}.s"
+    return read_input_text(path, "assembly file") if path.is_file() else None
+
+
+def asm_diff(a: str, b: str, limit: int = ASM_DIFF_LINES) -> tuple[int, list[str]]:
+    """(changed code lines, the first `limit` lines of a unified diff); comments ignored."""
+
+    def code(text: str) -> list[str]:
+        return [ln for ln in text.splitlines() if not ln.lstrip().startswith("//")]
+
+    diff = list(difflib.unified_diff(code(a), code(b), "A", "B", n=1, lineterm=""))
+    changed = sum(1 for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    return changed, diff[:limit] + (
+        [f"... ({len(diff) - limit} more lines)"] if len(diff) > limit else []
+    )
+
+
+@dataclass
+class CodeObjectChange:
+    kernel: str
+    change: str  # changed | added | removed
+    sha_a: str
+    sha_b: str
+    insns_a: int | None
+    insns_b: int | None
+    descriptor: list[str]  # every header, descriptor and metadata fact: "field: a -> b"
+    asm_lines_changed: int | None
+    asm_diff: list[str]
+    instructions: str = ""  # instruction-level summary: "+a -r ~c instructions (n -> m)"
+
+
+def _kernel_facts(rs: ResultSet) -> dict[str, tuple[str, int | None]]:
+    """kernel -> (original sha256, instruction count) from kernels/roundtrip rows."""
+    facts: dict[str, tuple[str, int | None]] = {}
+    rt = rs.table("roundtrip")
+    if rt is not None:
+        for _, r in rt.iterrows():
+            facts[r["kernel"]] = (r["original_sha256"], int(r["num_instructions"]))
+    kernels = rs.table("kernels")
+    if kernels is not None:
+        for _, r in kernels.iterrows():
+            facts[r["kernel"]] = (r["sha256"], facts.get(r["kernel"], ("", None))[1])
+    return facts
+
+
+def renamed_kernels(a: ResultSet, b: ResultSet) -> dict[str, str]:
+    """A kernel only A has -> the kernel only B has with the same bytes (sha256)."""
+    fa, fb = _kernel_facts(a), _kernel_facts(b)
+    gone = {fa[k][0]: k for k in fa.keys() - fb.keys()}
+    return {gone[fb[k][0]]: k for k in sorted(fb.keys() - fa.keys()) if fb[k][0] in gone}
+
+
+def code_object_changes(a: ResultSet, b: ResultSet) -> list[CodeObjectChange]:
+    fa, fb = _kernel_facts(a), _kernel_facts(b)
+    renamed = renamed_kernels(a, b)
+    moved = set(renamed) | set(renamed.values())
+    changes = []
+    for kernel in sorted(fa.keys() | fb.keys()):
+        (sha_a, n_a), (sha_b, n_b) = fa.get(kernel, ("", None)), fb.get(kernel, ("", None))
+        if sha_a == sha_b or kernel in moved:
+            continue
+        change = "added" if kernel not in fa else "removed" if kernel not in fb else "changed"
+        asm_a, asm_b = _asm(a, kernel), _asm(b, kernel)
+        facts: list[str] = []
+        lines, diff, insns = None, [], ""
+        if asm_a is not None and asm_b is not None:
+            facts = fact_changes(asm_a, asm_b)
+            lines, diff = asm_diff(asm_a, asm_b)
+            insns = instruction_diff(asm_a, asm_b).summary()
+        changes.append(
+            CodeObjectChange(kernel, change, sha_a, sha_b, n_a, n_b, facts, lines, diff, insns)
+        )
+    return changes
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels and the manifest
+
+MANIFEST_ATTRIBUTES = (
+    "tile_m",
+    "tile_n",
+    "splitk",
+    "bpreshuffle",
+    "symbol",
+    "co_name",
+    "arch",
+    "code_object_version",
+)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (so a bool prints as yes/no)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def kernel_list_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
+    """Kernels added, removed and renamed (same bytes, new name)."""
+    fa, fb = _kernel_facts(a), _kernel_facts(b)
+    renamed = renamed_kernels(a, b)
+    rows = [{"kernel": old, "change": "renamed", "to": new} for old, new in renamed.items()]
+    rows += [
+        {"kernel": k, "change": "removed", "to": ""}
+        for k in sorted(fa.keys() - fb.keys())
+        if k not in renamed
+    ]
+    rows += [
+        {"kernel": k, "change": "added", "to": ""}
+        for k in sorted(fb.keys() - fa.keys())
+        if k not in renamed.values()
+    ]
+    return pd.DataFrame(rows, columns=["kernel", "change", "to"])
+
+
+def manifest_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
+    """Per kernel in both sets (renamed ones paired), each manifest attribute that differs;
+    plus the manifest's header spelling when both fetch records name it."""
+    rows = []
+    ka, kb = a.table("kernels"), b.table("kernels")
+    if ka is not None and kb is not None:
+        ia, ib = ka.set_index("kernel"), kb.set_index("kernel")
+        pairs = {k: k for k in ia.index.intersection(ib.index)} | renamed_kernels(a, b)
+        for ka_name, kb_name in sorted(pairs.items()):
+            for attr in MANIFEST_ATTRIBUTES:
+                va, vb = (
+                    fmt_value(_plain(ia.loc[ka_name, attr])),
+                    fmt_value(_plain(ib.loc[kb_name, attr])),
+                )
+                if va != vb:
+                    rows.append({"kernel": kb_name, "attribute": attr, "A": va, "B": vb})
+    ha, hb = (aiter_fetch(rs).get("manifest_header") for rs in (a, b))
+    if ha and hb and ha != hb:
+        rows.append({"kernel": "(manifest CSV)", "attribute": "header", "A": ha, "B": hb})
+    return pd.DataFrame(rows, columns=["kernel", "attribute", "A", "B"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Provenance
+
+
+def aiter_fetch(rs: ResultSet) -> dict[str, Any]:
+    """The fetch record of the set's aiter: the archive's copy, else resources/ beside results/
+    ({} when neither exists)."""
+    archived = rs.directory / PROVENANCE_NAME
+    if archived.is_file():
+        record = json.loads(archived.read_text()).get("aiter_fetch")
+        return record if isinstance(record, dict) else {}
+    path = find_aiter_provenance(rs.directory.resolve(), rs.aiter_id)
+    return json.loads(path.read_text()) if path is not None else {}
+
+
+def _source_facts(record: dict[str, Any]) -> dict[str, str]:
+    """The facts of a fetch record a reader compares: source, digests of manifest and tables."""
+    if not record:
+        return {}
+    out = {f"source {k}": str(v) for k, v in sorted(record.get("source", {}).items())}
+    out["content sha256"] = str(record.get("content_sha256", "-"))
+    for name, info in sorted(record.get("files", {}).items()):
+        if name.endswith(".csv"):
+            out[f"manifest {name} sha256"] = info["sha256"]
+    tables = record.get("tables")
+    out["tuned tables"] = "not recorded" if tables is None else str(len(tables))
+    for rel, info in sorted((tables or {}).items()):
+        out[f"tuned table {rel} sha256"] = info["sha256"]
+    out["fetched by f4pipe"] = str(record.get("f4pipe_version", "-"))
+    return out
+
+
+def provenance_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
+    """What differs between the two fetch records (fetch times aside)."""
+    fa, fb = _source_facts(aiter_fetch(a)), _source_facts(aiter_fetch(b))
+    if not fa or not fb:
+        missing = [label for label, f in (("A", fa), ("B", fb)) if not f]
+        return pd.DataFrame(
+            [{"item": "aiter fetch record", "A": "", "B": f"not found for {', '.join(missing)}"}]
+        )
+    rows = [
+        {"item": k, "A": fa.get(k, "-"), "B": fb.get(k, "-")}
+        for k in sorted(fa.keys() | fb.keys())
+        if fa.get(k) != fb.get(k)
+    ]
+    return pd.DataFrame(rows, columns=["item", "A", "B"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+
+
+def merge_sets(
+    ta: pd.DataFrame, tb: pd.DataFrame, on: str | list[str], how: str = "outer"
+) -> pd.DataFrame:
+    """Rows of set A beside rows of set B by key, columns suffixed " A" / " B". Two tables that
+    hold no row (a stage that ran no case, an audit without tables) merge as plain objects:
+    pandas 3 cannot merge two empty Arrow string columns."""
+    if not len(ta) and not len(tb):
+        ta, tb = ta.astype(object), tb.astype(object)
+    return ta.merge(tb, on=on, how=how, suffixes=(" A", " B"))
+
+
+def roundtrip_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
+    ta, tb = a.table("roundtrip"), b.table("roundtrip")
+    if ta is None or tb is None:
+        return pd.DataFrame()
+    cols = ["kernel", "equivalent", "text_bytes_unexplained", "detail"]
+    m = merge_sets(ta[cols], tb[cols], on="kernel")
+    differs = (m["equivalent A"] != m["equivalent B"]) | (
+        m["text_bytes_unexplained A"] != m["text_bytes_unexplained B"]
+    )
+    out = m[differs].sort_values("kernel").reset_index(drop=True)
+    out["kernel"] = out["kernel"].map(short_kernel)
+    return out
+
+
+def change_text(a: object, b: object) -> str:
+    """`a`, or `a -> b` when the two differ (as the report formats them)."""
+    return (
+        fmt_value(a)
+        if fmt_value(a, 17) == fmt_value(b, 17)
+        else f"{fmt_value(a)} -> {fmt_value(b)}"
+    )
+
+
+def gemm_changes(a: ResultSet, b: ResultSet, name: str) -> pd.DataFrame | None:
+    """Runs (same variant, kernel, shape, split) whose status or error values differ, plus runs
+    only one set has. None when either set lacks the table."""
+    ta, tb = a.table(name), b.table(name)
+    if ta is None or tb is None:
+        return None
+    metrics = list(GEMM_METRICS[name])
+    cols = [*RUN_KEY, "status", *metrics]
+    m = merge_sets(ta[cols].drop_duplicates(RUN_KEY), tb[cols].drop_duplicates(RUN_KEY), RUN_KEY)
+    rows = []
+    for _, r in m.iterrows():
+        pairs = [(r[f"{c} A"], r[f"{c} B"]) for c in ["status", *metrics]]
+        if all(fmt_value(x, 17) == fmt_value(y, 17) for x, y in pairs):
+            continue
+        rows.append(
+            {
+                "variant": r["variant"],
+                "kernel": short_kernel(r["kernel"]),
+                "shape (MxNxK /split)": shape_label(r),
+                **{
+                    c: change_text(x, y)
+                    for c, (x, y) in zip(["status", *metrics], pairs, strict=True)
+                },
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+SAFETY_KEY = ["kernel", "edge_class", "m", "n", "k", "policy"]
+
+
+def safety_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
+    """Shape-edge cells whose verdict changed, or that only one set has. None when either set
+    lacks the table."""
+    ta, tb = a.table("safety"), b.table("safety")
+    if ta is None or tb is None:
+        return None
+    cols = [*SAFETY_KEY, "verdict", "bad", "races"]
+    m = merge_sets(ta[cols], tb[cols], SAFETY_KEY)
+    rows = []
+    for _, r in m.iterrows():
+        pairs = {c: (r[f"{c} A"], r[f"{c} B"]) for c in ("verdict", "bad", "races")}
+        if all(fmt_value(x) == fmt_value(y) for x, y in pairs.values()):
+            continue
+        rows.append(
+            {
+                "kernel": short_kernel(r["kernel"]),
+                "edge": r["edge_class"],
+                "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",
+                "policy": r["policy"],
+                **{c: change_text(x, y) for c, (x, y) in pairs.items()},
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+AUDIT_KEY = ["csv", "gfx", "cu_num", "m", "n", "k"]
+
+
+def _audit_state(r: pd.Series, side: str) -> str:
+    """One side of an audit row as a reader compares it: kernel, splitK, status, emulated."""
+    if pd.isna(r[f"status {side}"]):
+        return "-"
+    state = f"{short_kernel(str(r[f'kernel {side}']) or str(r[f'symbol {side}']))} "
+    state += f"splitK={fmt_value(r[f'log2_k_split {side}'])} {r[f'status {side}']}"
+    emulated = r[f"emulated {side}"]
+    return state + (f" ({emulated})" if isinstance(emulated, str) and emulated else "")
+
+
+def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
+    """Tuned-table rows added, removed or changed (kernel, splitK or verdict), each marked when
+    it is newly unsafe. Rows are matched by (table, gfx, cu_num, M, N, K); a table without the
+    gfx column (before aiter added it) holds gfx950 rows. None when either set lacks the table."""
+    ta, tb = a.table("audit"), b.table("audit")
+    if ta is None or tb is None:
+        return None
+    cols = [*AUDIT_KEY, "line", "kernel", "symbol", "log2_k_split", "status", "emulated"]
+    fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", TARGET_ARCH)) for t in (ta, tb))
+    m = merge_sets(fa.drop_duplicates(AUDIT_KEY), fb.drop_duplicates(AUDIT_KEY), AUDIT_KEY)
+    rows = []
+    for _, r in m.iterrows():
+        state_a, state_b = _audit_state(r, "A"), _audit_state(r, "B")
+        if state_a == state_b:
+            continue
+        change = "added" if state_a == "-" else "removed" if state_b == "-" else "changed"
+        rows.append(
+            {
+                "table": r["csv"] + (f" [{r['gfx']}]" if r["gfx"] != TARGET_ARCH else ""),
+                "line B": fmt_value(r["line B"]),
+                "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",
+                "change": change,
+                "A": state_a,
+                "B": state_b,
+                "newly unsafe": r["status B"] == "unsafe" and r["status A"] != "unsafe",
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["table", "line B", "shape (MxNxK)", "change", "A", "B", "newly unsafe"]
+    )
+
+
+def throughput_deltas(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
+    ta, tb = a.table("bench"), b.table("bench")
+    if ta is None or tb is None:
+        return None
+    ma, mb = (t[t["status"] == "measured"][[*RUN_KEY, "us", "tflops"]] for t in (ta, tb))
+    m = merge_sets(ma, mb, RUN_KEY, how="inner")
+    if not len(m):
+        return None
+    m["ratio B/A (TFLOP/s)"] = m["tflops B"] / m["tflops A"]
+    m.insert(2, "shape (MxNxK /split)", [shape_label(r) for _, r in m.iterrows()])
+    m["kernel"] = m["kernel"].map(short_kernel)
+    return m.drop(columns=["m", "n", "k", "log2_k_split"]).reset_index(drop=True)

@@ -1,0 +1,121 @@
+"""A comparison as report sections (the report's own rendering), a ratio plot, and the
+index.html + summary.md directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from f4pipe.compare import Comparison, set_label
+from f4pipe.compare.changes import change_text
+from f4pipe.fsio import atomic_dir
+from f4pipe.report.plots import pyplot, save_figure
+from f4pipe.report.render import (
+    Section,
+    render_html,
+    render_markdown,
+    short_kernel,
+)
+
+
+def plot_ratio(table: pd.DataFrame, path: Path) -> str:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
+    labels = [
+        f"{r['variant']} {r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()
+    ]
+    ax.bar(range(len(table)), table["ratio B/A (TFLOP/s)"], color="tab:blue")
+    ax.axhline(1.0, color="k", linestyle=":")
+    ax.set_xticks(range(len(table)), labels, fontsize=7)
+    ax.set_ylabel("TFLOP/s B / A")
+    return save_figure(fig, path)
+
+
+def _code_object_section(c: Comparison) -> Section:
+    sec = Section("code", "Code objects that changed", "", "ok")
+    if not c.code_objects:
+        sec.verdict = "no code object changed (same sha256 for every kernel)"
+        return sec
+    sec.state = "bad"
+    sec.verdict = f"{len(c.code_objects)} code objects changed"
+    sec.table = pd.DataFrame(
+        [
+            {
+                "kernel": short_kernel(x.kernel),
+                "change": x.change,
+                "sha256 A": x.sha_a[:16],
+                "sha256 B": x.sha_b[:16],
+                "instructions": change_text(x.insns_a, x.insns_b),
+                "instruction diff": x.instructions,
+                "asm lines changed": x.asm_lines_changed,
+                "descriptor / metadata": "; ".join(x.descriptor) or "same",
+            }
+            for x in c.code_objects
+        ]
+    )
+    for x in c.code_objects:
+        if x.asm_diff:
+            sec.code[f"{x.kernel}: assembly diff (A -> B, comments ignored)"] = x.asm_diff
+    return sec
+
+
+def _table_section(key: str, title: str, df: pd.DataFrame | None, what: str) -> Section:
+    if df is None:
+        return Section(key, title, f"{what}: not in both sets", "none")
+    if not len(df):
+        return Section(key, title, f"no {what} changed", "ok")
+    return Section(key, title, f"{len(df)} {what} changed", "bad", table=df)
+
+
+def _audit_section(c: Comparison) -> Section:
+    sec = _table_section("audit", "Tuned-table audit", c.audit, "tuned-table rows")
+    if c.audit is not None and len(c.audit):
+        sec.verdict += f", {c.newly_unsafe} newly unsafe"
+    return sec
+
+
+def comparison_sections(c: Comparison, out_dir: Path | None) -> list[Section]:
+    sections = [
+        _table_section("kernels", "Kernels added, removed, renamed", c.kernels, "kernels"),
+        _table_section("manifest", "Manifest attributes", c.manifest, "manifest attributes"),
+        _code_object_section(c),
+        _table_section("source", "aiter source and digests", c.provenance, "source facts"),
+    ]
+    if len(c.provenance):
+        sections[-1].state = "info"
+    sections.append(
+        _table_section("roundtrip", "Round-trip verdicts", c.roundtrip, "round-trip verdicts")
+    )
+    sections.append(
+        _table_section("verify", "Verification results", c.gemm["verify"], "verification results")
+    )
+    sections.append(_table_section("splitk", "splitK errors", c.gemm["splitk"], "splitK results"))
+    sections.append(_table_section("safety", "Shape-edge safety", c.safety, "safety verdicts"))
+    sections.append(_audit_section(c))
+    tp = c.throughput
+    if tp is None:
+        sections.append(
+            Section("bench", "Throughput", "not measured in both sets: no gfx950 device", "none")
+        )
+    else:
+        sec = Section("bench", "Throughput", c.summary_lines()[-1], "info", table=tp)
+        if out_dir is not None:
+            sec.plot = plot_ratio(tp, out_dir / "throughput_ratio.png")
+        sections.append(sec)
+    return sections
+
+
+def write_comparison(c: Comparison, out_dir: str | os.PathLike[str]) -> Path:
+    """index.html + summary.md (+ throughput_ratio.png) in `out_dir`, replaced whole."""
+    target = Path(out_dir)
+    title = f"f4pipe compare: {c.a.aiter_id} -> {c.b.aiter_id}"
+    prov = [("A", set_label(c.a)), ("B", set_label(c.b))]
+    for label, rs in (("A", c.a), ("B", c.b)):
+        prov.append((f"{label} f4pipe version (rows)", ", ".join(rs.f4pipe_versions) or "-"))
+    with atomic_dir(target) as tmp:
+        sections = comparison_sections(c, tmp)
+        (tmp / "index.html").write_text(render_html(title, sections, prov))
+        (tmp / "summary.md").write_text(render_markdown(title, sections, prov))
+    return target

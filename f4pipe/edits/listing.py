@@ -1,0 +1,203 @@
+"""One kernel's instructions as LLVM disassembles them, grouped by label (labels are ELF
+symbols, which survive reassembly; addresses do not survive an inserted instruction), with branch
+targets written as labels so that moving code does not change a branch's text."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from f4pipe.assemble import MAX_ASM_BYTES
+from f4pipe.co2asm import Instruction, branch_target, disassemble_text
+from f4pipe.codeobject import CodeObject
+from f4pipe.errors import InputError
+from f4pipe.fsio import read_input_text
+from f4pipe.toolchain import Toolchain
+
+_LABEL_SUFFIX = re.compile(r"^(?P<label>.+)\+(?P<index>\d+)$")
+
+# ---------------------------------------------------------------------------------------------
+# Listings: one kernel's instructions, grouped by label
+
+
+@dataclass(frozen=True)
+class Line:
+    """One instruction as the diff and the checks see it."""
+
+    block: str  # the label that starts its block (the kernel symbol for the first one)
+    index: int  # position within the block
+    addr: int
+    text: str  # LLVM's text; branch targets as labels
+
+    @property
+    def where(self) -> str:
+        return f"{self.block}+{self.index}"
+
+    @property
+    def mnemonic(self) -> str:
+        return self.text.split(None, 1)[0] if self.text else ""
+
+
+@dataclass(frozen=True)
+class KernelListing:
+    """A kernel read from a code object: instructions, descriptor, metadata."""
+
+    path: Path
+    symbol: str
+    arch: str
+    lines: tuple[Line, ...]
+    descriptor: bytes
+    metadata: dict[str, Any] = field(repr=False)  # the whole metadata note
+    source_lines: tuple[int, ...] | None = None  # .s line of each instruction, when known
+    source_path: Path | None = None  # the .s those lines are in
+
+    def blocks(self) -> list[tuple[str, list[Line]]]:
+        out: list[tuple[str, list[Line]]] = []
+        for line in self.lines:
+            if not out or out[-1][0] != line.block or line.index == 0:
+                out.append((line.block, []))
+            out[-1][1].append(line)
+        return out
+
+    def kernel_metadata(self) -> dict[str, Any]:
+        """This kernel's entry of `amdhsa.kernels` ({} if the note has none)."""
+        for k in self.metadata.get("amdhsa.kernels", []):
+            if k.get(".name") == self.symbol or k.get(".symbol") == f"{self.symbol}.kd":
+                return dict(k)
+        return {}
+
+    def source_of(self, line: Line) -> str:
+        """`file.s:123` for an instruction when the .s line is known, else its label+index."""
+        if self.source_lines is not None and self.source_path is not None:
+            pos = self.lines.index(line)
+            return f"{self.source_path}:{self.source_lines[pos]}"
+        return line.where
+
+
+def pick_kernel(co: CodeObject, symbol: str | None) -> str:
+    """The kernel to read: `symbol`, or the code object's only kernel."""
+    names = [k.name for k in co.kernel_symbols()]
+    if symbol is not None:
+        if symbol not in names:
+            raise InputError(f"{co.path}: has no kernel {symbol}; it has {', '.join(names)}")
+        return symbol
+    if len(names) != 1:
+        raise InputError(
+            f"{co.path}: holds {len(names)} kernels ({', '.join(names)}); name one with --kernel"
+        )
+    return names[0]
+
+
+def read_listing(
+    co_path: str | Path,
+    toolchain: Toolchain,
+    symbol: str | None = None,
+    asm_path: str | Path | None = None,
+) -> KernelListing:
+    """Disassemble one kernel of a code object into label blocks.
+
+    `asm_path` (the .s the object was assembled from) only adds .s line numbers to messages.
+    """
+    co = CodeObject.read(co_path)
+    symbol = pick_kernel(co, symbol)
+    insns = disassemble_text(co, toolchain)
+    text = co.sections[".text"]
+    starts = sorted(k.value for k in co.kernel_symbols())
+    begin = next(s.value for s in co.kernel_symbols() if s.name == symbol)
+    end = next((s for s in starts if s > begin), text.addr + text.size)
+    mine = [i for i in insns if begin <= i.addr < end]
+    labels: dict[int, str] = {}
+    for sym in sorted(co.symbols, key=lambda s: s.name):
+        if sym.section == ".text" and begin < sym.value < end and sym.name != "_DYNAMIC":
+            labels.setdefault(sym.value, sym.name)
+    labels[begin] = symbol
+    place: dict[int, tuple[str, int]] = {}
+    block, index = symbol, 0
+    for insn in mine:
+        if insn.addr in labels:
+            block, index = labels[insn.addr], 0
+        place[insn.addr] = (block, index)
+        index += 1
+    lines = tuple(
+        Line(
+            block=place[i.addr][0],
+            index=place[i.addr][1],
+            addr=i.addr,
+            text=_text(i, labels, place),
+        )
+        for i in mine
+    )
+    source = source_line_map(read_asm(Path(asm_path)), len(lines)) if asm_path else None
+    return KernelListing(
+        path=Path(co_path),
+        symbol=symbol,
+        arch=co.arch,
+        lines=lines,
+        descriptor=co.kernel_descriptor(symbol),
+        metadata=co.metadata() or {},
+        source_lines=source,
+        source_path=Path(asm_path) if source is not None and asm_path else None,
+    )
+
+
+def _text(insn: Instruction, labels: dict[int, str], place: dict[int, tuple[str, int]]) -> str:
+    """The instruction's text with branch targets named, and undecodable words as .long."""
+    if insn.text.startswith("<unknown>") or insn.text.startswith(".long"):
+        return "; ".join(f".long 0x{w:08x}" for w in insn.words)
+    target = branch_target(insn)
+    if target is None:
+        return insn.text
+    if target in labels:
+        name = labels[target]
+    elif target in place:
+        name = "{}+{}".format(*place[target])
+    else:
+        name = f"<0x{target:x}>"  # outside this kernel
+    return f"{insn.text.split(None, 1)[0]} {name}"
+
+
+def source_line_map(asm_text: str, count: int) -> tuple[int, ...] | None:
+    """Line numbers of the instruction statements of a .s's text section, if there are exactly
+    `count` of them (one statement per line, as co2asm writes); else None (no guessing)."""
+    out: list[int] = []
+    in_text = False
+    for number, raw in enumerate(asm_text.splitlines(), start=1):
+        line = raw.split("//", 1)[0].split(";", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("."):
+            word = line.split(None, 1)[0]
+            if word == ".text":
+                in_text = True
+            elif word in (".rodata", ".data", ".bss", ".section", ".amdgpu_metadata"):
+                in_text = False
+            elif in_text and word == ".long":
+                out.append(number)
+            continue
+        if in_text and not line.endswith(":"):
+            out.append(number)
+    return tuple(out) if len(out) == count else None
+
+
+def kernel_symbols_in(asm_text: str) -> list[str]:
+    """Kernels a .s defines: the names of its `.amdhsa_kernel` directives."""
+    return re.findall(r"^\s*\.amdhsa_kernel\s+(\S+)", asm_text, re.M)
+
+
+def pick_line(listing: KernelListing, where: str) -> Line:
+    """The instruction at `label+index` (for tests and tools that point at one)."""
+    m = _LABEL_SUFFIX.match(where)
+    if not m:
+        raise InputError(f"{where!r} is not label+index")
+    for line in listing.lines:
+        if line.block == m.group("label") and line.index == int(m.group("index")):
+            return line
+    raise InputError(f"{listing.path}: no instruction at {where}")
+
+
+def read_asm(asm_path: Path) -> str:
+    if not asm_path.exists() and not asm_path.is_symlink():
+        raise InputError(f"{asm_path}: no such assembly file")
+    return read_input_text(asm_path, "assembly file", MAX_ASM_BYTES)

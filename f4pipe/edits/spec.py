@@ -1,0 +1,46 @@
+"""Edits named in the pipeline config (`edits: [{name, kernel, asm}]`), checked; the workflow
+reads them at DAG time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from f4pipe.errors import ConfigError
+from f4pipe.layout import EDIT_NAME, edit_variant
+
+# ---------------------------------------------------------------------------------------------
+# Edits named in the pipeline config
+
+
+@dataclass(frozen=True)
+class EditSpec:
+    """One configured edit: `edits: [{name, kernel, asm}]`; its variant is `edit-<name>`."""
+
+    name: str
+    kernel: str  # symbol, .co name or stem
+    asm: Path
+
+    @property
+    def variant(self) -> str:
+        return edit_variant(self.name)
+
+
+def parse_edit_specs(items: list[dict[str, Any]] | None) -> list[EditSpec]:
+    """The config's `edits` list, checked: names usable as a variant and unique."""
+    specs: list[EditSpec] = []
+    for i, item in enumerate(items or []):
+        try:
+            name, kernel, asm = str(item["name"]), str(item["kernel"]), str(item["asm"])
+        except (KeyError, TypeError):
+            raise ConfigError(f"edits[{i}] = {item!r}: needs name, kernel and asm") from None
+        if not EDIT_NAME.match(name):
+            raise ConfigError(
+                f"edits[{i}].name {name!r}: use letters, digits, _ and single dashes "
+                "(it becomes the variant edit-<name>)"
+            )
+        if any(s.name == name for s in specs):
+            raise ConfigError(f"edits[{i}].name {name!r} is used twice; names must be unique")
+        specs.append(EditSpec(name=name, kernel=kernel, asm=Path(asm)))
+    return specs

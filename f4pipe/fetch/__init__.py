@@ -1,0 +1,398 @@
+"""Fetch aiter's f4gemm code objects from a pinned source into `resources/aiter/<aiter-id>/`.
+
+Sources (a dict, as in config/config.yaml):
+  {"kind": "pypi", "package": "amd-aiter", "version": "0.1.7.post2.dev18", "sha256": optional}
+  {"kind": "git", "url": "...", "rev": "branch | tag | full 40-hex commit"}
+  {"kind": "local", "path": "...", "sha256": optional}
+
+What lands in `resources/aiter/<aiter-id>/`: `f4gemm/` with the manifest CSV and exactly the .co
+files it lists (other files of the source directory, e.g. aiter's codegen.py or an unlisted .co,
+are not copied but named in the provenance under "skipped"; a listed .co that is missing is a
+ManifestError), `configs/` with every a4w4 tuned GEMM table of the source (aiter's
+`aiter/configs/**/*a4w4*tuned*gemm*.csv`, model_configs included, at their paths below
+`aiter/configs/`: the tables the tuned-table audit reads), and `provenance.json` (source,
+directories used, sha256 + size per file and per table, f4pipe version, time). The directory
+appears whole or not at all (fsio.atomic_dir).
+
+aiter ids name the bytes: `pypi-<package>-<version>`, `git-<12 hex of the commit>`, and
+`local-<12 hex of the content digest>`, the content digest being the sha256 over the sorted
+"name<TAB>sha256" lines of the copied files, tables named `configs/<path>` (recorded for every
+kind as `content_sha256`).
+
+Pinning: once `<aiter-id>/provenance.json` exists, a fetch re-hashes the copies and returns without
+touching the network (`fetched=False`). Bytes that differ from the record are a ChecksumError,
+never a silent refetch: a modified copy, a pypi `sha256` pin that disagrees with the recorded
+wheel, a cached wheel that no longer matches the digest taken when it was downloaded. A local
+directory's id is its content, so changed bytes give a *new* id (the old one stays valid); to pin
+a local directory, put its `content_sha256` in the source as `sha256`, and a change becomes a
+ChecksumError naming the changed files. A git commit pins its tree by construction; only a branch
+or tag needs the network on a re-run (to learn which commit it names now).
+
+A fetch made before tables were fetched (its provenance has no "tables") is completed once: the
+tables of the same wheel or commit are added and the record rewritten; nothing else changes.
+
+The parts: `sources` (the config's source, checked), `record` (provenance.json, verifying a
+fetched directory, the locked atomic copy), `process` (pip and git failures as FetchErrors) and
+`wheel` (the PyPI wheel cache and extraction); this module fetches each kind of source and names
+the aiter id a source gives.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from f4pipe.errors import ChecksumError, FetchError, ManifestError
+from f4pipe.fetch.process import run_fetch_tool
+from f4pipe.fetch.record import (
+    FetchResult,
+    complete_tables,
+    content_digest,
+    fetch_into,
+    fetch_result,
+    listed_names,
+    locked,
+    read_provenance,
+    tuned_tables,
+    verify_aiter_dir,
+)
+from f4pipe.fetch.sources import (
+    DEFAULT_PACKAGE,
+    DEFAULT_VERSION,
+    HEX40,
+    AiterSource,
+    GitSource,
+    LocalSource,
+    PypiSource,
+    parse_source,
+    pypi_id,
+)
+from f4pipe.fetch.wheel import (
+    TREE_MARKER_NAME,
+    WHEEL_F4GEMM_PREFIX,
+    ensure_wheel,
+    extract_prefix,
+    extract_tables,
+    extract_wheel_file,
+    extract_wheel_tree,
+    wheel_cache_dir,
+)
+from f4pipe.fsio import sha256_file
+from f4pipe.layout import F4GEMM_DIR, PROVENANCE_JSON, aiter_dir
+from f4pipe.manifest import MANIFEST_NAME, find_f4gemm_dir
+from f4pipe.tables import CONFIGS_PATH, TABLES_DIR, configs_dir_beside, find_tables
+
+#: The public API; the parts live in sources, record, process and wheel.
+__all__ = [
+    "DEFAULT_PACKAGE",
+    "DEFAULT_VERSION",
+    "GIT_F4GEMM_PATH",
+    "TREE_MARKER_NAME",
+    "WHEEL_F4GEMM_PREFIX",
+    "AiterSource",
+    "FetchResult",
+    "GitSource",
+    "LocalSource",
+    "PypiSource",
+    "aiter_id_for",
+    "ensure_wheel",
+    "extract_wheel_file",
+    "extract_wheel_tree",
+    "fetch_aiter",
+    "local_configs_dir",
+    "parse_source",
+    "read_provenance",
+    "tuned_tables",
+    "verify_aiter_dir",
+    "wheel_cache_dir",
+]
+
+GIT_F4GEMM_PATH = "hsa/gfx950/f4gemm"
+
+
+# ---------------------------------------------------------------------------------------------
+# The three sources
+
+
+def fetch_aiter(
+    source: Mapping[str, Any] | AiterSource, resources_dir: Path, *, cache_dir: Path | None = None
+) -> FetchResult:
+    """Fetch the f4gemm directory of `source` into `resources_dir/aiter/<aiter-id>/`.
+
+    Returns at once (no network, `fetched=False`) when that directory exists and verifies.
+    `cache_dir` overrides the wheel cache (default <cache_root>/wheels).
+    """
+    src = parse_source(source)
+    resources_dir = Path(resources_dir)
+    if isinstance(src, PypiSource):
+        return _fetch_pypi(src, resources_dir, cache_dir)
+    if isinstance(src, GitSource):
+        return _fetch_git(src, resources_dir)
+    return _fetch_local(src, resources_dir)
+
+
+def aiter_id_for(source: Mapping[str, Any] | AiterSource) -> str:
+    """The aiter id a fetch of `source` produces.
+
+    pypi: from the config alone. git: a full commit sha needs nothing; a branch or tag is
+    resolved (a shallow, blob-less fetch). local: the directory's content digest is computed.
+    """
+    src = parse_source(source)
+    if isinstance(src, PypiSource):
+        return pypi_id(src)
+    if isinstance(src, GitSource):
+        if HEX40.match(src.rev):
+            return f"git-{src.rev[:12]}"
+        with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
+            return f"git-{_git_fetch_commit(src, Path(tmp))[:12]}"
+    _, files, tables = _local_files(src)
+    return f"local-{content_digest(files, tables)[:12]}"
+
+
+def _lock_for(resources_dir: Path, aiter_id: str) -> Path:
+    return aiter_dir(resources_dir, f".{aiter_id}.lock")
+
+
+def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) -> FetchResult:
+    aiter_id = pypi_id(src)
+    target = aiter_dir(resources_dir, aiter_id)
+    with locked(_lock_for(resources_dir, aiter_id)):
+        if target.exists():
+            record = verify_aiter_dir(target)
+            recorded = record["source"].get("wheel_sha256")
+            if src.sha256 is not None and src.sha256 != recorded:
+                raise ChecksumError(
+                    f"{src.package}=={src.version}: expected wheel sha256 {src.sha256} (the "
+                    f"source's pin), but {target / PROVENANCE_JSON} records {recorded} for "
+                    f"{record['source'].get('wheel')}; fix the pin, or if the release really "
+                    f"changed, delete {target} and the cached wheel and fetch again"
+                )
+            if "tables" not in record:
+                wheel, _ = ensure_wheel(src, cache_dir=cache_dir)
+                with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:
+                    configs = extract_tables(wheel, Path(tmp))
+                    complete_tables(target, configs, f"{wheel.name}:{CONFIGS_PATH}")
+            return fetch_result(target, fetched=False)
+        wheel, wheel_sha = ensure_wheel(src, cache_dir=cache_dir)
+        with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:
+            extract_prefix(wheel, WHEEL_F4GEMM_PREFIX, Path(tmp) / F4GEMM_DIR)
+            configs = extract_tables(wheel, Path(tmp) / "configs")
+            provenance = {
+                "kind": "pypi",
+                "package": src.package,
+                "version": src.version,
+                "wheel": wheel.name,
+                "wheel_sha256": wheel_sha,
+                "wheel_size": wheel.stat().st_size,
+                "f4gemm_dir": f"{wheel.name}:{WHEEL_F4GEMM_PREFIX}",
+                "tables_dir": f"{wheel.name}:{CONFIGS_PATH}",
+            }
+            where = provenance["f4gemm_dir"]
+            return fetch_into(
+                resources_dir, aiter_id, Path(tmp) / F4GEMM_DIR, provenance, where, configs
+            )
+
+
+def _git_fetch_commit(src: GitSource, repo: Path) -> str:
+    """Shallow, blob-less fetch of `src.rev` into a new repository; the commit sha.
+
+    Blobs come later, only for the f4gemm directory and the tuned tables (sparse checkout); a
+    server without partial-clone support (a plain file:// repository) sends them all, which is
+    merely slower.
+    """
+    run_fetch_tool(
+        ["git", "init", "-q", str(repo)], action="git init", default_hint="check git works"
+    )
+    run_fetch_tool(
+        ["git", "fetch", "-q", "--depth", "1", "--filter=blob:none", src.url, src.rev],
+        cwd=repo,
+        action=f"git fetch {src.url} {src.rev}",
+        hints={
+            "couldn't find remote ref": f"{src.url} has no branch or tag {src.rev!r}",
+            "not our ref": f"{src.url} has no commit {src.rev} (or refuses to serve commits "
+            "that no branch names: give a branch or tag)",
+            "unadvertised object": f"{src.url} has no commit {src.rev} (or refuses to serve "
+            "commits that no branch names: give a branch or tag)",
+            "does not appear to be a git repository": f"{src.url} is not a git repository",
+            "unable to access": f"cannot reach {src.url} (network failure?)",
+            "Could not resolve host": f"cannot reach {src.url} (network failure?)",
+        },
+        default_hint=f"check the url {src.url!r} and rev {src.rev!r}",
+    )
+    commit = run_fetch_tool(
+        ["git", "rev-parse", "--verify", "FETCH_HEAD^{commit}"],
+        cwd=repo,
+        action=f"resolving {src.rev} of {src.url}",
+        default_hint=f"{src.rev!r} does not name a commit",
+    ).strip()
+    if HEX40.match(src.rev) and commit != src.rev:
+        raise FetchError(f"git fetch {src.url} {src.rev} returned commit {commit}")
+    return commit
+
+
+def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
+    """Check out only GIT_F4GEMM_PATH and the a4w4 tables under CONFIGS_PATH of `commit`; the
+    f4gemm directory in the work tree (the tables are at repo/CONFIGS_PATH)."""
+    listed = run_fetch_tool(
+        ["git", "ls-tree", "--name-only", commit, "--", f"{GIT_F4GEMM_PATH}/{MANIFEST_NAME}"],
+        cwd=repo,
+        action=f"listing {GIT_F4GEMM_PATH} at {commit}",
+        default_hint="the fetched repository is damaged; retry",
+    )
+    if not listed.strip():
+        raise ManifestError(
+            f"commit {commit} of {src.url} has no {GIT_F4GEMM_PATH}/{MANIFEST_NAME}; "
+            "is this aiter, and does that commit have the f4gemm kernels?"
+        )
+    git_steps = [
+        [
+            "git",
+            "sparse-checkout",
+            "set",
+            "--no-cone",
+            f"/{GIT_F4GEMM_PATH}/",
+            f"/{CONFIGS_PATH}/**/*a4w4*",
+        ],
+        ["git", "-c", "advice.detachedHead=false", "checkout", "-q", commit],
+    ]
+    for cmd in git_steps:
+        run_fetch_tool(
+            cmd,
+            cwd=repo,
+            action=f"checking out {GIT_F4GEMM_PATH} of {commit} from {src.url}",
+            default_hint="retry; if it persists, fetch into an empty resources directory",
+        )
+    return repo / GIT_F4GEMM_PATH
+
+
+def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
+    if HEX40.match(src.rev):  # a commit pins its tree: no network when already fetched
+        aiter_id = f"git-{src.rev[:12]}"
+        target = aiter_dir(resources_dir, aiter_id)
+        with locked(_lock_for(resources_dir, aiter_id)):
+            if target.exists() and "tables" in read_provenance(target):
+                return _reuse_git(target, src.rev)
+    with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
+        repo = Path(tmp) / "repo"
+        commit = _git_fetch_commit(src, repo)
+        aiter_id = f"git-{commit[:12]}"
+        target = aiter_dir(resources_dir, aiter_id)
+        with locked(_lock_for(resources_dir, aiter_id)):
+            if target.exists() and "tables" in read_provenance(target):
+                return _reuse_git(target, commit)
+            f4gemm = _git_checkout_f4gemm(src, repo, commit)
+            if target.exists():  # fetched before tables were: add them
+                _reuse_git(target, commit)
+                complete_tables(target, repo / CONFIGS_PATH, CONFIGS_PATH)
+                return fetch_result(target, fetched=False)
+            provenance = {
+                "kind": "git",
+                "url": src.url,
+                "rev": src.rev,
+                "commit": commit,
+                "f4gemm_dir": GIT_F4GEMM_PATH,
+                "tables_dir": CONFIGS_PATH,
+            }
+            where = f"{GIT_F4GEMM_PATH} of commit {commit} of {src.url}"
+            return fetch_into(
+                resources_dir, aiter_id, f4gemm, provenance, where, repo / CONFIGS_PATH
+            )
+
+
+def _reuse_git(target: Path, commit: str) -> FetchResult:
+    record = verify_aiter_dir(target)
+    if record["source"].get("commit") != commit:
+        raise ChecksumError(
+            f"{target} records commit {record['source'].get('commit')}, not {commit} (a 12-hex "
+            f"id collision?); move {target} away and fetch again"
+        )
+    return fetch_result(target, fetched=False)
+
+
+def local_configs_dir(f4gemm_dir: Path) -> Path | None:
+    """The tables beside a local f4gemm directory: a fetched copy's (<id>/configs), else
+    tables.configs_dir_beside's (an aiter checkout or an installed wheel)."""
+    if (Path(f4gemm_dir).resolve().parent / PROVENANCE_JSON).is_file():
+        return Path(f4gemm_dir).resolve().parent / TABLES_DIR
+    return configs_dir_beside(f4gemm_dir)
+
+
+def _local_files(
+    src: LocalSource,
+) -> tuple[Path, dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The f4gemm directory used for a local source, sha256 + size of what would be copied,
+    and the same for its tuned tables.
+
+    `path` may be the f4gemm directory or either meaning of AITER_ASM_DIR (find_f4gemm_dir);
+    the directory used is recorded in the provenance.
+    """
+    directory = find_f4gemm_dir(src.path)
+    directory, names = listed_names(directory, str(directory))
+    files = {}
+    for name in names:
+        path = directory / name
+        files[name] = {"sha256": sha256_file(path), "size": path.stat().st_size}
+    tables = {
+        rel: {"sha256": sha256_file(path), "size": path.stat().st_size}
+        for rel, path in find_tables(local_configs_dir(directory)).items()
+    }
+    return directory, files, tables
+
+
+def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
+    directory, files, tables = _local_files(src)
+    digest = content_digest(files, tables)
+    if src.sha256 is not None and src.sha256 != digest:
+        named = {**files, **{f"{TABLES_DIR}/{rel}": v for rel, v in tables.items()}}
+        raise ChecksumError(_local_pin_message(src, directory, digest, named, resources_dir))
+    aiter_id = f"local-{digest[:12]}"
+    target = aiter_dir(resources_dir, aiter_id)
+    with locked(_lock_for(resources_dir, aiter_id)):
+        if target.exists():
+            verify_aiter_dir(target)
+            return fetch_result(target, fetched=False)
+        configs = local_configs_dir(directory)
+        provenance = {
+            "kind": "local",
+            "path": str(src.path),
+            "f4gemm_dir": str(directory.resolve()),
+            "tables_dir": str(configs) if configs is not None else "",
+        }
+        result = fetch_into(resources_dir, aiter_id, directory, provenance, str(directory), configs)
+        copied = read_provenance(target)["content_sha256"]
+        if copied != digest:
+            shutil.rmtree(target)
+            raise FetchError(f"{directory} changed while it was being copied; fetch again")
+        return result
+
+
+def _local_pin_message(
+    src: LocalSource, directory: Path, digest: str, files: dict, resources_dir: Path
+) -> str:
+    """Name the changed files when an earlier fetch of the pinned content is on disk."""
+    assert src.sha256 is not None
+    message = (
+        f"local aiter directory {directory}: content sha256 {digest}, but the source pins "
+        f"{src.sha256}"
+    )
+    pinned_dir = aiter_dir(resources_dir, f"local-{src.sha256[:12]}")
+    if (pinned_dir / PROVENANCE_JSON).is_file():
+        record = read_provenance(pinned_dir)
+        recorded = {
+            **record["files"],
+            **{f"{TABLES_DIR}/{rel}": v for rel, v in record.get("tables", {}).items()},
+        }
+        changed = [
+            f"{name}: expected sha256 {recorded[name]['sha256'] if name in recorded else None}, "
+            f"actual {files[name]['sha256'] if name in files else None}"
+            for name in sorted(recorded.keys() | files.keys())
+            if recorded.get(name, {}).get("sha256") != files.get(name, {}).get("sha256")
+        ]
+        message += f" (recorded in {pinned_dir / PROVENANCE_JSON}); changed: " + "; ".join(changed)
+    return message + (
+        "; restore the pinned files, or, if the change is intended, set the pin to the new "
+        "content sha256 (or drop it)"
+    )

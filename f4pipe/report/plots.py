@@ -1,0 +1,96 @@
+"""The report's plots (matplotlib with the Agg backend: no display needed), with metadata
+stripped so the same rows give the same PNG bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from f4pipe.layout import (
+    BASE_VARIANTS,
+    SEED_SPLITK_ERR_PCT,
+    SEED_SPLITK_SHAPE,
+)
+from f4pipe.report.render import short_kernel
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> str:
+    # No "Software"/date metadata: the same rows give the same PNG bytes (archives stay stable).
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    pyplot().close(fig)
+    return path.name
+
+
+def plot_splitk(ran: pd.DataFrame | None, path: Path) -> str:
+    """Error vs split count per (variant, kernel, shape) beside the seed's MI355X line;
+    with no runs (`ran` None) only the seed's line, titled so nobody mistakes it for a result."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    xs = sorted(SEED_SPLITK_ERR_PCT)
+    m, n, k = SEED_SPLITK_SHAPE
+    ax.plot(
+        [1 << x for x in xs],
+        [SEED_SPLITK_ERR_PCT[x] for x in xs],
+        "k:",
+        marker="s",
+        label=f"seed MI355X (M={m} N={n} K={k})",
+    )
+    styles = {"original": ("-", "o"), "rebuilt": ("--", "x")}
+    if ran is None:
+        ran = pd.DataFrame(columns=["variant", "kernel", "m", "n", "k", "log2_k_split"])
+        ax.set_title("no splitK runs in this set: seed reference only", fontsize=9)
+    for (variant, kernel, mm, nn, kk), grp in ran.groupby(["variant", "kernel", "m", "n", "k"]):
+        grp = grp.sort_values("log2_k_split")
+        line, marker = styles.get(str(variant), ("-.", "^"))
+        short = short_kernel(str(kernel))
+        ax.plot(
+            [1 << int(v) for v in grp["log2_k_split"]],
+            grp["err_frac"] * 100,
+            line,
+            marker=marker,
+            label=f"{short} {variant} (M={mm} N={nn} K={kk})",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([1 << x for x in xs], [str(1 << x) for x in xs])
+    ax.set_xlabel("K split count")
+    ax.set_ylabel("max |err| / max |ref|  (%)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return save_figure(fig, path)
+
+
+def plot_bench(table: pd.DataFrame, path: Path) -> str:
+    plt = pyplot()
+    labels = [f"{r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()]
+    cols = [c for c in (f"{v} tflops" for v in BASE_VARIANTS) if c in table]
+    has_ratio = "ratio rebuilt/original" in table
+    fig, axes = plt.subplots(
+        1, 2 if has_ratio else 1, figsize=(11, 4.2), layout="constrained", squeeze=False
+    )
+    ax = axes[0][0]
+    width = 0.8 / max(len(cols), 1)
+    for i, col in enumerate(cols):
+        xs = [j + i * width for j in range(len(table))]
+        ax.bar(xs, table[col].fillna(0), width, label=col.split()[0])
+    ax.set_xticks([j + width * (len(cols) - 1) / 2 for j in range(len(table))], labels, fontsize=7)
+    ax.set_ylabel("TFLOP/s")
+    ax.legend()
+    if has_ratio:
+        ax2 = axes[0][1]
+        ax2.bar(range(len(table)), table["ratio rebuilt/original"].fillna(0), color="tab:green")
+        ax2.axhline(1.0, color="k", linestyle=":")
+        ax2.set_xticks(range(len(table)), labels, fontsize=7)
+        ax2.set_ylabel("rebuilt / original")
+    return save_figure(fig, path)

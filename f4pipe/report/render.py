@@ -1,0 +1,183 @@
+"""Rendering report sections: the Section data both outputs share, value formatting, and the
+HTML page (no script, no external resource but the PNGs beside it) and its markdown twin."""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+KERNEL_PREFIX = "f4gemm_bf16_per1x32Fp4_"  # common to every f4gemm name; tables drop it
+
+
+@dataclass
+class Section:
+    """One report section: a verdict line, a table (or none) and a plot (or none)."""
+
+    key: str
+    title: str
+    verdict: str
+    state: str  # ok | bad | none (not run / not measured) | info
+    table: pd.DataFrame | None = None
+    plot: str | None = None  # PNG file name beside index.html
+    notes: list[str] = field(default_factory=list)
+    code: dict[str, list[str]] = field(default_factory=dict)  # title -> preformatted lines
+
+
+def short_kernel(kernel: str) -> str:
+    return kernel.removeprefix(KERNEL_PREFIX)
+
+
+def shape_label(row: pd.Series | dict[str, Any]) -> str:
+    return f"{row['m']}x{row['n']}x{row['k']}" + (
+        f" /{1 << int(row['log2_k_split'])}" if int(row["log2_k_split"]) else ""
+    )
+
+
+def fmt_value(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))  # integer columns that a merge turned into floats
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#1b1f24;
+max-width:1320px}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid
+#d0d7de;padding-bottom:4px} .sub{color:#57606a;font-size:13px}
+.glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(240px,1fr));gap:10px;
+margin:16px 0}
+.card{border-radius:6px;padding:10px 12px;font-size:13px;border:1px solid #d0d7de}
+.card b{display:block;font-size:14px;margin-bottom:4px}
+.ok{background:#dafbe1;border-color:#4ac26b}.bad{background:#ffebe9;border-color:#ff8182}
+.none{background:#f6f8fa;border-color:#afb8c1}.info{background:#ddf4ff;border-color:#54aeff}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+th,td{border:1px solid #d0d7de;padding:2px 6px;text-align:left;white-space:nowrap}
+th{background:#f6f8fa;position:sticky;top:0} td.num{text-align:right;font-variant-numeric:
+tabular-nums} td.yes{color:#1a7f37} td.no{color:#cf222e;font-weight:bold}
+td.st-passed,td.st-measured{color:#1a7f37} td.st-failed,td.st-error{color:#cf222e;
+font-weight:bold} td.st-skipped{color:#6e7781}
+td.detail{white-space:normal;min-width:280px;max-width:480px}
+.panel{border:1px dashed #afb8c1;background:#f6f8fa;padding:14px;font-size:14px;margin:8px 0}
+.scroll{overflow-x:auto;max-width:100%}
+img{max-width:100%;border:1px solid #d0d7de} h3{font-size:14px}
+pre{background:#f6f8fa;border:1px solid #d0d7de;padding:8px;font-size:12px;overflow-x:auto}
+ul.notes{font-size:12px;color:#57606a}
+"""
+
+
+REASON_CHARS = 90  # in table cells; the full text is the cell's tooltip and in the notes
+
+
+def _cell(column: str, value: Any) -> str:
+    text = fmt_value(value)
+    classes = []
+    if isinstance(value, bool):
+        classes.append("yes" if value else "no")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        classes.append("num")
+    if column.endswith("status"):
+        classes.append(f"st-{text.split('->')[-1].strip()}")  # "passed -> failed": as failed
+    if column.endswith("reason") or column == "detail":
+        classes.append("detail")
+        if len(text) > REASON_CHARS:
+            short = html.escape(text[:REASON_CHARS])
+            return f'<td class="detail" title="{html.escape(text)}">{short}…</td>'
+    cls = f' class="{" ".join(classes)}"' if classes else ""
+    return f"<td{cls}>{html.escape(text)}</td>"
+
+
+def html_table(df: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = []
+    for row in df.itertuples(index=False):
+        body.append(
+            "<tr>"
+            + "".join(_cell(str(c), v) for c, v in zip(df.columns, row, strict=True))
+            + "</tr>"
+        )
+    return f'<div class="scroll"><table><tr>{head}</tr>{"".join(body)}</table></div>'
+
+
+def md_table(df: pd.DataFrame, max_rows: int | None = None) -> str:
+    shown = df if max_rows is None else df.head(max_rows)
+    lines = [
+        "| " + " | ".join(str(c) for c in df.columns) + " |",
+        "|" + "---|" * len(df.columns),
+    ]
+    for row in shown.itertuples(index=False):
+        cells = (fmt_value(v).replace("|", "\\|").replace("\n", " ") for v in row)
+        lines.append("| " + " | ".join(cells) + " |")
+    if max_rows is not None and len(df) > max_rows:
+        lines.append(f"\n({len(df) - max_rows} more rows in index.html)")
+    return "\n".join(lines)
+
+
+def _drop_empty_reasons(df: pd.DataFrame) -> pd.DataFrame:
+    """Hide reason columns that say nothing (every run went through)."""
+    empty = [c for c in df.columns if c.endswith("reason") and not df[c].fillna("").any()]
+    return df.drop(columns=empty)
+
+
+def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]) -> str:
+    cards = "".join(
+        f'<div class="card {s.state}"><b>{html.escape(s.title.split(":")[0])}</b>'
+        f"{html.escape(s.verdict)}</div>"
+        for s in sections
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f'<div class="sub">{html.escape(" · ".join(f"{k}: {v}" for k, v in prov[:4]))}</div>',
+        f'<div class="glance">{cards}</div>',
+    ]
+    for s in sections:
+        parts.append(f'<h2 id="{s.key}">{html.escape(s.title)}</h2>')
+        if s.state == "none":
+            parts.append(f'<div class="panel">{html.escape(s.verdict)}</div>')
+        else:
+            parts.append(f'<div class="card {s.state}">{html.escape(s.verdict)}</div>')
+        if s.plot:
+            parts.append(f'<p><img src="{html.escape(s.plot)}" alt="{html.escape(s.title)}"></p>')
+        if s.notes:
+            items = "".join(f"<li>{html.escape(n)}</li>" for n in s.notes)
+            parts.append(f'<ul class="notes">{items}</ul>')
+        if s.table is not None and len(s.table):
+            parts.append(html_table(_drop_empty_reasons(s.table)))
+        for name, lines in s.code.items():
+            parts.append(
+                f"<h3>{html.escape(name)}</h3><pre>{html.escape(chr(10).join(lines))}</pre>"
+            )
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in prov)
+    parts.append(f'<h2 id="provenance">Provenance</h2><table>{rows}</table>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def render_markdown(title: str, sections: list[Section], prov: list[tuple[str, str]]) -> str:
+    lines = [f"# {title}", "", "| section | verdict |", "|---|---|"]
+    lines += [f"| {s.title.split(':')[0]} | {s.verdict} |" for s in sections]
+    for s in sections:
+        lines += ["", f"## {s.title}", "", s.verdict, ""]
+        lines += [f"- {n}" for n in s.notes]
+        if s.plot:
+            lines += ["", f"![{s.title}]({s.plot})"]
+        if s.table is not None and len(s.table):
+            max_rows = None if s.key == "roundtrip" else 60
+            lines += ["", md_table(_drop_empty_reasons(s.table), max_rows)]
+        for name, code in s.code.items():
+            lines += ["", f"### {name}", "", "```diff", *code, "```"]
+    lines += ["", "## Provenance", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in prov]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,428 @@
+"""The report's sections, one function each, from a ResultSet to a Section: what ran, the
+verdict, the table and the plot. A stage that did not run says so; nothing is drawn that a stage
+did not record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from f4pipe.audit import format_finding
+from f4pipe.layout import (
+    BASE_VARIANTS,
+    SEED_SPLITK_ERR_PCT,
+    SEED_SPLITK_SHAPE,
+)
+from f4pipe.report.plots import plot_bench, plot_splitk
+from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
+from f4pipe.resultset import ResultSet
+from f4pipe.safety import EDGE_CLASSES
+
+NOT_MEASURED = "not measured: no gfx950 device"
+
+
+def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
+    df = rs.table("roundtrip")
+    sec = Section("roundtrip", "Round-trip: disassemble, reassemble, compare", "not run", "none")
+    if df is None or not len(df):
+        sec.notes.append("roundtrip.parquet is missing: the round-trip stage has not run.")
+        return sec
+    df = df.sort_values("kernel")
+    sec.notes.append(f"kernel names drop the common prefix {KERNEL_PREFIX}")
+    n_eq = int(df["equivalent"].sum())
+    unexplained = int(df["text_bytes_unexplained"].sum())
+    sec.verdict = (
+        f"{n_eq} of {len(df)} code objects equivalent; "
+        f"{int(df['text_bytes_differing'].sum())} .text bytes differ, "
+        f"{int(df['text_bytes_explained'].sum())} explained, {unexplained} unexplained"
+    )
+    hazards = int(df["hazards"].fillna(0).sum())
+    sec.verdict += f"; {hazards} static timing finding(s) in the rebuilt objects"
+    sec.state = "ok" if n_eq == len(df) and unexplained == 0 and not hazards else "bad"
+    checks = ["header_ok", "descriptor_ok", "text_disasm_ok", "notes_ok", "symbols_ok"]
+    checks.append("sections_ok")
+    table = pd.DataFrame(
+        {
+            "kernel": df["kernel"].map(short_kernel),
+            "equivalent": df["equivalent"],
+            **{c.removesuffix("_ok"): df[c] for c in checks},
+            "bytes differing": df["text_bytes_differing"],
+            "explained": df["text_bytes_explained"],
+            "unexplained": df["text_bytes_unexplained"],
+            "instructions": df["num_instructions"],
+            "hazards": df["hazards"],
+            "size": df["original_size"],
+            "detail": df["detail"],
+        }
+    )
+    sec.table = table.reset_index(drop=True)
+    return sec
+
+
+def _gemm_rows(rs: ResultSet, name: str) -> pd.DataFrame | None:
+    df = rs.table(name)
+    return None if df is None or not len(df) else df
+
+
+def _not_run(sec: Section, name: str, df: pd.DataFrame | None) -> bool:
+    """Mark `sec` "not run" (no table) or "skipped" (no row ran); True if nothing to show."""
+    if df is None:
+        sec.verdict, sec.state = "not run", "none"
+        sec.notes.append(f"{name}.parquet is missing: the {name} stage has not run.")
+        return True
+    ran = df[df["status"].isin(["passed", "failed"])]
+    if not len(ran):
+        errored = (df["status"] == "error").any()
+        sec.verdict = f"no {name} run completed: {_status_counts(df)}"
+        sec.state = "bad" if errored else "none"
+        sec.notes.extend(f"reason: {r}" for r in sorted(set(df["reason"])))
+        return True
+    return False
+
+
+def _status_counts(df: pd.DataFrame) -> str:
+    counts = df["status"].value_counts().sort_index()
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def _side_by_side(df: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """One line per (kernel, shape): each variant's status and metrics in columns, then one
+    reason column (what each variant's row says when it did not run through)."""
+    key = ["kernel", "m", "n", "k", "log2_k_split"]
+    variants = [v for v in BASE_VARIANTS if v in set(df["variant"])]
+    variants += sorted(set(df["variant"]) - set(variants))
+    merged: pd.DataFrame | None = None
+    for variant in variants:
+        part = df[df["variant"] == variant][[*key, "status", *metrics, "reason"]]
+        part = part.drop_duplicates(key).rename(
+            columns={c: f"{variant} {c}" for c in ["status", *metrics, "reason"]}
+        )
+        merged = part if merged is None else merged.merge(part, on=key, how="outer")
+    assert merged is not None
+    merged = merged.sort_values(["m", "n", "k", "log2_k_split", "kernel"]).reset_index(drop=True)
+    merged.insert(1, "shape (MxNxK /split)", [shape_label(r) for _, r in merged.iterrows()])
+    merged["kernel"] = merged["kernel"].map(short_kernel)
+    reason_cols = [f"{v} reason" for v in variants]
+    merged["reason"] = [
+        "; ".join(f"{v}: {r[c]}" for v, c in zip(variants, reason_cols, strict=True) if r[c])
+        for _, r in merged[reason_cols].fillna("").iterrows()
+    ]
+    return merged.drop(columns=["m", "n", "k", "log2_k_split", *reason_cols])
+
+
+def _identical(df: pd.DataFrame, metrics: Sequence[str]) -> tuple[int, int]:
+    """(runs whose original and rebuilt results are bit-identical, runs both variants ran)."""
+    cols = [f"{v} {m}" for v in BASE_VARIANTS for m in ("status", *metrics)]
+    if not all(c in df.columns for c in cols):
+        return 0, 0
+    ran = ["passed", "failed"]
+    both = df[df["original status"].isin(ran) & df["rebuilt status"].isin(ran)]
+    same = both[
+        [
+            all(
+                fmt_value(row[f"original {m}"], 17) == fmt_value(row[f"rebuilt {m}"], 17)
+                for m in ("status", *metrics)
+            )
+            for _, row in both.iterrows()
+        ]
+    ]
+    return len(same), len(both)
+
+
+#: The error metrics of a GEMM run, side by side per variant (also what compare lines up).
+VERIFY_METRICS = ("max_abs_err", "err_frac", "bad")
+
+
+def verify_section(rs: ResultSet, out_dir: Path | None) -> Section:
+    df = _gemm_rows(rs, "verify")
+    sec = Section("verify", "Verification matrix: kernel x shape, original and rebuilt", "", "")
+    if _not_run(sec, "verify", df):
+        if df is not None:
+            sec.table = _side_by_side(df, VERIFY_METRICS)
+        return sec
+    assert df is not None
+    per_variant = "; ".join(
+        f"{v}: {_status_counts(df[df['variant'] == v])}" for v in sorted(set(df["variant"]))
+    )
+    sec.table = _side_by_side(df, VERIFY_METRICS)
+    same, both = _identical(sec.table, VERIFY_METRICS)
+    sec.verdict = per_variant + (
+        f"; rebuilt matches original in {same} of {both} runs both ran" if both else ""
+    )
+    if both:
+        sec.notes.append(
+            "Original and rebuilt matching on the emulator is expected, not independent "
+            "evidence: the decoder reads the same instructions from both (the round trip's "
+            "decoded-instruction identity; the differing bytes are don't-care bits). Only "
+            "hardware runs of both variants test the rebuilt bytes beyond that."
+        )
+    hazards = df["hazards"].fillna(0).sum()
+    if df["hazards"].notna().any():
+        sec.notes.append(
+            f"timing checked on the emulator (memory counters, LDS visibility, wait states): "
+            f"{int(hazards)} hazard(s) in {int((df['hazards'].fillna(0) > 0).sum())} run(s)"
+        )
+    bad = df["status"].isin(["failed", "error", "hazard"]).any() or same != both
+    sec.state = "bad" if bad else "ok"
+    sec.notes.append(f"device: {', '.join(sorted(set(df['device_id'])))}")
+    sec.notes.extend(_problems(df))
+    return sec
+
+
+def _problems(df: pd.DataFrame) -> list[str]:
+    """One line per failed or errored run, so they are seen without reading the whole table."""
+    bad = df[df["status"].isin(["failed", "hazard", "error"])]
+    lines = [
+        f"{r['status']}: {r['variant']} {short_kernel(r['kernel'])} {shape_label(r)}"
+        + (f" ({r['reason']})" if r["reason"] else f" ({r['bad']} bad elements)")
+        for _, r in bad.iterrows()
+    ]
+    return lines + _advisories(df)
+
+
+def _advisories(df: pd.DataFrame) -> list[str]:
+    """One finding per (variant, kernel) whose runs carry timing advisories (f4pipe.emu.timing:
+    what the kernel relies on beyond the ISA's promises), with the first pair named."""
+    out = []
+    flagged = df[df["advisories"].fillna(0) > 0]
+    for (variant, kernel), rows in flagged.groupby(["variant", "kernel"], sort=True):
+        reason = str(rows.iloc[0]["reason"])
+        at = reason.find("advisory: ")
+        detail = reason[at + len("advisory: ") :] if at >= 0 else reason
+        out.append(
+            f"finding (advisory, not a failure): {variant} {short_kernel(kernel)}: "
+            f"{int(rows['advisories'].max())} pair(s) in {len(rows)} run(s); {detail}"
+        )
+    return out
+
+
+def splitk_section(rs: ResultSet, out_dir: Path | None) -> Section:
+    df = _gemm_rows(rs, "splitk")
+    sec = Section("splitk", "splitK: error vs split count", "", "")
+    ref = ", ".join(f"{1 << k}: {v} %" for k, v in SEED_SPLITK_ERR_PCT.items())
+    m, n, k = SEED_SPLITK_SHAPE
+    sec.notes.append(f"reference: seed MI355X at M={m} N={n} K={k}, split {ref} of max|ref|")
+    if _not_run(sec, "splitk", df):
+        if df is not None:
+            sec.table = _side_by_side(df, ("err_frac", "max_abs_err"))
+        if (
+            out_dir is not None
+        ):  # the seed's reference alone, marked as such: the plot always exists
+            sec.plot = plot_splitk(None, out_dir / "splitk.png")
+        return sec
+    assert df is not None
+    ran = df[df["status"].isin(["passed", "failed"])]
+    worst = ran.groupby("log2_k_split")["err_frac"].max()
+    sec.verdict = f"{_status_counts(df)}; worst error by split: " + ", ".join(
+        f"{1 << int(lg)}: {v * 100:.2f} %" for lg, v in worst.items()
+    )
+    sec.state = "bad" if df["status"].isin(["failed", "error"]).any() else "ok"
+    sec.notes.extend(_problems(df))
+    sec.table = _side_by_side(df, ("err_frac", "max_abs_err"))
+    if out_dir is not None:
+        sec.plot = plot_splitk(ran, out_dir / "splitk.png")
+    return sec
+
+
+def bench_section(rs: ResultSet, out_dir: Path | None) -> Section:
+    df = _gemm_rows(rs, "bench")
+    sec = Section("bench", "Throughput: original vs rebuilt", NOT_MEASURED, "none")
+    if df is None:
+        sec.notes.append("bench.parquet is missing: the bench stage has not run.")
+        return sec
+    measured = df[df["status"] == "measured"]
+    if not len(measured):
+        devices = ", ".join(sorted(set(df["device_id"])))
+        sec.notes.append(f"{len(df)} bench rows on device {devices}, none measured")
+        sec.notes.extend(f"reason: {r}" for r in sorted(set(df["reason"])))
+        return sec
+    table = _side_by_side(measured, ("us", "tflops"))
+    if "original tflops" in table and "rebuilt tflops" in table:
+        table["ratio rebuilt/original"] = table["rebuilt tflops"] / table["original tflops"]
+    sec.table = table
+    sec.state = "info"
+    sec.verdict = (
+        f"{len(measured)} runs measured on {', '.join(sorted(set(measured['device_id'])))}"
+    )
+    if "ratio rebuilt/original" in table:
+        ratios = table["ratio rebuilt/original"].dropna()
+        if len(ratios):
+            sec.verdict += f"; rebuilt/original TFLOP/s {ratios.min():.3f} .. {ratios.max():.3f}"
+    if out_dir is not None:
+        sec.plot = plot_bench(table, out_dir / "throughput.png")
+    return sec
+
+
+VERDICT_RANK = {"safe": 0, "race": 1, "wrong": 2, "fault": 3}
+
+
+def _safety_cell(rows: pd.DataFrame) -> str:
+    """The worst verdict of a kernel x edge class cell, with its first evidence."""
+    if not len(rows):
+        return "-"
+    worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+    v = str(worst["verdict"])
+    if v == "wrong" and worst["bad"]:
+        return (
+            f"wrong D[{int(worst['first_bad_row'])},{int(worst['first_bad_col'])}] "
+            f"exp {fmt_value(worst['expected'])} got {fmt_value(worst['got'])}"
+        )
+    if v == "wrong":
+        return f"wrong ({int(worst['canary_damaged'])} canaries)"
+    if v == "race":
+        return f"race ({int(worst['races'])} dwords)"
+    return v
+
+
+def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
+    df = rs.table("safety")
+    sec = Section("safety", "Shape-edge safety: kernel x edge class (emulator)", "not run", "none")
+    if df is None or not len(df):
+        sec.notes.append("safety.parquet is missing: the safety sweep has not run.")
+        return sec
+    raw = df[df["policy"] == "unsafe"]
+    padded = df[df["policy"] == "pad"]
+    counts = []
+    for edge in EDGE_CLASSES:
+        cell = raw[raw["edge_class"] == edge].groupby("kernel")["verdict"]
+        worst = cell.agg(lambda v: max(v, key=VERDICT_RANK.__getitem__))
+        tally = worst.value_counts()
+        counts.append(f"{edge}: " + ", ".join(f"{n} {v}" for v, n in sorted(tally.items())))
+    disagree = df[~df["agrees"]]
+    sec.verdict = f"{df['kernel'].nunique()} kernels; worst verdict per kernel: " + "; ".join(
+        counts
+    )
+    sec.verdict += (
+        f"; padded-output remedy safe in {int((padded['verdict'] == 'safe').sum())} of "
+        f"{len(padded)} unsafe shapes"
+    )
+    sec.state = "bad" if len(disagree) else "info"
+    sec.notes.append(
+        "safe: D[:M,:N] right and no canary outside it moved in every workgroup order, no "
+        "races; race: right here, but two workgroups store to one address (hardware order "
+        "decides); wrong: first bad element (expected, got) in some order; fault: the kernel "
+        "left its buffers (the emulator refuses; hardware writes or reads whatever is there)"
+    )
+    sec.notes.append(
+        f"orders: {', '.join(sorted(set(df['orders'])))}; kernel names drop "
+        f"the prefix {KERNEL_PREFIX}"
+    )
+    if len(disagree):
+        sec.notes.append(
+            f"{len(disagree)} row(s) where f4pipe.safety's rules disagree with the emulator: "
+            + ", ".join(
+                f"{short_kernel(r['kernel'])} {r['edge_class']} M={r['m']} N={r['n']} K={r['k']}"
+                for _, r in disagree.iterrows()
+            )
+        )
+    table = []
+    for kernel, rows in raw.groupby("kernel", sort=True):
+        first = rows.iloc[0]
+        line: dict[str, Any] = {"kernel": short_kernel(str(kernel))}
+        line["store"] = first["store_class"]
+        for edge in EDGE_CLASSES:
+            line[edge] = _safety_cell(rows[rows["edge_class"] == edge])
+        pads = padded[padded["kernel"] == kernel]
+        line["padded"] = (
+            "-" if not len(pads) else "safe" if (pads["verdict"] == "safe").all() else "NOT safe"
+        )
+        line["static D bound"] = first["static_d_bound"]
+        line["static N guards"] = first["static_n_guards"]
+        table.append(line)
+    sec.table = pd.DataFrame(table)
+    repro = []
+    for (kernel, edge), rows in raw[raw["verdict"] != "safe"].groupby(["kernel", "edge_class"]):
+        worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+        repro.append(f"# {short_kernel(str(kernel))} {edge}: {worst['verdict']}")
+        repro.append(str(worst["reproducer"]))
+    if repro:
+        sec.code["Reproducers (one per unsafe cell; exit 1 or 2 on the emulator)"] = repro
+    return sec
+
+
+def audit_section(rs: ResultSet, out_dir: Path | None) -> Section:
+    """Per tuned table: rows checked, unsafe, other-arch; every unsafe row as a finding with
+    aiter's recorded columns beside f4pipe's verdict."""
+    df = rs.table("audit")
+    sec = Section("audit", "Tuned-config audit: aiter's a4w4 tuned GEMM tables", "not run", "none")
+    if df is None:
+        sec.notes.append("audit.parquet is missing: the tuned-config audit has not run.")
+        return sec
+    if not len(df):
+        sec.verdict = "the fetched aiter has no a4w4 tuned GEMM table with asm rows"
+        return sec
+    unsafe = df[df["status"] == "unsafe"]
+    parts = []
+    for name, t in df.groupby("csv", sort=True):
+        other = int((t["status"] == "other-arch").sum())
+        bad = t[t["status"] == "unsafe"]
+        emulated = bad["emulated"].value_counts()
+        parts.append(
+            f"{name}: {len(t) - other} asm rows checked, {len(bad)} unsafe"
+            + (
+                " (emulated: " + ", ".join(f"{n} {v}" for v, n in sorted(emulated.items())) + ")"
+                if len(emulated)
+                else ""
+            )
+            + (f", {other} rows for other archs skipped" if other else "")
+        )
+    unknown = int((df["status"] == "unknown-kernel").sum())
+    sec.verdict = "; ".join(parts) + (
+        f"; {unknown} rows name kernels not in the manifest" if unknown else ""
+    )
+    sec.state = "bad" if len(unsafe) else "ok"
+    if len(unsafe):
+        sec.table = pd.DataFrame(
+            {
+                "table": unsafe["csv"],
+                "line": unsafe["line"],
+                "M": unsafe["m"],
+                "N": unsafe["n"],
+                "K": unsafe["k"],
+                "kernel": unsafe["kernel"].map(short_kernel),
+                "aiter us": unsafe["aiter_us"],
+                "aiter errRatio": unsafe["aiter_err_ratio"],
+                "f4pipe": unsafe["emulated"].where(unsafe["emulated"] != "", "rules only"),
+                "per order": unsafe["emu_orders"],
+                "edge": unsafe["edge_classes"],
+            }
+        ).reset_index(drop=True)
+        for name, t in unsafe.groupby("csv", sort=True):
+            sec.code[f"Findings in {name} (aiter's record beside f4pipe's verdict)"] = [
+                line for _, r in t.iterrows() for line in format_finding(r.to_dict()).splitlines()
+            ]
+    return sec
+
+
+def fidelity_section(rs: ResultSet, out_dir: Path | None) -> Section:
+    """What an emulator verdict is worth: f4pipe.emu.fidelity's table."""
+    from f4pipe.emu.fidelity import FIDELITY
+
+    sec = Section(
+        "fidelity",
+        "Emulator fidelity: what a verdict from the emulator covers",
+        "exact where the ISA defines the result; memory values in one legal schedule, with "
+        "the timing that schedule hides checked; no throughput",
+        "info",
+    )
+    sec.table = pd.DataFrame(FIDELITY, columns=["aspect", "how", "detail"])
+    return sec
+
+
+#: A section from a result set; `out_dir` is where its plot goes (None: no plots).
+SectionBuilder = Callable[[ResultSet, "Path | None"], Section]
+
+#: The report's sections in page order. A new section is one function with this signature,
+#: added here.
+SECTIONS: list[SectionBuilder] = [
+    roundtrip_section,
+    verify_section,
+    splitk_section,
+    bench_section,
+    safety_section,
+    audit_section,
+    fidelity_section,
+]

@@ -1,0 +1,89 @@
+"""One definition per fact (issue 15): the workflow, the config schema and the code take the
+result-set layout, the stages, the variants, the edit-name rule, the device kinds and the shape
+matrices from f4pipe.layout and f4pipe.matrices; these tests fail when one of them drifts."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from f4pipe import layout
+from f4pipe.matrices import MATRICES
+from f4pipe.schemas import TABLE_SCHEMAS
+from f4pipe.stages import STAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+RULES = ROOT / "workflow" / "rules"
+
+
+def test_schema_enums_are_the_code_s() -> None:
+    props = SCHEMA["properties"]
+    assert props["device"]["enum"] == list(layout.DEVICE_KINDS)
+    assert SCHEMA["$defs"]["stage"]["properties"]["matrix"]["enum"] == list(MATRICES)
+    edit_name = props["edits"]["items"]["properties"]["name"]["pattern"]
+    assert edit_name == layout.EDIT_NAME.pattern
+    assert all(stage in SCHEMA["required"] for stage in layout.GEMM_STAGES)
+
+
+def test_every_table_has_one_schema_and_every_gemm_stage_one_runner() -> None:
+    assert list(TABLE_SCHEMAS) == list(layout.TABLES)
+    assert list(STAGES) == list(layout.GEMM_STAGES)
+
+
+def test_the_workflow_spells_no_table_or_fetched_directory_of_its_own() -> None:
+    """A table's file is `table_file(name)` in the rules too: the only `.parquet` names a rule
+    spells are per-kernel or per-variant row files (a wildcard in them) and the GEMM stage
+    tables by their `{stage}` wildcard; `f4gemm` appears only through F4GEMM_DIR."""
+    for smk in sorted(RULES.glob("*.smk")):
+        text = smk.read_text()
+        for name in re.findall(r'"([A-Za-z0-9_./{}]+)\.parquet"', text):
+            assert "{" in name, f"{smk.name}: {name}.parquet: use table_file()"
+        assert "/f4gemm" not in text and '"f4gemm"' not in text, smk.name
+
+
+def test_edit_names_follow_one_rule() -> None:
+    for good in ("nop-pad", "a_b", "x1-y2-z3"):
+        assert layout.EDIT_NAME.match(good)
+    for bad in ("-x", "x-", "a--b", "a b", "a/b", ""):
+        assert not layout.EDIT_NAME.match(bad)
+    assert layout.edit_name_of(layout.edit_variant("nop-pad")) == "nop-pad"
+    assert layout.edit_name_of("rebuilt") is None
+
+
+def test_an_unknown_matrix_fails_at_config_validation(tmp_path: Path) -> None:
+    """Before any job runs: snakemake's schema validation names the value."""
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["splitk"]["matrix"] = "no-such-matrix"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert "no-such-matrix" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / ".test").glob("config-*.yaml")), ids=lambda p: p.name
+)
+def test_test_configs_are_valid_configs(path: Path) -> None:
+    """The .test/ configs the pipeline tests run pass the schema like config/config.yaml."""
+    from snakemake.utils import validate
+
+    validate(yaml.safe_load(path.read_text()), str(ROOT / "workflow/schemas/config.schema.yaml"))
+
+
+def test_the_default_config_is_valid() -> None:
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))
