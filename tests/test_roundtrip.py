@@ -249,6 +249,9 @@ def test_co2asm_and_assemble_cli(f4gemm_dir: Path, tmp_path: Path, capsys) -> No
     orig = f4gemm_dir / "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128.co"
     asm, rebuilt = tmp_path / "k.s", tmp_path / "k.co"
     assert main(["co2asm", str(orig), "-o", str(asm)]) == 0
+    capsys.readouterr()
+    assert main(["co2asm", str(orig), "-o", "-"]) == 0  # `-o -`: the text on stdout, no file
+    assert capsys.readouterr().out == asm.read_text() and not Path("-").exists()
     assert main(["assemble", str(asm), "-o", str(rebuilt)]) == 0
     a, b = CodeObject.read(orig), CodeObject.read(rebuilt)
     assert a.kernel_descriptor(a.kernel_symbols()[0].name) == b.kernel_descriptor(

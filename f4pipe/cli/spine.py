@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,12 +45,17 @@ def cmd_co2asm(args: argparse.Namespace) -> int:
     from f4pipe.co2asm import check_reassembles, co2asm
 
     src = Path(args.code_object)
-    out = Path(args.output) if args.output else src.with_suffix(".s")
-    check_writable(out)
+    to_stdout = args.output == "-"
+    out = src.with_suffix(".s") if args.output is None else Path(args.output)
+    if not to_stdout:
+        check_writable(out)
     tc = toolchain_from_args(args)
     asm = co2asm(src, tc)
     if not args.no_verify:
         check_reassembles(asm, src, tc)
+    if to_stdout:
+        sys.stdout.write(asm)
+        return EXIT_OK
     write_text(out, asm)
     print(f"wrote {out}")
     return EXIT_OK
@@ -168,7 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("co2asm", help=command_help("co2asm"))
     p.add_argument("code_object", help="an AMDGPU code object (.co / .hsaco), v3+")
-    p.add_argument("-o", "--output", help="output .s (default: beside the input)")
+    p.add_argument("-o", "--output", help="output .s, - for stdout (default: beside the input)")
     p.add_argument(
         "--no-verify",
         action="store_true",
