@@ -38,6 +38,7 @@ from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.operands import SEED_A, SEED_B, generate_operand
 from f4pipe.progress import track
 from f4pipe.reference import reference_gemm
+from f4pipe.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
 from f4pipe.safety import (
     EDGE_K_MIN,
     EDGE_K_MULTI,
@@ -278,12 +279,30 @@ def sweep(
     *,
     kernels: Sequence[str] | None = None,
     orders: Sequence[str] = DEFAULT_ORDERS,
+    store: ResultStore | None = None,
 ) -> list[dict[str, Any]]:
-    """SAFETY rows for the manifest's kernels (or the named ones)."""
+    """SAFETY rows for the manifest's kernels (or the named ones); a kernel whose sweep
+    `store` holds (same bytes, manifest row, orders, toolchain, f4pipe) is not run again."""
     entries = [manifest.get(k) for k in kernels] if kernels else list(manifest)
     rows: list[dict[str, Any]] = []
     for entry in entries:
-        rows += sweep_kernel(entry, manifest.co_path(entry), keys, orders=orders)
+        co_path = manifest.co_path(entry)
+        inputs = {}
+        if store is not None:
+            inputs = {
+                "kernel": kernel_identity(entry, co_path),
+                "orders": list(orders),
+                "device_id": "emulator",
+                "toolchain_id": keys.toolchain_id,
+                "f4pipe": f4pipe_identity(),
+            }
+        rows += reuse_or_run(
+            store,
+            "safety",
+            inputs,
+            {"aiter_id": keys.aiter_id},
+            lambda entry=entry, co_path=co_path: sweep_kernel(entry, co_path, keys, orders=orders),
+        )
     return rows
 
 

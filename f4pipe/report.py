@@ -867,6 +867,8 @@ def fidelity_section() -> Section:
 
 
 def build_sections(rs: ResultSet, out_dir: Path | None) -> list[Section]:
+    from f4pipe.reportreuse import reuse_section
+
     return [
         roundtrip_section(rs),
         verify_section(rs),
@@ -875,6 +877,7 @@ def build_sections(rs: ResultSet, out_dir: Path | None) -> list[Section]:
         safety_section(rs),
         audit_section(rs),
         fidelity_section(),
+        reuse_section(rs),
     ]
 
 

@@ -178,13 +178,22 @@ _ERROR_FIELDS: list[pa.Field] = [
     pa.field("advisories", pa.int64()),
 ]
 
-VERIFY = with_keys(*_GEMM_CASE_FIELDS, *_ERROR_FIELDS)
+#: Where a row came from (f4pipe.resultstore): `reused_from` is the aiter id whose run produced
+#: a row taken from the result store (null: it ran in this set), `reuse_key` the store key
+#: (null: no store was used).
+_REUSE_FIELDS: list[pa.Field] = [
+    pa.field("reused_from", pa.string()),
+    pa.field("reuse_key", pa.string()),
+]
+
+VERIFY = with_keys(*_GEMM_CASE_FIELDS, *_ERROR_FIELDS, *_REUSE_FIELDS)
 
 SPLITK = with_keys(
     *_GEMM_CASE_FIELDS,
     pa.field("k_num", pa.int32(), nullable=False),
     pa.field("k_per_tg", pa.int64(), nullable=False),
     *_ERROR_FIELDS,
+    *_REUSE_FIELDS,
 )
 
 BENCH = with_keys(
@@ -229,6 +238,7 @@ SAFETY = with_keys(
     pa.field("reproducer", pa.string(), nullable=False),
     pa.field("rule_safe", pa.bool_(), nullable=False),
     pa.field("agrees", pa.bool_(), nullable=False),
+    *_REUSE_FIELDS,
 )
 
 # --- tuned-config audit (f4pipe.audit): one row per asm row of aiter's tuned CSV -------------
@@ -267,8 +277,9 @@ AUDIT = with_keys(
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "audit": ("gfx", "emu_orders", "finding", "aiter_us", "aiter_tflops", "aiter_err_ratio"),
     "roundtrip": ("hazards", "hazard_detail"),
-    "verify": ("hazards", "advisories"),
-    "splitk": ("hazards", "advisories"),
+    "verify": ("hazards", "advisories", "reused_from", "reuse_key"),
+    "splitk": ("hazards", "advisories", "reused_from", "reuse_key"),
+    "safety": ("reused_from", "reuse_key"),
 }
 
 #: Every table by the name the pipeline and `f4pipe gather` use.

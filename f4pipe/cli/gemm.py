@@ -25,6 +25,7 @@ from f4pipe.locate import artifact_keys, locate_co_dir
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
 from f4pipe.operands import SEED_A, SEED_B
+from f4pipe.resultstore import open_store, reuse_line
 from f4pipe.safety import is_safe, refusal
 from f4pipe.schemas import BENCH, SPLITK, VERIFY, write_rows
 from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
@@ -421,6 +422,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         iters=args.iters,
         skip_reason=reason,
+        store=open_store(getattr(args, "store", None)),
     )
     try:
         rows = STAGES[args.command](device, manifest, cases, settings)
@@ -433,6 +435,8 @@ def run_stage_command(args: argparse.Namespace) -> int:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"
     print(f"f4pipe {args.command}: {len(rows)} row(s){written} ({summary})")
+    if settings.store is not None:
+        print(reuse_line(args.command, rows, settings.store))
     for row in rows:
         if row["status"] in ("failed", "error"):
             print(
@@ -495,8 +499,20 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
         "failures instead of stopping on them); errors still exit 2",
     )
     p.add_argument("-o", "--output", type=Path, help="write the Parquet table here")
+    if name != "bench":  # a throughput number is a measurement, never reused
+        add_store_arg(p)
     add_device_args(p)
     p.set_defaults(func=run_stage_command)
+
+
+def add_store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        type=Path,
+        help="result store directory (f4pipe.resultstore): take a run's rows from it when it "
+        "holds the same kernel bytes, parameters, device, toolchain and f4pipe, and add the "
+        "rows that ran; the pipeline passes <results_dir>/store (default: no reuse)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

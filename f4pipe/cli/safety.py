@@ -17,7 +17,7 @@ from pathlib import Path
 from f4pipe.audit import audit_tables, format_finding, summarize
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
-from f4pipe.cli.gemm import write_if_asked
+from f4pipe.cli.gemm import add_store_arg, write_if_asked
 from f4pipe.edgesweep import DEFAULT_ORDERS, sweep
 from f4pipe.errors import InputError
 from f4pipe.fetch import (
@@ -35,6 +35,7 @@ from f4pipe.locate import (
     locate_co_dir,
 )
 from f4pipe.manifest import read_manifest
+from f4pipe.resultstore import open_store, reuse_line
 from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys
 from f4pipe.tables import CONFIGS_PATH
 
@@ -53,7 +54,8 @@ def run_safety(args: argparse.Namespace) -> int:
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
-    rows = sweep(manifest, _keys(args, located), kernels=args.kernel, orders=orders)
+    store = open_store(args.store)
+    rows = sweep(manifest, _keys(args, located), kernels=args.kernel, orders=orders, store=store)
     written = write_if_asked(args.output, rows, SAFETY)
     counts: dict[str, int] = {}
     for r in rows:
@@ -63,6 +65,8 @@ def run_safety(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     kernels = len({r["kernel"] for r in rows})
     print(f"f4pipe safety: {kernels} kernel(s), {len(rows)} row(s){written} ({summary})")
+    if store is not None:
+        print(reuse_line("safety", rows, store))
     for r in disagree:
         print(
             f"f4pipe safety: rules disagree with the emulator: {r['kernel']} {r['edge_class']} "
@@ -175,6 +179,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Exit 1 if f4pipe.safety's rules disagree with the emulator anywhere.",
     )
     _common(p)
+    add_store_arg(p)
     p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
     p.add_argument(
         "--order",

@@ -153,6 +153,16 @@ def get_stage_iters(wildcards):
     return config[wildcards.stage].get("iters", 1)
 
 
+def get_store_args(wildcards):
+    """`--store DIR`: verify, splitk and safety reuse verdicts by content across result sets
+    (f4pipe.resultstore); bench never (its numbers are measurements)."""
+    reuse = config.get("reuse", {"activate": True})
+    if not reuse["activate"] or getattr(wildcards, "stage", None) == "bench":
+        return ""
+    store = reuse.get("store") or str(Path(config["results_dir"]) / "store")
+    return f"--store {json.dumps(store)}"
+
+
 def get_safety_rows(wildcards):
     """Per-kernel rows of the shape-edge sweep (original code objects)."""
     return [RESULTS / "safety" / "original" / f"{k}.parquet" for k in get_kernels()]
