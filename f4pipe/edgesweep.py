@@ -23,14 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from f4pipe.emu import EmulatorDevice
-from f4pipe.emu.decode import decode_all
-from f4pipe.emu.disasm import format_instruction
-from f4pipe.emu.program import Program
 from f4pipe.errors import EmulatorError
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import KERNARG_FIELDS, BufferLayout
@@ -54,6 +50,9 @@ from f4pipe.safety import (
 )
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.verify import bad_mask
+
+if TYPE_CHECKING:  # the emulator is imported where a kernel runs: reused sweeps never need it
+    from f4pipe.emu import EmulatorDevice
 
 #: bf16 NaN with a payload no kernel computes: any other value there was written by a kernel.
 CANARY = 0x7FC1
@@ -179,6 +178,8 @@ def sweep_kernel(
     evidence: StoreEvidence | None = None,
 ) -> list[dict[str, Any]]:
     """SAFETY rows of one kernel: each edge shape unprotected, and unsafe ones padded too."""
+    from f4pipe.emu import EmulatorDevice
+
     if len(orders) < 2:
         raise EmulatorError(f"the sweep needs at least two workgroup orders, got {list(orders)}")
     evidence = evidence or store_evidence(co_path, entry.symbol)
@@ -353,6 +354,10 @@ def store_evidence(co_path: Path, symbol: str) -> StoreEvidence:
     A linear pass, not a full data-flow analysis: every kernarg field is loaded at the top and
     the epilogue follows the main loop in address order in all 35 kernels, so a register's
     taint at a store is the one its last write in address order gave it."""
+    from f4pipe.emu.decode import decode_all
+    from f4pipe.emu.disasm import format_instruction
+    from f4pipe.emu.program import Program
+
     prog = Program.load(co_path, symbol)
     insts = decode_all(prog.text[prog.entry - prog.text_addr :], prog.entry)
     taint: dict[int, Taint] = {}

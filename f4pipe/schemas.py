@@ -7,6 +7,8 @@ schemas: a column with the wrong type is an error at write time, not a surprise 
 
 from __future__ import annotations
 
+import io
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -101,8 +103,36 @@ def table_from_rows(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.
             raise InputError(
                 f"row {i} does not match schema: missing {sorted(missing)}, extra {sorted(extra)}"
             )
+    if rows:
+        try:
+            return _table_from_json_lines(rows, schema)
+        except (TypeError, ValueError, pa.ArrowInvalid):
+            pass  # a value JSON cannot carry as is: Arrow's own conversion decides below
     columns = {name: [row[name] for row in rows] for name in schema.names}
     return pa.Table.from_pydict(columns, schema=schema)
+
+
+def _table_from_json_lines(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """The rows through Arrow's JSON reader with `schema` explicit: the same table as
+    pa.Table.from_pydict, without pyarrow importing pandas to convert Python objects (0.3 s
+    CPU in every pipeline job that writes a table). Floats come back bit for bit (NaN and
+    Infinity included); a null in a non-null column is refused by the reader."""
+    import pyarrow.json as pj
+
+    text = "".join(json.dumps(dict(row), allow_nan=True, default=_scalar) + "\n" for row in rows)
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    read = pj.ReadOptions(block_size=max(1 << 20, 2 * len(text)))
+    table = pj.read_json(io.BytesIO(text.encode()), read_options=read, parse_options=options)
+    if table.num_rows != len(rows) or table.schema.names != schema.names:
+        raise ValueError("JSON rows did not map one to one onto the schema")
+    return table.cast(schema)
+
+
+def _scalar(value: Any) -> Any:
+    """numpy scalars (np.int64, np.bool_, ...) as the Python values they hold."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a table value")
 
 
 def write_rows(
@@ -123,7 +153,9 @@ def read_table(
     be missing from an older file and are then filled with nulls. A corrupt or unreadable
     file is an InputError naming it."""
     try:
-        table = pq.read_table(path)
+        # one file: ParquetFile, not read_table, whose dataset layer costs 0.4 s CPU to import
+        with pq.ParquetFile(path) as parquet:
+            table = parquet.read()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InputError(f"{path}: not a readable Parquet table: {exc}") from None
     if schema is not None and added:

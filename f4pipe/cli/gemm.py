@@ -406,7 +406,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
     device: Device | None
     reason = NO_DEVICE_REASON
     try:
-        device = open_device(args.device)
+        device = open_device(args.device, lazy=True)  # not imported if every run is reused
     except HipVersionError:
         raise  # a HIP runtime the installed hip-python does not match: fix the install (exit 2)
     except NoDeviceError as exc:

@@ -14,7 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from f4pipe.audit import audit_tables, format_finding, summarize
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
 from f4pipe.cli.gemm import add_store_arg, write_if_asked
@@ -100,6 +99,8 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
 
 
 def run_audit(args: argparse.Namespace) -> int:
+    from f4pipe.audit import audit_tables, format_finding, summarize  # the emulator, pandas
+
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     tables = _audit_inputs(args, located)
