@@ -125,7 +125,7 @@ def _table_from_json_lines(rows: Sequence[Mapping[str, Any]], schema: pa.Schema)
     table = pj.read_json(io.BytesIO(text.encode()), read_options=read, parse_options=options)
     if table.num_rows != len(rows) or table.schema.names != schema.names:
         raise ValueError("JSON rows did not map one to one onto the schema")
-    return table.cast(schema)
+    return pa.Table.from_arrays(table.columns, schema=schema)  # the reader drops "not null"
 
 
 def _scalar(value: Any) -> Any:
