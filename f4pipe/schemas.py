@@ -103,11 +103,12 @@ def table_from_rows(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.
             raise InputError(
                 f"row {i} does not match schema: missing {sorted(missing)}, extra {sorted(extra)}"
             )
-    if rows:
-        try:
-            return _table_from_json_lines(rows, schema)
-        except (TypeError, ValueError, pa.ArrowInvalid):
-            pass  # a value JSON cannot carry as is: Arrow's own conversion decides below
+    if not rows:
+        return pa.Table.from_batches([], schema=schema)  # empty_table() imports pandas
+    try:
+        return _table_from_json_lines(rows, schema)
+    except (TypeError, ValueError, pa.ArrowInvalid):
+        pass  # a value JSON cannot carry as is: Arrow's own conversion decides below
     columns = {name: [row[name] for row in rows] for name in schema.names}
     return pa.Table.from_pydict(columns, schema=schema)
 

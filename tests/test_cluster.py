@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 from test_pipeline import KERNELS, make_local_aiter, snakemake, write_config, write_nop_edit
 
@@ -29,6 +30,7 @@ def workflow_rules(workdir: Path) -> set[str]:
     return {line.strip() for line in proc.stdout.splitlines() if line.strip()} - {"all"}
 
 
+@pytest.mark.slow  # a Snakemake process per job: about a minute of CPU
 def test_every_job_runs_as_its_own_cluster_job(f4gemm_dir: Path, tmp_path: Path, toolchain):
     edit = write_nop_edit(f4gemm_dir, tmp_path / "edits" / "nop.s", toolchain)
     nop = {"name": "nop", "kernel": KERNELS[0], "asm": str(edit)}
