@@ -67,14 +67,10 @@ def f4pipe_identity() -> str:
     return f"{__version__}+src.{h.hexdigest()[:16]}"
 
 
-@cache
-def _co_digest(co_path: Path) -> str:
-    return sha256_file(co_path)
-
-
 def kernel_identity(entry: KernelEntry, co_path: Path) -> dict[str, Any]:
-    """What identifies a kernel to a run: its manifest row and its code object's bytes."""
-    return {**asdict(entry), "co_sha256": _co_digest(Path(co_path).resolve())}
+    """What identifies a kernel to a run: its manifest row and its code object's bytes (read
+    every time: a code object reassembled in place must not keep its old digest)."""
+    return {**asdict(entry), "co_sha256": sha256_file(co_path)}
 
 
 def plain(value: Any) -> Any:

@@ -80,9 +80,13 @@ def test_byte_identical_kernel_of_another_result_set_is_reused(
 def test_no_reuse_when_the_kernel_bytes_change(
     first_run, f4gemm_dir: Path, toolchain, tmp_path: Path
 ) -> None:
-    """A hand edit (one s_nop after the entry label, reassembled): same name, other bytes."""
+    """A hand edit (one s_nop after the entry label) reassembled in place, in the same process
+    that just reused the original: same name and path, other bytes."""
     _, store, first = first_run
     co_dir = copy_kernel(f4gemm_dir, tmp_path / "edited")
+    assert list(verify(co_dir, store, tmp_path / "same.parquet", "aiter-e").reused_from) == [
+        "aiter-a"
+    ]
     entry = read_manifest(co_dir).get(KERNEL)
     asm = co2asm(co_dir / entry.co_name, toolchain)
     edited = asm.replace(f"{entry.symbol}:\n", f"{entry.symbol}:\n\ts_nop 0\n", 1)
