@@ -17,19 +17,22 @@ from f4pipe.resultstore import REUSE_KEY, REUSED_FROM
 if TYPE_CHECKING:
     from f4pipe.report import ResultSet, Section
 
-#: Tables whose rows may be reused (bench never: its numbers are measurements).
-REUSABLE_TABLES = ("verify", "splitk", "safety")
+#: Tables whose rows may be reused: the emulated verdicts (bench never: its numbers are
+#: measurements). Of the audit, only rows with an emulation are.
+REUSABLE_TABLES = ("verify", "splitk", "safety", "audit")
 
 
 def reuse_counts(rs: ResultSet) -> pd.DataFrame:
-    """One line per (table, origin): rows, and the store keys they came under."""
+    """One line per (table, origin) over the rows the result store keyed (`reuse_key` set):
+    rows, and the store keys they came under."""
     lines = []
     for name in REUSABLE_TABLES:
         df = rs.table(name)
         if df is None or not len(df):
             continue
-        origin = df[REUSED_FROM].fillna("")
-        for source, rows in df.groupby(origin, sort=True):
+        keyed = df[df[REUSE_KEY].notna()]
+        origin = keyed[REUSED_FROM].fillna("")
+        for source, rows in keyed.groupby(origin, sort=True):
             lines.append(
                 {
                     "table": name,
@@ -47,22 +50,23 @@ def reuse_section(rs: ResultSet) -> Section:
     sec = Section("reuse", "Reused results: rows taken from the result store", "", "info")
     counts = reuse_counts(rs)
     if not len(counts):
-        sec.verdict, sec.state = "no verify, splitk or safety rows", "none"
+        sec.verdict, sec.state = "no row kept in a result store (config reuse)", "none"
         return sec
     reused = counts[counts["reused from"] != "ran here"]
     total = int(counts["rows"].sum())
     if not len(reused):
-        sec.verdict = f"none: all {total} verify, splitk and safety rows ran in this set"
+        sec.verdict = f"none: all {total} rows the result store keys ran in this set"
     else:
         origins = ", ".join(sorted(set(reused["reused from"])))
         sec.verdict = (
-            f"{int(reused['rows'].sum())} of {total} verify, splitk and safety rows reused, "
+            f"{int(reused['rows'].sum())} of {total} rows the result store keys reused, "
             f"not run again (from {origins})"
         )
     sec.notes.append(
         "A reused row is the row that a run in the named result set produced for the same "
         "kernel bytes and manifest row, run parameters, device, toolchain and f4pipe (its "
-        "`reused_from` and `reuse_key` columns); bench rows are never reused."
+        "`reused_from` and `reuse_key` columns): verify, splitk and safety rows, and the "
+        "emulations of the tuned-table audit; bench rows are never reused."
     )
     sec.table = counts
     return sec

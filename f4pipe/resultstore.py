@@ -7,7 +7,9 @@ The store keeps the rows a run produced under a key that is exactly what the run
 - the kernel: its manifest row (tiles, splitK, bpreshuffle, symbol, .co name) and the sha256 of
   its code object's bytes;
 - the run's parameters: for a GEMM stage the whole GemmRequest (shape, split, seeds, operand
-  distribution, alpha, edge policy), for the safety sweep the workgroup orders;
+  distribution, alpha, edge policy), for the safety sweep the workgroup orders, for the tuned-
+  table audit the emulated shape and the orders (only the emulation is stored there: the row
+  around it is the table's);
 - the device identity (`device_id`), the toolchain identity (`toolchain_id`);
 - f4pipe itself: its version and a digest of its own source files, so a development checkout
   never reuses what other code computed.
@@ -153,12 +155,12 @@ def _context(row: Row, context: Mapping[str, Any]) -> Row:
     return {name: value for name, value in context.items() if name in row}
 
 
-def reuse_line(stage: str, rows: list[Row], store: ResultStore) -> str:
+def reuse_line(stage: str, rows: list[Row], store: ResultStore, what: str = "row(s)") -> str:
     """One log line: how many rows came from the store, and from which result sets."""
     reused = [row[REUSED_FROM] for row in rows if row.get(REUSED_FROM)]
     origins = f" (run in {', '.join(sorted(set(reused)))})" if reused else ""
     return (
-        f"f4pipe {stage}: {len(reused)} of {len(rows)} row(s) reused from the result store "
+        f"f4pipe {stage}: {len(reused)} of {len(rows)} {what} reused from the result store "
         f"{store.root}{origins}"
     )
 

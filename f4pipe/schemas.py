@@ -304,11 +304,21 @@ AUDIT = with_keys(
     pa.field("aiter_us", pa.float64()),  # aiter's own recorded columns of the row
     pa.field("aiter_tflops", pa.float64()),
     pa.field("aiter_err_ratio", pa.float64()),
+    *_REUSE_FIELDS,  # of the row's emulation (null: not emulated)
 )
 #: Columns added to a table after its first release: an older file lacking them reads with
 #: nulls there, so an archived set stays comparable with a new one.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "audit": ("gfx", "emu_orders", "finding", "aiter_us", "aiter_tflops", "aiter_err_ratio"),
+    "audit": (
+        "gfx",
+        "emu_orders",
+        "finding",
+        "aiter_us",
+        "aiter_tflops",
+        "aiter_err_ratio",
+        "reused_from",
+        "reuse_key",
+    ),
     "roundtrip": ("hazards", "hazard_detail"),
     "verify": ("hazards", "advisories", "reused_from", "reuse_key"),
     "splitk": ("hazards", "advisories", "reused_from", "reuse_key"),

@@ -245,6 +245,6 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
     old_md = (first / "report" / "summary.md").read_text()
     new_md = (second / "report" / "summary.md").read_text()
     rows = sum(len(pd.read_parquet(first / f"{t}.parquet")) for t in ("verify", "safety"))
-    assert f"none: all {rows} verify, splitk and safety rows ran in this set" in old_md
-    assert f"{rows} of {rows} verify, splitk and safety rows reused, not run again" in new_md
+    assert f"none: all {rows} rows the result store keys ran in this set" in old_md
+    assert f"{rows} of {rows} rows the result store keys reused, not run again" in new_md
     assert without_provenance(new_md) == without_provenance(old_md)

@@ -19,8 +19,10 @@ import pytest
 from f4pipe.assemble import assemble
 from f4pipe.cli import main
 from f4pipe.co2asm import co2asm
+from f4pipe.fetch import extract_wheel_file
 from f4pipe.fsio import write_text
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
+from f4pipe.safety import is_safe
 from f4pipe.schemas import ADDED_COLUMNS, VERIFY, read_table
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
@@ -147,3 +149,43 @@ def test_tables_written_before_reuse_read_with_null_reuse_columns(first_run, tmp
         ["reused_from", "reuse_key"]), old)  # fmt: skip
     table = read_table(old, VERIFY, ADDED_COLUMNS["verify"])
     assert table.schema.equals(VERIFY) and table.column("reuse_key").null_count == len(rows)
+
+
+def test_audit_emulations_are_reused_and_the_rows_stay_the_tables(
+    f4gemm_dir: Path, tmp_path: Path
+) -> None:
+    """The tuned-table audit stores only its emulation: the second result set reuses it, and
+    its row still names its own directory in the reproducer."""
+    from conftest import DEFAULT_SOURCE
+
+    table = pd.read_csv(extract_wheel_file(DEFAULT_SOURCE, tmp_path / "tuned.csv"))
+    manifest = read_manifest(f4gemm_dir)
+    bad = next(
+        i
+        for i, r in table.iterrows()
+        if str(r["kernelName"]).startswith("_ZN")
+        and not is_safe(manifest.get(r["kernelName"]), r["M"], r["N"], r["K"])
+    )
+    small = tmp_path / "one-unsafe-row.csv"
+    table.loc[[bad]].to_csv(small, index=False)
+    entry = manifest.get(table.loc[bad, "kernelName"])
+    store, rows = tmp_path / "store", {}
+    for name in ("a", "b"):
+        co_dir = tmp_path / name
+        co_dir.mkdir()
+        shutil.copy(f4gemm_dir / entry.co_name, co_dir / entry.co_name)
+        write_text(co_dir / MANIFEST_NAME, manifest_text([entry]))
+        out = tmp_path / f"{name}.parquet"
+        argv = ["audit-tuned", str(small), "--co-dir", str(co_dir), "--aiter-id", name]
+        assert (
+            main([*argv, "--toolchain-id", "t", "--store", str(store), "--record", "-o", str(out)])
+            == 0
+        )
+        (rows[name],) = pd.read_parquet(out).itertuples()
+    a, b = rows["a"], rows["b"]
+    assert a.status == b.status == "unsafe" and a.emulated in ("wrong", "race", "fault")
+    assert pd.isna(a.reused_from) and b.reused_from == "a" and a.reuse_key == b.reuse_key
+    assert (a.emulated, a.emu_detail, a.emu_orders, a.finding) == (
+        b.emulated, b.emu_detail, b.emu_orders, b.finding,
+    )  # fmt: skip
+    assert str(tmp_path / "b") in b.reproducer and str(tmp_path / "a") not in b.reproducer

@@ -105,8 +105,10 @@ def run_audit(args: argparse.Namespace) -> int:
     manifest = read_manifest(located.co_dir)
     tables = _audit_inputs(args, located)
     hint = args.co_dir_hint or (str(located.co_dir) if not args.co_dir else args.co_dir)
+    store = open_store(args.store)
+    keys = _keys(args, located)
     rows = audit_tables(
-        tables, manifest, _keys(args, located), emulate=not args.no_emulate, co_dir_hint=hint
+        tables, manifest, keys, emulate=not args.no_emulate, co_dir_hint=hint, store=store
     )
     written = write_if_asked(args.output, rows, AUDIT)
     print(
@@ -114,6 +116,9 @@ def run_audit(args: argparse.Namespace) -> int:
         f"kernels of {located.how}"
     )
     print(f"f4pipe audit-tuned: {summarize(rows)}{written}")
+    if store is not None:
+        emulated = [r for r in rows if r["reuse_key"]]
+        print(reuse_line("audit-tuned", emulated, store, what="emulation(s)"))
     unsafe = [r for r in rows if r["status"] == "unsafe"]
     for r in unsafe:
         print(format_finding(r))
@@ -218,6 +223,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only this fetched table (its path below aiter/configs; repeatable)",
     )
     p.add_argument("--no-emulate", action="store_true", help="rules only, no emulator runs")
+    add_store_arg(p)
     p.add_argument(
         "--co-dir-hint",
         help="the --co-dir to write into reproducer commands (default: the one used)",

@@ -59,7 +59,8 @@ rule audit_tuned:
     params:
         aiter_id=AITER_ID,
         tables=get_audit_table_args,
+        store=get_store_args,
     shell:
         "f4pipe audit-tuned {params.tables} --co-dir {input.fetched}/f4gemm "
-        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
-        "-o {output} > {log} 2>&1"
+        "--aiter-id {params.aiter_id} {params.store} --toolchain-json {input.toolchain} "
+        "--record -o {output} > {log} 2>&1"
