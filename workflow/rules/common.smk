@@ -154,8 +154,8 @@ def get_stage_iters(wildcards):
 
 
 def get_store_args(wildcards):
-    """`--store DIR`: verify, splitk and safety reuse verdicts by content across result sets
-    (f4pipe.resultstore); bench never (its numbers are measurements)."""
+    """`--store DIR`: verify, splitk, safety and the audit's emulations are reused by content
+    across result sets (f4pipe.resultstore); bench never (its numbers are measurements)."""
     reuse = config.get("reuse", {"activate": True})
     if not reuse["activate"] or getattr(wildcards, "stage", None) == "bench":
         return ""
