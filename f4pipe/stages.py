@@ -10,6 +10,10 @@ Shape edges: the heuristic picks only kernels safe at the shape (f4pipe.safety);
 names a kernel unsafe at its shape runs under StageSettings.edge_policy, by default "pad"
 (f4pipe's remedy, noted in the row's reason) so that the stage verifies the kernel's
 arithmetic; the unprotected behaviour is the safety table's business.
+
+With StageSettings.store, a verify or splitk run that was done before with the same kernel
+bytes, request, device, toolchain and f4pipe is taken from the result store (f4pipe.resultstore)
+and marked as reused; bench never is.
 """
 
 from __future__ import annotations
