@@ -24,7 +24,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,14 @@ from f4pipe.errors import InputError, ShapeError
 from f4pipe.fsio import read_input_text
 from f4pipe.kernarg import check_shape
 from f4pipe.manifest import KernelEntry, Manifest
+from f4pipe.resultstore import (
+    REUSE_KEY,
+    REUSED_FROM,
+    ResultStore,
+    f4pipe_identity,
+    kernel_identity,
+    reuse_or_run,
+)
 from f4pipe.safety import (
     EDGE_K_MIN,
     EDGE_M_ROWS,
@@ -161,6 +169,39 @@ def _emulate(
     )
 
 
+def _stored_emulation(
+    store: ResultStore | None,
+    keys: ArtifactKeys,
+    entry: KernelEntry,
+    co_path: Path,
+    shape: EdgeShape,
+    orders: Sequence[str],
+) -> tuple[Emulated, dict[str, Any]]:
+    """One row's emulation and its reuse columns: from `store` when it holds this kernel's
+    bytes and manifest row at this shape in these orders (and the toolchain and f4pipe), else
+    run. Only the emulation is stored: the row around it (aiter's columns, the reproducer's
+    directory) is this table's."""
+    inputs: dict[str, Any] = {}
+    if store is not None:
+        inputs = {
+            "kernel": kernel_identity(entry, co_path),
+            "shape": shape,
+            "orders": list(orders),
+            "device_id": "emulator",
+            "toolchain_id": keys.toolchain_id,
+            "f4pipe": f4pipe_identity(),
+        }
+    (stored,) = reuse_or_run(
+        store,
+        "audit",
+        inputs,
+        {"aiter_id": keys.aiter_id},
+        lambda: [{"aiter_id": keys.aiter_id, **asdict(_emulate(entry, co_path, shape, orders))}],
+    )
+    emulated = Emulated(**{f.name: stored[f.name] for f in fields(Emulated)})
+    return emulated, {REUSED_FROM: stored[REUSED_FROM], REUSE_KEY: stored[REUSE_KEY]}
+
+
 def _verdict(outcomes: Sequence[OrderOutcome], orders: Sequence[str]) -> tuple[str, str, str]:
     """(verdict about the user's view, detail, order to reproduce with)."""
     for o in outcomes:
@@ -218,6 +259,8 @@ def _row(keys: ArtifactKeys, name: str, r: pd.Series, gfx: str) -> dict[str, Any
         "reproducer": "",
         "finding": "",
         **{ours: _recorded(r, theirs) for theirs, ours in RECORDED_COLUMNS.items()},
+        REUSED_FROM: None,
+        REUSE_KEY: None,
     }
 
 
@@ -250,8 +293,10 @@ def audit_tuned(
     orders: Sequence[str] = DEFAULT_ORDERS,
     co_dir_hint: str | None = None,
     name: str | None = None,
+    store: ResultStore | None = None,
 ) -> list[dict[str, Any]]:
-    """AUDIT rows, one per asm row of the tuned CSV (`name`, default its file name)."""
+    """AUDIT rows, one per asm row of the tuned CSV (`name`, default its file name); an
+    emulation `store` holds (f4pipe.resultstore) is not run again."""
     df = read_tuned(csv_path)
     asm = df[df["kernelName"].astype(str).str.startswith(ASM_PREFIX)]
     by_symbol = {e.symbol: e for e in manifest}
@@ -271,8 +316,11 @@ def audit_tuned(
             row["kernel"] = entry.name
             if _check(row, entry) and emulate:
                 shape = _emulation_shape(entry, row["m"], row["n"], row["k"])
-                emu = _emulate(entry, manifest.co_path(entry), shape, orders)
+                emu, reuse = _stored_emulation(
+                    store, keys, entry, manifest.co_path(entry), shape, orders
+                )
                 row.update(
+                    **reuse,
                     emu_m=shape.m,
                     emu_n=shape.n,
                     emu_k=shape.k,
@@ -295,6 +343,7 @@ def audit_tables(
     emulate: bool = True,
     orders: Sequence[str] = DEFAULT_ORDERS,
     co_dir_hint: str | None = None,
+    store: ResultStore | None = None,
 ) -> list[dict[str, Any]]:
     """AUDIT rows of every table ({name, e.g. its path below aiter/configs: file})."""
     rows: list[dict[str, Any]] = []
@@ -307,6 +356,7 @@ def audit_tables(
             orders=orders,
             co_dir_hint=co_dir_hint,
             name=name,
+            store=store,
         )
     return rows
 

@@ -20,6 +20,12 @@ if TYPE_CHECKING:  # the emulator is optional and heavy: only its report types a
     from f4pipe.emu.memory import RaceReport
     from f4pipe.emu.timing import HazardReport
 
+#: What the gfx950 emulator says it is (f4pipe.emu.EmulatorDevice): known without importing it.
+EMULATOR_DEVICE_ID = "emulator"
+EMULATOR_ARCH = "gfx950"
+#: Compute units the emulator reports to the tile heuristic: the MI355X's, so kernel choice
+#: matches it.
+EMULATED_NUM_CU = 256
 #: device_id of f4pipe's emulator-backed HIP runtime (f4pipe.hipshim): the hardware launcher's
 #: real hip-python calls, but the emulator's results and the host's clock, never a GPU's.
 HIP_SHIM_DEVICE_ID = "hip-shim-emulator"
@@ -149,18 +155,48 @@ def open_emulator(**options: Any) -> Device:
     return EmulatorDevice(**options)
 
 
-def open_device(kind: str = "auto", **emulator_options: Any) -> Device:
+class LazyEmulator:
+    """The emulator as a Device whose identity (device_id, arch, num_cu, can_time) is known
+    before the emulator is imported: it is imported and built on the first launch-side call.
+    A stage whose runs all come from the result store (f4pipe.resultstore) never pays for it."""
+
+    device_id = EMULATOR_DEVICE_ID
+    arch = EMULATOR_ARCH
+    num_cu = EMULATED_NUM_CU
+    can_time = False
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._device: Device | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._device is None:
+            self._device = open_emulator(**self._options)
+        return getattr(self._device, name)
+
+    def close(self) -> None:
+        if self._device is not None:
+            self._device.close()
+
+
+def open_device(kind: str = "auto", *, lazy: bool = False, **emulator_options: Any) -> Device:
     """Open a launch device: `hip` (a gfx950 GPU through hip-python), `emulator`, or `auto`
     (hip when a gfx950 GPU answers, else the emulator). Raises NoDeviceError naming why;
     `auto` raises HipVersionError too (a HIP runtime is there but hip-python does not match
     it: fix the install rather than silently emulate). `emulator_options` configure the
-    emulator if that is what opens."""
+    emulator if that is what opens; `lazy` defers importing it to its first launch-side call
+    (LazyEmulator)."""
     from f4pipe.hipdevice import HipDevice
+
+    def emulator() -> Device:
+        return LazyEmulator(**emulator_options) if lazy else open_emulator(**emulator_options)
 
     if kind == "hip":
         return HipDevice.open()
     if kind == "emulator":
-        return open_emulator(**emulator_options)
+        return emulator()
     if kind == "auto":
         try:
             return HipDevice.open()
@@ -168,7 +204,7 @@ def open_device(kind: str = "auto", **emulator_options: Any) -> Device:
             raise
         except NoDeviceError as hip_error:
             try:
-                return open_emulator(**emulator_options)
+                return emulator()
             except NoDeviceError as emu_error:
                 raise NoDeviceError(f"no gfx950 device: {hip_error}; and {emu_error}") from None
     raise NoDeviceError(f"unknown device kind {kind!r}; choose one of {', '.join(DEVICE_KINDS)}")

@@ -23,14 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from f4pipe.emu import EmulatorDevice, LaunchFault
-from f4pipe.emu.decode import decode_all
-from f4pipe.emu.disasm import format_instruction
-from f4pipe.emu.program import Program
 from f4pipe.errors import EmulatorError
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import KERNARG_FIELDS, BufferLayout
@@ -39,6 +35,7 @@ from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.operands import generate_operand
 from f4pipe.progress import track
 from f4pipe.reference import reference_gemm
+from f4pipe.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
 from f4pipe.safety import (
     EDGE_K_MIN,
     EDGE_K_MULTI,
@@ -54,6 +51,9 @@ from f4pipe.safety import (
 )
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.verify import bad_mask
+
+if TYPE_CHECKING:  # the emulator is imported where a kernel runs: reused sweeps never need it
+    from f4pipe.emu import EmulatorDevice
 
 #: bf16 NaN with a payload no kernel computes: any other value there was written by a kernel.
 CANARY = 0x7FC1
@@ -125,6 +125,8 @@ def run_order(
     request = GemmRequest(
         m, n, k, d_prefill=prefill, keep_padded_d=True, verify=False, edge_policy=policy
     )
+    from f4pipe.emu import LaunchFault
+
     try:
         result = run_gemm(device, entry, co_path, request)
     except LaunchFault as fault:  # the races of the launch up to its fault
@@ -181,6 +183,8 @@ def sweep_kernel(
     evidence: StoreEvidence | None = None,
 ) -> list[dict[str, Any]]:
     """SAFETY rows of one kernel: each edge shape unprotected, and unsafe ones padded too."""
+    from f4pipe.emu import EmulatorDevice
+
     if len(orders) < 2:
         raise EmulatorError(f"the sweep needs at least two workgroup orders, got {list(orders)}")
     evidence = evidence or store_evidence(co_path, entry.symbol)
@@ -281,12 +285,30 @@ def sweep(
     *,
     kernels: Sequence[str] | None = None,
     orders: Sequence[str] = DEFAULT_ORDERS,
+    store: ResultStore | None = None,
 ) -> list[dict[str, Any]]:
-    """SAFETY rows for the manifest's kernels (or the named ones)."""
+    """SAFETY rows for the manifest's kernels (or the named ones); a kernel whose sweep
+    `store` holds (same bytes, manifest row, orders, toolchain, f4pipe) is not run again."""
     entries = [manifest.get(k) for k in kernels] if kernels else list(manifest)
     rows: list[dict[str, Any]] = []
     for entry in entries:
-        rows += sweep_kernel(entry, manifest.co_path(entry), keys, orders=orders)
+        co_path = manifest.co_path(entry)
+        inputs = {}
+        if store is not None:
+            inputs = {
+                "kernel": kernel_identity(entry, co_path),
+                "orders": list(orders),
+                "device_id": "emulator",
+                "toolchain_id": keys.toolchain_id,
+                "f4pipe": f4pipe_identity(),
+            }
+        rows += reuse_or_run(
+            store,
+            "safety",
+            inputs,
+            {"aiter_id": keys.aiter_id},
+            lambda entry=entry, co_path=co_path: sweep_kernel(entry, co_path, keys, orders=orders),
+        )
     return rows
 
 
@@ -337,6 +359,10 @@ def store_evidence(co_path: Path, symbol: str) -> StoreEvidence:
     A linear pass, not a full data-flow analysis: every kernarg field is loaded at the top and
     the epilogue follows the main loop in address order in all 35 kernels, so a register's
     taint at a store is the one its last write in address order gave it."""
+    from f4pipe.emu.decode import decode_all
+    from f4pipe.emu.disasm import format_instruction
+    from f4pipe.emu.program import Program
+
     prog = Program.load(co_path, symbol)
     insts = decode_all(prog.text[prog.entry - prog.text_addr :], prog.entry)
     taint: dict[int, Taint] = {}

@@ -39,6 +39,10 @@ REPORT_DIR = "report"
 ROUNDTRIP_DIR = "roundtrip"
 VARIANTS_DIR = "variants"  # variants/<variant>/: code objects + manifest the stages run on
 EDITS_DIR = "edits"
+#: Beside the result sets in the results directory: archived sets, and the result store
+#: (f4pipe.resultstore; config `reuse.store` overrides where it lives).
+ARCHIVES_DIR = "archives"
+STORE_DIR = "store"
 #: device_id of rows that no device produced (kernels, roundtrip).
 NO_DEVICE = "none"
 

@@ -7,6 +7,8 @@ schemas: a column with the wrong type is an error at write time, not a surprise 
 
 from __future__ import annotations
 
+import io
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -101,8 +103,37 @@ def table_from_rows(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.
             raise InputError(
                 f"row {i} does not match schema: missing {sorted(missing)}, extra {sorted(extra)}"
             )
+    if not rows:
+        return pa.Table.from_batches([], schema=schema)  # empty_table() imports pandas
+    try:
+        return _table_from_json_lines(rows, schema)
+    except (TypeError, ValueError, pa.ArrowInvalid):
+        pass  # a value JSON cannot carry as is: Arrow's own conversion decides below
     columns = {name: [row[name] for row in rows] for name in schema.names}
     return pa.Table.from_pydict(columns, schema=schema)
+
+
+def _table_from_json_lines(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """The rows through Arrow's JSON reader with `schema` explicit: the same table as
+    pa.Table.from_pydict, without pyarrow importing pandas to convert Python objects (0.3 s
+    CPU in every pipeline job that writes a table). Floats come back bit for bit (NaN and
+    Infinity included); a null in a non-null column is refused by the reader."""
+    import pyarrow.json as pj
+
+    text = "".join(json.dumps(dict(row), allow_nan=True, default=_scalar) + "\n" for row in rows)
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    read = pj.ReadOptions(block_size=max(1 << 20, 2 * len(text)))
+    table = pj.read_json(io.BytesIO(text.encode()), read_options=read, parse_options=options)
+    if table.num_rows != len(rows) or table.schema.names != schema.names:
+        raise ValueError("JSON rows did not map one to one onto the schema")
+    return pa.Table.from_arrays(table.columns, schema=schema)  # the reader drops "not null"
+
+
+def _scalar(value: Any) -> Any:
+    """numpy scalars (np.int64, np.bool_, ...) as the Python values they hold."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a table value")
 
 
 def write_rows(
@@ -123,7 +154,9 @@ def read_table(
     be missing from an older file and are then filled with nulls. A corrupt or unreadable
     file is an InputError naming it."""
     try:
-        table = pq.read_table(path)
+        # one file: ParquetFile, not read_table, whose dataset layer costs 0.4 s CPU to import
+        with pq.ParquetFile(path) as parquet:
+            table = parquet.read()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InputError(f"{path}: not a readable Parquet table: {exc}") from None
     if schema is not None and added:
@@ -178,13 +211,22 @@ _ERROR_FIELDS: list[pa.Field] = [
     pa.field("advisories", pa.int64()),
 ]
 
-VERIFY = with_keys(*_GEMM_CASE_FIELDS, *_ERROR_FIELDS)
+#: Where a row came from (f4pipe.resultstore): `reused_from` is the aiter id whose run produced
+#: a row taken from the result store (null: it ran in this set), `reuse_key` the store key
+#: (null: no store was used).
+_REUSE_FIELDS: list[pa.Field] = [
+    pa.field("reused_from", pa.string()),
+    pa.field("reuse_key", pa.string()),
+]
+
+VERIFY = with_keys(*_GEMM_CASE_FIELDS, *_ERROR_FIELDS, *_REUSE_FIELDS)
 
 SPLITK = with_keys(
     *_GEMM_CASE_FIELDS,
     pa.field("k_num", pa.int32(), nullable=False),
     pa.field("k_per_tg", pa.int64(), nullable=False),
     *_ERROR_FIELDS,
+    *_REUSE_FIELDS,
 )
 
 BENCH = with_keys(
@@ -229,6 +271,7 @@ SAFETY = with_keys(
     pa.field("reproducer", pa.string(), nullable=False),
     pa.field("rule_safe", pa.bool_(), nullable=False),
     pa.field("agrees", pa.bool_(), nullable=False),
+    *_REUSE_FIELDS,
 )
 
 # --- tuned-config audit (f4pipe.audit): one row per asm row of aiter's tuned CSV -------------
@@ -261,14 +304,25 @@ AUDIT = with_keys(
     pa.field("aiter_us", pa.float64()),  # aiter's own recorded columns of the row
     pa.field("aiter_tflops", pa.float64()),
     pa.field("aiter_err_ratio", pa.float64()),
+    *_REUSE_FIELDS,  # of the row's emulation (null: not emulated)
 )
 #: Columns added to a table after its first release: an older file lacking them reads with
 #: nulls there, so an archived set stays comparable with a new one.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "audit": ("gfx", "emu_orders", "finding", "aiter_us", "aiter_tflops", "aiter_err_ratio"),
+    "audit": (
+        "gfx",
+        "emu_orders",
+        "finding",
+        "aiter_us",
+        "aiter_tflops",
+        "aiter_err_ratio",
+        "reused_from",
+        "reuse_key",
+    ),
     "roundtrip": ("hazards", "hazard_detail"),
-    "verify": ("hazards", "advisories"),
-    "splitk": ("hazards", "advisories"),
+    "verify": ("hazards", "advisories", "reused_from", "reuse_key"),
+    "splitk": ("hazards", "advisories", "reused_from", "reuse_key"),
+    "safety": ("reused_from", "reuse_key"),
 }
 
 #: Every table by the name the pipeline and `f4pipe gather` use.

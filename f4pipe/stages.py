@@ -10,6 +10,10 @@ Shape edges: the heuristic picks only kernels safe at the shape (f4pipe.safety);
 names a kernel unsafe at its shape runs under StageSettings.edge_policy, by default "pad"
 (f4pipe's remedy, noted in the row's reason) so that the stage verifies the kernel's
 arithmetic; the unprotected behaviour is the safety table's business.
+
+With StageSettings.store, a verify or splitk run that was done before with the same kernel
+bytes, request, device, toolchain and f4pipe is taken from the result store (f4pipe.resultstore)
+and marked as reused; bench never is.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from f4pipe.layout import NO_DEVICE, SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.matrices import Case, expand_case
 from f4pipe.progress import track
+from f4pipe.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
 from f4pipe.schemas import ArtifactKeys
 
 NO_DEVICE_REASON = "no gfx950 device"
@@ -58,6 +63,7 @@ class StageSettings:
     bpreshuffle: bool = True  # heuristic cases
     skip_reason: str = NO_DEVICE_REASON  # used when device is None
     edge_policy: str = "pad"  # kernels named by a case at a shape unsafe for them
+    store: ResultStore | None = None  # reuse verdicts by content (f4pipe.resultstore)
 
 
 def plan_runs(
@@ -197,7 +203,10 @@ def verify_stage(
     """VERIFY rows: every run checked against the CPU reference (f4pipe.verify criteria)."""
     num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
     runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "verify", settings)
-    return [_checked_row(device, manifest, settings, e, log2, case) for e, log2, case in runs]
+    return [
+        _stored("verify", device, manifest, settings, e, log2, case, _checked_row)
+        for e, log2, case in runs
+    ]
 
 
 def splitk_stage(
@@ -205,15 +214,61 @@ def splitk_stage(
 ) -> list[dict[str, Any]]:
     """SPLITK rows: split count vs error (err_frac = max abs err / max|ref|)."""
     num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
-    rows = []
     runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "splitk", settings)
-    for entry, log2, case in runs:
-        row = _checked_row(device, manifest, settings, entry, log2, case)
-        geometry = launch_geometry(entry.tile_m, entry.tile_n, case.m, case.n, case.k, log2)
-        row["k_num"] = geometry.k_num
-        row["k_per_tg"] = geometry.k_per_tg
-        rows.append(row)
-    return rows
+    return [
+        _stored("splitk", device, manifest, settings, e, log2, case, _splitk_row)
+        for e, log2, case in runs
+    ]
+
+
+def _splitk_row(
+    device: Device | None,
+    manifest: Manifest,
+    settings: StageSettings,
+    entry: KernelEntry,
+    log2: int,
+    case: Case,
+) -> dict[str, Any]:
+    row = _checked_row(device, manifest, settings, entry, log2, case)
+    geometry = launch_geometry(entry.tile_m, entry.tile_n, case.m, case.n, case.k, log2)
+    return row | {"k_num": geometry.k_num, "k_per_tg": geometry.k_per_tg}
+
+
+#: Statuses that are verdicts of a run, hence worth storing (not "skipped" or "error").
+_VERDICTS = ("passed", "failed", "hazard")
+
+
+def _stored(
+    stage: str,
+    device: Device | None,
+    manifest: Manifest,
+    settings: StageSettings,
+    entry: KernelEntry,
+    log2: int,
+    case: Case,
+    make_row: Callable[..., dict[str, Any]],
+) -> dict[str, Any]:
+    """One run's row, reused from settings.store when it holds this exact run (the kernel's
+    bytes and manifest row, the whole GemmRequest, device, toolchain, f4pipe), else run."""
+    store = settings.store if device is not None else None
+    inputs = {}
+    if store is not None:
+        inputs = {
+            "kernel": kernel_identity(entry, manifest.co_path(entry)),
+            "request": _request(settings, case, log2),
+            "device_id": device.device_id,
+            "toolchain_id": settings.keys.toolchain_id,
+            "f4pipe": f4pipe_identity(),
+        }
+    (row,) = reuse_or_run(
+        store,
+        stage,
+        inputs,
+        {"aiter_id": settings.keys.aiter_id, "variant": settings.variant},
+        lambda: [make_row(device, manifest, settings, entry, log2, case)],
+        keep=lambda r: r["status"] in _VERDICTS,
+    )
+    return row
 
 
 def bench_stage(

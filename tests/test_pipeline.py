@@ -87,7 +87,8 @@ def pipeline_run(f4gemm_dir: Path, tmp_path_factory, toolchain) -> Path:
 
 
 def results_dir(workdir: Path) -> Path:
-    (only,) = (p for p in (workdir / "results").iterdir() if p.name != "archives")
+    """The one result set of the first run (results/ also holds archives/ and the store)."""
+    (only,) = (p for p in (workdir / "results").iterdir() if p.name not in ("archives", "store"))
     return only
 
 
@@ -193,3 +194,54 @@ def test_changed_aiter_source_reruns_under_a_new_id(pipeline_run: Path, f4gemm_d
     planned = set(re.findall(r"results/(local-[0-9a-f]{12})/", out))
     assert planned and before not in planned
     assert re.search(r"(checkpoint|rule) fetch:", out) and "rule toolchain:" in out
+
+
+def without_provenance(summary: str) -> str:
+    """summary.md without what names the result set: the title, the reuse section (its line in
+    the glance table too) and the provenance table."""
+    lines = summary.splitlines()[1:]
+    lines = lines[: lines.index("## Provenance")]
+    start = lines.index("## Reused results: rows taken from the result store")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    kept = lines[:start] + lines[end:]
+    return "\n".join(line for line in kept if not line.startswith("| Reused results |"))
+
+
+def test_byte_identical_aiter_update_reuses_every_verdict(
+    pipeline_run: Path, f4gemm_dir: Path
+) -> None:
+    """A second aiter id whose code objects are byte-identical (its manifest only gained a
+    blank line, so its content-digest id differs) takes every verify, splitk and safety row
+    from the result store; the rows and the report say so; the report is otherwise the same.
+    Runs last: it adds a second result set to the module's working directory."""
+    first = results_dir(pipeline_run)
+    aiter = pipeline_run / "aiter-update"
+    hsa = make_local_aiter(f4gemm_dir, aiter, KERNELS)
+    manifest = hsa / "gfx950" / "f4gemm" / MANIFEST_NAME
+    manifest.write_text(manifest.read_text() + "\n")
+    use_config(pipeline_run, aiter={"kind": "local", "path": str(hsa.relative_to(pipeline_run))})
+    proc = snakemake(pipeline_run, "all")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (second,) = (
+        p
+        for p in (pipeline_run / "results").iterdir()
+        if p.name not in ("archives", "store", first.name)
+    )
+    for table in ("verify", "splitk", "safety"):
+        old = pd.read_parquet(first / f"{table}.parquet")
+        new = pd.read_parquet(second / f"{table}.parquet")
+        assert len(new) == len(old), table  # splitk: none of KERNELS is a splitK kernel
+        assert old.reused_from.isna().all() and old.reuse_key.notna().all(), table
+        assert (new.reused_from == first.name).all(), (table, new.reused_from)
+        assert (new.aiter_id == second.name).all(), table
+        assert list(new.reuse_key) == list(old.reuse_key), table
+        facts = [c for c in old.columns if c not in ("aiter_id", "reused_from")]
+        pd.testing.assert_frame_equal(old[facts], new[facts])
+    log = pipeline_run / "logs" / second.name / "safety" / "original" / f"{KERNELS[0]}.log"
+    assert f"reused from the result store results/store (run in {first.name})" in log.read_text()
+    old_md = (first / "report" / "summary.md").read_text()
+    new_md = (second / "report" / "summary.md").read_text()
+    rows = sum(len(pd.read_parquet(first / f"{t}.parquet")) for t in ("verify", "safety"))
+    assert f"none: all {rows} rows the result store keys ran in this set" in old_md
+    assert f"{rows} of {rows} rows the result store keys reused, not run again" in new_md
+    assert without_provenance(new_md) == without_provenance(old_md)

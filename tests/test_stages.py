@@ -106,7 +106,7 @@ def test_stage_cli_without_device(f4gemm_dir, tmp_path, capsys):
 
 
 def test_stage_cli_on_model(f4gemm_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(device_module, "open_device", lambda kind: HostModelDevice())
+    monkeypatch.setattr(device_module, "open_device", lambda kind, **_: HostModelDevice())
     out = tmp_path / "verify.parquet"
     args = ["verify", "--co-dir", str(f4gemm_dir), "--aiter-id", "a", "--toolchain-id", "t"]
     assert main([*args, "--shape", "32,256,512", "--variant", "rebuilt", "-o", str(out)]) == 0

@@ -152,6 +152,18 @@ def add_record(p: argparse.ArgumentParser, written: str = "the table") -> None:
     )
 
 
+def add_store(p: argparse.ArgumentParser) -> None:
+    """--store: reuse rows by content (f4pipe.resultstore); never for bench, whose rows are
+    measurements."""
+    p.add_argument(
+        "--store",
+        type=Path,
+        help="result store directory (f4pipe.resultstore): take a run's rows from it when it "
+        "holds the same kernel bytes, parameters, device, toolchain and f4pipe, and add the "
+        "rows that ran; the pipeline passes <results_dir>/store (default: no reuse)",
+    )
+
+
 def add_json_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} as one JSON object")
 

@@ -20,6 +20,7 @@ from f4pipe.cli.args import (
     add_json_flag,
     add_record,
     add_seed,
+    add_store,
     add_table_output,
     co_dir_from,
     parse_seed,
@@ -30,6 +31,7 @@ from f4pipe.fsio import check_writable, json_text
 from f4pipe.layout import GEMM_STAGES, NO_DEVICE
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.matrices import MATRICES, get_matrix, parse_case
+from f4pipe.resultstore import open_store, reuse_line
 
 if TYPE_CHECKING:
     from f4pipe.device import Device
@@ -388,7 +390,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
     device: Device | None
     reason = NO_DEVICE_REASON
     try:
-        device = open_device(args.device)
+        device = open_device(args.device, lazy=True)  # not imported if every run is reused
     except HipVersionError:
         raise  # a HIP runtime the installed hip-python does not match: fix the install (exit 2)
     except NoDeviceError as exc:
@@ -404,6 +406,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         iters=args.iters,
         skip_reason=reason,
+        store=open_store(getattr(args, "store", None)),
     )
     try:
         rows = STAGES[args.command](device, manifest, cases, settings)
@@ -416,6 +419,8 @@ def run_stage_command(args: argparse.Namespace) -> int:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"
     print(f"f4pipe {args.command}: {len(rows)} row(s){written} ({summary})")
+    if settings.store is not None:
+        print(reuse_line(args.command, rows, settings.store))
     for row in rows:
         if row["status"] in ("failed", "error"):
             print(
@@ -465,6 +470,8 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     )
     add_record(p)
     add_table_output(p)
+    if name != "bench":  # a throughput number is a measurement, never reused
+        add_store(p)
     add_run_args(p)
     p.set_defaults(func=run_stage_command)
 

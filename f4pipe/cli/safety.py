@@ -20,6 +20,7 @@ from f4pipe.cli.args import (
     add_artifact_keys,
     add_co_dir,
     add_record,
+    add_store,
     add_table_output,
     write_if_asked,
 )
@@ -29,6 +30,7 @@ from f4pipe.fetch import extract_wheel_file, fetch_aiter, tuned_tables
 from f4pipe.fsio import write_bytes
 from f4pipe.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.manifest import read_manifest
+from f4pipe.resultstore import open_store, reuse_line
 from f4pipe.tables import CONFIGS_PATH
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ def run_safety(args: argparse.Namespace) -> int:
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
-    rows = sweep(manifest, _keys(args, located), kernels=args.kernel, orders=orders)
+    store = open_store(args.store)
+    rows = sweep(manifest, _keys(args, located), kernels=args.kernel, orders=orders, store=store)
     written = write_if_asked(args.output, rows, SAFETY)
     counts: dict[str, int] = {}
     for r in rows:
@@ -66,6 +69,8 @@ def run_safety(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     kernels = len({r["kernel"] for r in rows})
     print(f"f4pipe safety: {kernels} kernel(s), {len(rows)} row(s){written} ({summary})")
+    if store is not None:
+        print(reuse_line("safety", rows, store))
     for r in disagree:
         print(
             f"f4pipe safety: rules disagree with the emulator: {r['kernel']} {r['edge_class']} "
@@ -109,8 +114,10 @@ def run_audit(args: argparse.Namespace) -> int:
     manifest = read_manifest(located.co_dir)
     tables = _audit_inputs(args, located)
     hint = args.co_dir_hint or (str(located.co_dir) if not args.co_dir else args.co_dir)
+    store = open_store(args.store)
+    keys = _keys(args, located)
     rows = audit_tables(
-        tables, manifest, _keys(args, located), emulate=not args.no_emulate, co_dir_hint=hint
+        tables, manifest, keys, emulate=not args.no_emulate, co_dir_hint=hint, store=store
     )
     written = write_if_asked(args.output, rows, AUDIT)
     print(
@@ -118,6 +125,9 @@ def run_audit(args: argparse.Namespace) -> int:
         f"kernels of {located.how}"
     )
     print(f"f4pipe audit-tuned: {summarize(rows)}{written}")
+    if store is not None:
+        emulated = [r for r in rows if r["reuse_key"]]
+        print(reuse_line("audit-tuned", emulated, store, what="emulation(s)"))
     unsafe = [r for r in rows if r["status"] == "unsafe"]
     for r in unsafe:
         print(format_finding(r))
@@ -174,6 +184,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Exit 1 if f4pipe.safety's rules disagree with the emulator anywhere.",
     )
     _common(p)
+    add_store(p)
     p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
     p.add_argument(
         "--order",
@@ -207,6 +218,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only this fetched table (its path below aiter/configs; repeatable)",
     )
     p.add_argument("--no-emulate", action="store_true", help="rules only, no emulator runs")
+    add_store(p)
     p.add_argument(
         "--co-dir-hint",
         help="the --co-dir to write into reproducer commands (default: the one used)",

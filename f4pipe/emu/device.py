@@ -23,7 +23,7 @@ from typing import TextIO
 
 import numpy as np
 
-from f4pipe.device import DeviceBuffer
+from f4pipe.device import EMULATED_NUM_CU, EMULATOR_ARCH, EMULATOR_DEVICE_ID, DeviceBuffer
 from f4pipe.emu import isa
 from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.memory import GlobalMemory, RaceReport
@@ -32,8 +32,6 @@ from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.fsio import write_text
 
-#: Compute units reported to the tile heuristic: the MI355X's, so kernel choice matches it.
-EMULATED_NUM_CU = 256
 DEFAULT_MAX_WAVES_PER_BATCH = 512
 DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
 #: Workgroup orders: launch order (x fastest, then y, z), its reverse, or "shuffle:SEED".
@@ -126,8 +124,8 @@ class EmulatorDevice:
     returns. Off only for speed.
     """
 
-    device_id = "emulator"
-    arch = "gfx950"
+    device_id = EMULATOR_DEVICE_ID
+    arch = EMULATOR_ARCH
     num_cu = EMULATED_NUM_CU
     can_time = False
 

@@ -18,6 +18,7 @@ from f4pipe.layout import (
 )
 from f4pipe.report.plots import plot_bench, plot_splitk
 from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
+from f4pipe.report.reuse import reuse_section
 from f4pipe.resultset import ResultSet
 from f4pipe.safety import EDGE_CLASSES
 
@@ -425,4 +426,5 @@ SECTIONS: list[SectionBuilder] = [
     safety_section,
     audit_section,
     fidelity_section,
+    reuse_section,
 ]

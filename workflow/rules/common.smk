@@ -8,12 +8,14 @@ from snakemake.utils import validate
 from f4pipe.edits.spec import parse_edit_specs
 from f4pipe.fetch import aiter_id_for
 from f4pipe.layout import (
+    ARCHIVES_DIR,
     BASE_VARIANTS,
     EDIT_NAME_PATTERN,
     EDITS_DIR,
     F4GEMM_DIR,
     GEMM_STAGES,
     ROUNDTRIP_DIR,
+    STORE_DIR,
     TOOLCHAIN_JSON,
     VARIANTS_DIR,
     aiter_dir,
@@ -30,7 +32,7 @@ AITER_DIR = aiter_dir(RESOURCES, AITER_ID)
 FETCHED_CO_DIR = AITER_DIR / F4GEMM_DIR  # the fetched code objects and their manifest
 RESULTS = Path(config["results_dir"]) / AITER_ID
 LOGS = Path("logs") / AITER_ID
-ARCHIVES = Path(config["results_dir"]) / "archives"
+ARCHIVES = Path(config["results_dir"]) / ARCHIVES_DIR
 EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
 VARIANTS = [*BASE_VARIANTS] + [spec.variant for spec in EDITS.values()]
 
@@ -172,6 +174,16 @@ def get_stage_matrix(wildcards):
 
 def get_stage_iters(wildcards):
     return config[wildcards.stage].get("iters", 1)
+
+
+def get_store_args(wildcards):
+    """`--store DIR`: verify, splitk, safety and the audit's emulations are reused by content
+    across result sets (f4pipe.resultstore); bench never (its numbers are measurements)."""
+    reuse = config.get("reuse", {"activate": True})
+    if not reuse["activate"] or getattr(wildcards, "stage", None) == "bench":
+        return ""
+    store = reuse.get("store") or str(Path(config["results_dir"]) / STORE_DIR)
+    return f"--store {json.dumps(store)}"
 
 
 def get_safety_rows(wildcards):

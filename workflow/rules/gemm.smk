@@ -21,10 +21,11 @@ rule gemm_stage_kernel:
         iters=get_stage_iters,
         device=config["device"],
         aiter_id=AITER_ID,
+        store=get_store_args,
     shell:
         "f4pipe {wildcards.stage} --co-dir {input.co_dir} --kernel {wildcards.kernel} "
         "--variant {wildcards.variant} --matrix {params.matrix} --iters {params.iters} "
-        "--device {params.device} --aiter-id {params.aiter_id} "
+        "--device {params.device} --aiter-id {params.aiter_id} {params.store} "
         "--toolchain-json {input.toolchain} --record -o {output} > {log} 2>&1"
 
 

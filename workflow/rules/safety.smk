@@ -16,10 +16,11 @@ rule safety_kernel:
         "../envs/f4pipe.yaml"
     params:
         aiter_id=AITER_ID,
+        store=get_store_args,
     shell:
         "f4pipe safety --co-dir {input.co_dir} --kernel {wildcards.kernel} "
-        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
-        "-o {output} > {log} 2>&1"
+        "--aiter-id {params.aiter_id} {params.store} --toolchain-json {input.toolchain} "
+        "--record -o {output} > {log} 2>&1"
 
 
 rule safety_table:
@@ -59,7 +60,8 @@ rule audit_tuned:
         co_dir=FETCHED_CO_DIR,
         aiter_id=AITER_ID,
         tables=get_audit_table_args,
+        store=get_store_args,
     shell:
         "f4pipe audit-tuned {params.tables} --co-dir {params.co_dir} "
-        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
-        "-o {output} > {log} 2>&1"
+        "--aiter-id {params.aiter_id} {params.store} --toolchain-json {input.toolchain} "
+        "--record -o {output} > {log} 2>&1"
