@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
-from test_pipeline import KERNELS, make_local_aiter, snakemake, write_config, write_nop_edit
+from test_pipeline import KERNELS, make_local_aiter, snakemake, use_config, write_nop_edit
 
 SUBMIT = Path(__file__).parent / "cluster" / "submit.sh"
 
@@ -32,12 +31,15 @@ def workflow_rules(workdir: Path) -> set[str]:
 
 @pytest.mark.slow  # a Snakemake process per job: about a minute of CPU
 def test_every_job_runs_as_its_own_cluster_job(f4gemm_dir: Path, tmp_path: Path, toolchain):
-    edit = write_nop_edit(f4gemm_dir, tmp_path / "edits" / "nop.s", toolchain)
-    nop = {"name": "nop", "kernel": KERNELS[0], "asm": str(edit)}
-    write_config(tmp_path, make_local_aiter(f4gemm_dir, tmp_path / "aiter", KERNELS[:1]), [nop])
-    config = yaml.safe_load((tmp_path / "config.yaml").read_text())
-    config["splitk"]["activate"] = False  # the same rule as verify; none of KERNELS splits K
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    # .test/config-pipeline.yaml on one kernel (its aiter/hsa and edits/nop.s are made here),
+    # splitK off: the same rule as verify, and none of KERNELS splits K
+    config = use_config(tmp_path, splitk={"activate": False, "matrix": "smoke-splitk"})
+    (nop,) = config["edits"]
+    write_nop_edit(f4gemm_dir, tmp_path / nop["asm"], toolchain)
+    assert (
+        make_local_aiter(f4gemm_dir, tmp_path / "aiter", KERNELS[:1])
+        == tmp_path / config["aiter"]["path"]
+    )
     ledger = tmp_path / "ledger.txt"
     submit = (
         f"{SUBMIT} {ledger} {{rule}} threads={{threads}} mem_mb={{resources.mem_mb}} "
