@@ -1,7 +1,7 @@
 """The shape-edge sweep: every kernel at edge shapes on the emulator, plus static evidence.
 
 For each kernel and edge class (f4pipe.safety.EDGE_CLASSES) a few shapes run on the emulator
-in at least two workgroup orders, one workgroup at a time, with D pre-filled with a canary
+in at least two workgroup orders, each workgroup as if alone, with D pre-filled with a canary
 (every element outside the user's [0,M) x [0,N) included). A run is
 - "fault" when the emulator refused an access outside every allocation,
 - "wrong" when an element of D[:M, :N] misses the reference (first bad index, expected, got)
@@ -56,7 +56,7 @@ from f4pipe.verify import bad_mask
 
 #: bf16 NaN with a payload no kernel computes: any other value there was written by a kernel.
 CANARY = 0x7FC1
-#: Orders every sweep runs (one workgroup at a time, so the order is the only freedom).
+#: Orders every sweep runs (each workgroup as if alone, so the order is the only freedom).
 DEFAULT_ORDERS = ("in-order", "reversed")
 VERDICTS = ("safe", "race", "hazard", "wrong", "fault")
 M_EDGE_RESIDUES = (1, 17, 31, 33)
@@ -182,7 +182,7 @@ def sweep_kernel(
         raise EmulatorError(f"the sweep needs at least two workgroup orders, got {list(orders)}")
     evidence = evidence or store_evidence(co_path, entry.symbol)
     rule = edge_rule(entry)
-    devices = {o: EmulatorDevice(workgroup_order=o, max_waves_per_batch=4) for o in orders}
+    devices = {o: EmulatorDevice(workgroup_order=o, isolate_workgroups=True) for o in orders}
     rows = []
     try:
         todo = list(shapes) if shapes is not None else edge_shapes(entry)

@@ -124,6 +124,7 @@ def test_float64_fast_path_equals_the_exact_path_bit_for_bit(scale_range) -> Non
         exact_in_float64,
         exact_sum,
         float64_sum,
+        live_blocks,
     )
 
     rng = np.random.default_rng(scale_range[0])
@@ -131,15 +132,17 @@ def test_float64_fast_path_equals_the_exact_path_bit_for_bit(scale_range) -> Non
     for trial in range(60):
         regs = rng.integers(0, 2**32, size=(2, 4, n, 64), dtype=np.uint64).astype(np.uint32)
         regs[:, :, : n // 2, : 16 * (trial % 4)] &= np.uint32(0x88888888)  # only +0 / -0
+        regs[trial % 2, :, n // 2 :, 16 * (trial % 4) :] = 0  # zero blocks (scales ignored)
         a, b = _fp4_operand(regs[0]), _fp4_operand(regs[1])
         ea, eb = rng.integers(*scale_range, size=(2, n, 4, 16), dtype=np.uint16).astype(np.uint8)
+        (ea if trial % 2 == 0 else eb)[n // 2 :, trial % 4 :] = 0  # 2^-127 on zero blocks only
         c = rng.normal(0, 10.0 ** (trial % 5), size=(n, 16, 16)).astype(np.float32)
         c[:, :4] = 0.0
         c[:, 4:6] = -0.0
         c64 = c.astype(np.float64)
         terms = block_terms(a, b, E8M0_VALUE[ea], E8M0_VALUE[eb])
         for cc in (c64, 0.0, -0.0):
-            if exact_in_float64(ea, eb, cc):
+            if exact_in_float64(ea, eb, live_blocks(regs[0]), live_blocks(regs[1]), cc):
                 admitted += 1
                 fast = float64_sum(terms, cc).view(np.uint32)
                 want = exact_sum(terms, cc).view(np.uint32)

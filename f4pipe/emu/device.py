@@ -28,7 +28,7 @@ from f4pipe.device import DeviceBuffer
 # Register the instruction handlers.
 from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
 from f4pipe.emu.engine import LANES, Executor, WaveIds
-from f4pipe.emu.memory import GlobalMemory, RaceReport
+from f4pipe.emu.memory import GlobalMemory, RaceReport, WriteConflict
 from f4pipe.emu.program import Program
 from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
@@ -114,6 +114,10 @@ class EmulatorDevice:
     in exactly that order.
     check_hazards: check memory counters, LDS visibility and wait states as hardware timing
     requires (timing.py); each launch's findings are in last_stats.hazards. Off only for speed.
+    isolate_workgroups: every workgroup's effects are those of running it alone, to completion,
+    in workgroup_order (what the shape-edge sweep needs to see one workgroup overwrite
+    another's output). Batches still run in lockstep where that provably changes nothing
+    (_BatchRunner.isolated); otherwise, and when tracing, one workgroup at a time.
     """
 
     device_id = "emulator"
@@ -130,6 +134,7 @@ class EmulatorDevice:
         max_instructions_per_wave: int = DEFAULT_MAX_INSTRUCTIONS_PER_WAVE,
         workgroup_order: str = "in-order",
         check_hazards: bool = True,
+        isolate_workgroups: bool = False,
     ) -> None:
         parse_workgroup_order(workgroup_order)
         if trace_wave is not None and trace_wave < 0:
@@ -143,6 +148,7 @@ class EmulatorDevice:
         self.max_instructions_per_wave = max_instructions_per_wave
         self.workgroup_order = workgroup_order
         self.check_hazards = check_hazards
+        self.isolate_workgroups = isolate_workgroups
         self.last_stats = LaunchStats()
         self._programs: dict[tuple[Path, str], Program] = {}
         self._models: dict[int, TimingModel] = {}
@@ -224,39 +230,14 @@ class EmulatorDevice:
             wg_ids = np.array([(x, y, z) for z, y, x in groups], dtype=np.int64).reshape(-1, 3)
             run_order = order_workgroups(len(wg_ids), self.workgroup_order)
             per_batch = max(1, self.max_waves_per_batch // waves_per_group)
+            run = _BatchRunner(self, prog, ka, block, waves_per_group, wg_ids, model, sink)
             for start in range(0, len(wg_ids), per_batch):
                 batch = run_order[start : start + per_batch]
-                ids = WaveIds(
-                    first_global_wave=start * waves_per_group,
-                    waves_per_group=waves_per_group,
-                    wg_ids=wg_ids[batch],
-                    wg_linear=batch,
-                )
-                ex = Executor(
-                    prog,
-                    self.memory,
-                    ids,
-                    max_instructions=self.max_instructions_per_wave,
-                    trace_wave=self.trace_wave,
-                    trace_out=sink,
-                )
-                initial_state(ex, prog, ka, block)
-                if model is not None and hazards is not None:
-                    ex.timing = TimingRun(
-                        model,
-                        hazards,
-                        self._lds_pool(ex.num_wg, ex.lds.shape[1], waves_per_group),
-                        num_waves=ex.W,
-                        wave_wg=ex.wg,
-                        waves_per_group=waves_per_group,
-                    )
-                try:
-                    ex.run()
-                finally:  # a faulting batch's LDS tags must still read as old to the next one
-                    if ex.timing is not None:
-                        ex.timing.finish()
-                stats.wave_instructions += ex.dynamic_instructions
-                stats.steps += ex.steps
+                if not self.isolate_workgroups:
+                    run.batch(batch, start, hazards, stats)
+                elif len(batch) == 1 or sink is not None or not run.isolated(batch, stats):
+                    for i in range(len(batch)):  # each workgroup alone, in order
+                        run.batch(batch[i : i + 1], start + i, hazards, stats)
         finally:
             stats.races = self.memory.end_launch()
             stats.hazards = hazards
@@ -314,6 +295,90 @@ class EmulatorDevice:
         if isinstance(self.trace_out, str | Path):
             return io.StringIO(), Path(self.trace_out)
         return self.trace_out, None
+
+
+@dataclass
+class _BatchRunner:
+    """Runs batches of one launch: the workgroups `batch` (launch-order numbers) in lockstep."""
+
+    device: EmulatorDevice
+    prog: Program
+    kernarg_addr: int
+    block: tuple[int, int, int]
+    waves_per_group: int
+    wg_ids: np.ndarray
+    model: TimingModel | None
+    sink: TextIO | None
+
+    def batch(
+        self, batch: np.ndarray, start: int, hazards: HazardReport | None, stats: LaunchStats
+    ) -> None:
+        dev, wpg = self.device, self.waves_per_group
+        ids = WaveIds(
+            first_global_wave=start * wpg,
+            waves_per_group=wpg,
+            wg_ids=self.wg_ids[batch],
+            wg_linear=batch,
+        )
+        ex = Executor(
+            self.prog,
+            dev.memory,
+            ids,
+            max_instructions=dev.max_instructions_per_wave,
+            trace_wave=dev.trace_wave,
+            trace_out=self.sink,
+        )
+        initial_state(ex, self.prog, self.kernarg_addr, self.block)
+        if self.model is not None and hazards is not None:
+            ex.timing = TimingRun(
+                self.model,
+                hazards,
+                dev._lds_pool(ex.num_wg, ex.lds.shape[1], wpg),
+                num_waves=ex.W,
+                wave_wg=ex.wg,
+                waves_per_group=wpg,
+            )
+        try:
+            ex.run()
+        finally:  # a faulting batch's LDS tags must still read as old to the next one
+            if ex.timing is not None:
+                ex.timing.finish()
+        stats.wave_instructions += ex.dynamic_instructions
+        stats.steps += ex.steps
+
+    def isolated(self, batch: np.ndarray, stats: LaunchStats) -> bool:
+        """Run `batch` in lockstep with its stores deferred, then apply them workgroup by
+        workgroup in batch order: exactly what running each workgroup alone, in that order,
+        leaves in memory and in the race log, since no workgroup saw another's stores. False
+        (nothing applied, nothing reported) when that cannot be shown: the batch read what it
+        stored, used an atomic, faulted or found a hazard or advisory (whose report order and
+        first sites are those of a one-at-a-time run); the caller then runs it that way."""
+        memory = self.device.memory
+        scratch = HazardReport() if self.model is not None else None
+        trial = LaunchStats()
+        memory.defer_writes()
+        try:
+            self.batch(batch, 0, scratch, trial)
+        except (EmulatorError, WriteConflict):
+            memory.take_journal()
+            return False
+        journal = memory.take_journal()
+        if scratch is not None and (scratch.count or scratch.advisories):
+            return False
+        for wg in batch:
+            for store in journal:
+                mine = store.writers == wg
+                if mine.any():
+                    memory.write_dwords(
+                        store.addr[mine],
+                        store.values[mine],
+                        store.what,
+                        store.writers[mine],
+                        store.site,
+                    )
+        stats.wave_instructions += trial.wave_instructions
+        stats.steps += trial.steps
+        return True
 
 
 def initial_state(

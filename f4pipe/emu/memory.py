@@ -11,6 +11,12 @@ non-atomic store remembers the workgroup that wrote it. A second workgroup writi
 dword is a race on hardware (workgroups run in no defined order and nothing orders their
 stores), whatever the emulator's order made of it; atomics are exempt. end_launch returns a
 RaceReport: how many dwords raced and the first few conflicts, with both writers.
+
+Deferred writes (defer_writes .. take_journal): stores are checked as usual but kept in a
+journal instead of landing, so a caller can run several workgroups in lockstep and still apply
+their stores as if each had run alone, one after another (EmulatorDevice's isolated
+workgroups). A load from an allocation the journal has written, an atomic, or a store whose
+writers are unknown raises WriteConflict: the journal cannot reproduce that order.
 """
 
 from __future__ import annotations
@@ -129,6 +135,22 @@ class _WriteLog:
         owner_site[uidx] = sid
 
 
+class WriteConflict(Exception):
+    """A batch with deferred writes read or atomically updated memory the journal holds (or
+    stored without naming its writers): its workgroups must run one at a time instead."""
+
+
+@dataclass(frozen=True)
+class DeferredStore:
+    """One deferred write_dwords call (its arguments, copied)."""
+
+    addr: np.ndarray
+    values: np.ndarray
+    what: str
+    writers: np.ndarray
+    site: str
+
+
 class GlobalMemory:
     """Allocations keyed by device address; dword gathers/scatters across lanes at once."""
 
@@ -137,6 +159,8 @@ class GlobalMemory:
         self._arrays: dict[int, np.ndarray] = {}
         self._next = HEAP_BASE
         self._log: _WriteLog | None = None
+        self._journal: list[DeferredStore] | None = None
+        self._journaled: set[int] = set()  # allocations the journal writes
 
     # --- allocation ----------------------------------------------------------------------
 
@@ -176,6 +200,21 @@ class GlobalMemory:
         """Stop recording; the launch's races."""
         log, self._log = self._log, None
         return log.report if log is not None else RaceReport()
+
+    # --- deferred writes -----------------------------------------------------------------
+
+    def defer_writes(self) -> None:
+        """Keep stores in a journal from now on (see the module docstring)."""
+        self._journal, self._journaled = [], set()
+
+    def take_journal(self) -> list[DeferredStore]:
+        """Stop deferring; the stores deferred since defer_writes, in issue order."""
+        journal, self._journal, self._journaled = self._journal or [], None, set()
+        return journal
+
+    def _check_read(self, starts: list[int]) -> None:
+        if self._journal is not None and self._journaled.intersection(starts):
+            raise WriteConflict("a load reads memory a deferred store wrote")
 
     # --- lane accesses -------------------------------------------------------------------
 
@@ -248,7 +287,9 @@ class GlobalMemory:
     def read_dwords(self, addr: np.ndarray, what: str = "load") -> np.ndarray:
         """uint32 at each (int64) address; shape follows `addr`."""
         out = np.zeros(addr.shape, dtype=np.uint32)
-        for sel, words, idx in self._word_index(addr, what):
+        groups = self._word_groups(addr, what)
+        self._check_read([start for _, start, _, _ in groups])
+        for sel, _, words, idx in groups:
             if sel.all():
                 return words[idx]
             out[sel] = words[idx]
@@ -266,7 +307,22 @@ class GlobalMemory:
 
         `writers` (same shape as addr): the launch-order workgroup of each dword, for race
         detection while a launch is recorded; `site` names the store in race reports."""
-        for sel, start, words, idx in self._word_groups(addr, what):
+        groups = self._word_groups(addr, what)
+        if self._journal is not None:
+            if writers is None:
+                raise WriteConflict("a deferred store does not name its writers")
+            self._journaled.update(start for _, start, _, _ in groups)
+            self._journal.append(
+                DeferredStore(
+                    addr.copy(),
+                    np.array(np.broadcast_to(values, addr.shape)),
+                    what,
+                    np.array(np.broadcast_to(writers, addr.shape)),
+                    site,
+                )
+            )
+            return
+        for sel, start, words, idx in groups:
             whole = sel.all()
             words[idx] = values if whole else values[sel]
             if self._log is not None and writers is not None:
@@ -277,4 +333,6 @@ class GlobalMemory:
         self, addr: np.ndarray, what: str
     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """For read-modify-write operations (atomics): (selector, uint32 view, index) groups."""
+        if self._journal is not None:
+            raise WriteConflict("an atomic cannot be deferred")
         return self._word_index(addr, what)

@@ -94,26 +94,41 @@ def _accumulator(ex: Executor, op: Operand, sel: Sel) -> np.ndarray | float:
     return float(np.asarray(ex.s(op, sel), dtype=np.uint32).view(np.float32))
 
 
-def exact_in_float64(ea: np.ndarray, eb: np.ndarray, c: np.ndarray | float) -> bool:
+def live_blocks(regs: np.ndarray) -> np.ndarray:
+    """[4, n, 64] FP4 registers -> [n, 4 (g), 16 (r)]: True where the 32-value block holds a
+    nonzero value (a zero block's products are exact zeros whatever its scale)."""
+    magnitude = np.bitwise_or.reduce(regs, axis=0) & np.uint32(0x77777777)
+    return (magnitude != 0).reshape(-1, 4, 16)
+
+
+def exact_in_float64(
+    ea: np.ndarray,
+    eb: np.ndarray,
+    a_live: np.ndarray,
+    b_live: np.ndarray,
+    c: np.ndarray | float,
+) -> bool:
     """True when every partial sum of the products and C is exact in float64, in any order.
 
-    Every product a*b*sa*sb is a multiple of 2^L, L = min exponent of sa*sb - 2 (fp4 values
-    are multiples of 1/2), and at most 36 * 2^Emax in size; 128 of them plus C stay below
-    4608 * 2^Emax + max|C|. If C is a multiple of 2^L too and that bound is below 2^(L+53),
-    every sum of any subset is a float64 (53-bit significand) exactly, so the float64 matmul
-    plus C is the exact sum and one conversion rounds it to f32 as round_sum_to_f32 does. A
-    NaN scale (0xFF) or a non-finite C never qualify (their propagation stays the exact
-    path's)."""
-    ea_max, eb_max = int(ea.max()), int(eb.max())
-    if ea_max == 0xFF or eb_max == 0xFF:
+    Every nonzero product a*b*sa*sb (a and b from live blocks) is a multiple of 2^L, L = the
+    least exponent of sa*sb - 2 (fp4 values are multiples of 1/2), and at most 36 * 2^Emax in
+    size; 128 of them plus C stay below 4608 * 2^Emax + max|C|. If C is a multiple of 2^L too
+    and that bound is below 2^(L+53), every sum of any subset is a float64 (53-bit
+    significand) exactly, so summing in float64 gives the exact sum and one conversion rounds
+    it to f32 as round_sum_to_f32 does. A NaN scale (0xFF, which poisons even a zero block)
+    or a non-finite C never qualify: their propagation stays the exact path's."""
+    if int(ea.max()) == 0xFF or int(eb.max()) == 0xFF:
         return False
-    low = int(ea.min()) + int(eb.min()) - 254 - 2  # L
-    high = ea_max + eb_max - 254  # Emax
     c = np.asarray(c, dtype=np.float64)
     c_max = float(np.abs(c).max())
-    if not np.isfinite(c_max) or 4608.0 * math.ldexp(1.0, high) + c_max >= math.ldexp(
-        1.0, low + 53
-    ):
+    if not np.isfinite(c_max):
+        return False
+    if not a_live.any() or not b_live.any():
+        return True  # every product is zero: the sum is C
+    live_a, live_b = ea[a_live], eb[b_live]
+    low = int(live_a.min()) + int(live_b.min()) - 254 - 2  # L
+    high = int(live_a.max()) + int(live_b.max()) - 254  # Emax
+    if 4608.0 * math.ldexp(1.0, high) + c_max >= math.ldexp(1.0, low + 53):
         return False
     on_grid = np.ldexp(c, -low)
     return bool((on_grid == np.rint(on_grid)).all())
@@ -154,12 +169,14 @@ def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if not ex.exec_full:
         raise ex.error(inst, sel, "MFMA with a partial EXEC is not modelled")
     a_op, b_op, c_op, s0_op, s1_op = inst.srcs
-    a = _fp4_operand(ex.vregs(a_op, sel))  # rows i (src0)
-    b = _fp4_operand(ex.vregs(b_op, sel))  # columns j (src1)
+    a_regs, b_regs = ex.vregs(a_op, sel), ex.vregs(b_op, sel)
+    a = _fp4_operand(a_regs)  # rows i (src0)
+    b = _fp4_operand(b_regs)  # columns j (src1)
     ea = _scale_bytes(ex, s0_op, sel, (inst.op_sel & 1) + 2 * (inst.op_sel_hi & 1))
     eb = _scale_bytes(ex, s1_op, sel, (inst.op_sel >> 1 & 1) + 2 * (inst.op_sel_hi >> 1 & 1))
     terms = block_terms(a, b, E8M0_VALUE[ea], E8M0_VALUE[eb])
     c = _accumulator(ex, c_op, sel)
-    d = (float64_sum if exact_in_float64(ea, eb, c) else exact_sum)(terms, c)
+    fast = exact_in_float64(ea, eb, live_blocks(a_regs), live_blocks(b_regs), c)
+    d = (float64_sum if fast else exact_sum)(terms, c)
     base = ex.reg_index(inst.dst)
     ex.vgpr[base : base + 4, sel] = matrix_to_acc(d.view(np.uint32))
