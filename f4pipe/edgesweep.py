@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from f4pipe.emu import EmulatorDevice
+from f4pipe.emu import EmulatorDevice, SharedRuns
 from f4pipe.emu.decode import decode_all
 from f4pipe.emu.disasm import format_instruction
 from f4pipe.emu.program import Program
@@ -182,7 +182,11 @@ def sweep_kernel(
         raise EmulatorError(f"the sweep needs at least two workgroup orders, got {list(orders)}")
     evidence = evidence or store_evidence(co_path, entry.symbol)
     rule = edge_rule(entry)
-    devices = {o: EmulatorDevice(workgroup_order=o, isolate_workgroups=True) for o in orders}
+    shared = SharedRuns()  # each launch executes once; the other orders replay its stores
+    devices = {
+        o: EmulatorDevice(workgroup_order=o, isolate_workgroups=True, shared_runs=shared)
+        for o in orders
+    }
     rows = []
     try:
         todo = list(shapes) if shapes is not None else edge_shapes(entry)

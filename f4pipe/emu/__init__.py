@@ -11,6 +11,6 @@ waitstates.py / hazards.py (the timing model, its rule table and the static chec
 device.py.
 """
 
-from f4pipe.emu.device import EmulatorDevice, EmulatorKernel, LaunchStats
+from f4pipe.emu.device import EmulatorDevice, EmulatorKernel, LaunchStats, SharedRuns
 
-__all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchStats"]
+__all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchStats", "SharedRuns"]

@@ -14,6 +14,7 @@ more than one workgroup wrote (LaunchStats.races), which is a race whatever the 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import time
@@ -28,7 +29,7 @@ from f4pipe.device import DeviceBuffer
 # Register the instruction handlers.
 from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
 from f4pipe.emu.engine import LANES, Executor, WaveIds
-from f4pipe.emu.memory import GlobalMemory, RaceReport, WriteConflict
+from f4pipe.emu.memory import GlobalMemory, Journal, RaceReport, WriteConflict
 from f4pipe.emu.program import Program
 from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
@@ -91,6 +92,7 @@ class LaunchStats:
     workgroup_order: str = "in-order"
     races: RaceReport = field(default_factory=RaceReport)
     hazards: HazardReport | None = None  # None: timing was not checked (check_hazards=False)
+    isolated_in_lockstep: int = 0  # isolated workgroups that ran (or were replayed) batched
 
     @property
     def instructions_per_second(self) -> float:
@@ -118,6 +120,8 @@ class EmulatorDevice:
     in workgroup_order (what the shape-edge sweep needs to see one workgroup overwrite
     another's output). Batches still run in lockstep where that provably changes nothing
     (_BatchRunner.isolated); otherwise, and when tracing, one workgroup at a time.
+    shared_runs: with isolate_workgroups, a SharedRuns that devices running the same launches
+    in other orders share, so each isolated batch executes once.
     """
 
     device_id = "emulator"
@@ -135,6 +139,7 @@ class EmulatorDevice:
         workgroup_order: str = "in-order",
         check_hazards: bool = True,
         isolate_workgroups: bool = False,
+        shared_runs: SharedRuns | None = None,
     ) -> None:
         parse_workgroup_order(workgroup_order)
         if trace_wave is not None and trace_wave < 0:
@@ -149,6 +154,7 @@ class EmulatorDevice:
         self.workgroup_order = workgroup_order
         self.check_hazards = check_hazards
         self.isolate_workgroups = isolate_workgroups
+        self.shared_runs = shared_runs
         self.last_stats = LaunchStats()
         self._programs: dict[tuple[Path, str], Program] = {}
         self._models: dict[int, TimingModel] = {}
@@ -230,7 +236,9 @@ class EmulatorDevice:
             wg_ids = np.array([(x, y, z) for z, y, x in groups], dtype=np.int64).reshape(-1, 3)
             run_order = order_workgroups(len(wg_ids), self.workgroup_order)
             per_batch = max(1, self.max_waves_per_batch // waves_per_group)
-            run = _BatchRunner(self, prog, ka, block, waves_per_group, wg_ids, model, sink)
+            run = _BatchRunner(
+                self, prog, ka, block, waves_per_group, wg_ids, model, sink, kernarg, grid
+            )
             for start in range(0, len(wg_ids), per_batch):
                 batch = run_order[start : start + per_batch]
                 if not self.isolate_workgroups:
@@ -309,6 +317,8 @@ class _BatchRunner:
     wg_ids: np.ndarray
     model: TimingModel | None
     sink: TextIO | None
+    kernarg: bytes
+    grid: tuple[int, int, int]
 
     def batch(
         self, batch: np.ndarray, start: int, hazards: HazardReport | None, stats: LaunchStats
@@ -350,23 +360,24 @@ class _BatchRunner:
         """Run `batch` in lockstep with its stores deferred, then apply them workgroup by
         workgroup in batch order: exactly what running each workgroup alone, in that order,
         leaves in memory and in the race log, since no workgroup saw another's stores. False
-        (nothing applied, nothing reported) when that cannot be shown: the batch read what it
-        stored, used an atomic, faulted or found a hazard or advisory (whose report order and
-        first sites are those of a one-at-a-time run); the caller then runs it that way."""
-        memory = self.device.memory
-        scratch = HazardReport() if self.model is not None else None
-        trial = LaunchStats()
-        memory.defer_writes()
-        try:
-            self.batch(batch, 0, scratch, trial)
-        except (EmulatorError, WriteConflict):
-            memory.take_journal()
-            return False
-        journal = memory.take_journal()
-        if scratch is not None and (scratch.count or scratch.advisories):
-            return False
+        (nothing applied, nothing reported) when that cannot be shown: the batch read an
+        allocation it stores to (even before the store: run alone, a later workgroup would
+        have seen it), used an atomic, faulted or found a hazard or advisory (whose report
+        order and first sites are those of a one-at-a-time run); the caller then runs it that
+        way. With the device's SharedRuns, a batch another device already ran on the same
+        inputs is replayed without executing it again."""
+        memory, shared = self.device.memory, self.device.shared_runs
+        key = self.shared_key(batch) if shared is not None else None
+        run = shared.find(key, memory) if shared is not None else None
+        executed = run is None
+        if run is None:
+            run = self.trial(batch)
+            if run is None:
+                return False
+            if shared is not None:
+                shared.add(key, memory, run)
         for wg in batch:
-            for store in journal:
+            for store in run.journal.stores:
                 mine = store.writers == wg
                 if mine.any():
                     memory.write_dwords(
@@ -376,9 +387,80 @@ class _BatchRunner:
                         store.writers[mine],
                         store.site,
                     )
-        stats.wave_instructions += trial.wave_instructions
-        stats.steps += trial.steps
+        stats.wave_instructions += run.wave_instructions
+        stats.steps += run.steps if executed else 0
+        stats.isolated_in_lockstep += len(batch)
         return True
+
+    def trial(self, batch: np.ndarray) -> IsolatedRun | None:
+        """Execute `batch` with stores deferred; None when the journal cannot stand for a
+        one-at-a-time run (see isolated)."""
+        memory = self.device.memory
+        scratch = HazardReport() if self.model is not None else None
+        trial = LaunchStats()
+        memory.defer_writes()
+        try:
+            self.batch(batch, 0, scratch, trial)
+        except (EmulatorError, WriteConflict):
+            memory.take_journal()
+            return None
+        journal = memory.take_journal()
+        if not journal.independent or (
+            scratch is not None and (scratch.count or scratch.advisories)
+        ):
+            return None
+        return IsolatedRun(journal, trial.wave_instructions, trial.steps)
+
+    def shared_key(self, batch: np.ndarray) -> tuple:
+        """Everything a batch's execution depends on but the contents of the memory it reads."""
+        dev, prog = self.device, self.prog
+        return (
+            prog.symbol,
+            prog.text,
+            prog.entry,
+            self.kernarg,
+            self.grid,
+            self.block,
+            frozenset(int(w) for w in batch),
+            dev.max_instructions_per_wave,
+            self.model is not None,
+            dev.memory.layout(),
+        )
+
+
+@dataclass(frozen=True)
+class IsolatedRun:
+    """An isolated batch's deferred stores and what executing it cost."""
+
+    journal: Journal
+    wave_instructions: int
+    steps: int
+
+
+class SharedRuns:
+    """Isolated batches that EmulatorDevices launching the same kernel on the same inputs in
+    other workgroup orders replay instead of executing (the shape-edge sweep runs every launch
+    in two orders). Sound because an isolated batch's journal is independent: each workgroup's
+    stores depend only on the launch and on the memory it read, never on the order. A run is
+    found by its launch key and the digest of the allocations it read."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, list[tuple[tuple, IsolatedRun]]] = {}
+
+    @staticmethod
+    def _digest(memory: GlobalMemory, starts: set[int]) -> tuple:
+        return tuple(
+            (start, hashlib.blake2b(memory.array(start)).digest()) for start in sorted(starts)
+        )
+
+    def find(self, key: tuple, memory: GlobalMemory) -> IsolatedRun | None:
+        for digest, run in self._runs.get(key, ()):
+            if digest == self._digest(memory, run.journal.read):
+                return run
+        return None
+
+    def add(self, key: tuple, memory: GlobalMemory, run: IsolatedRun) -> None:
+        self._runs.setdefault(key, []).append((self._digest(memory, run.journal.read), run))
 
 
 def initial_state(

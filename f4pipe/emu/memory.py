@@ -13,10 +13,12 @@ stores), whatever the emulator's order made of it; atomics are exempt. end_launc
 RaceReport: how many dwords raced and the first few conflicts, with both writers.
 
 Deferred writes (defer_writes .. take_journal): stores are checked as usual but kept in a
-journal instead of landing, so a caller can run several workgroups in lockstep and still apply
+Journal instead of landing, so a caller can run several workgroups in lockstep and still apply
 their stores as if each had run alone, one after another (EmulatorDevice's isolated
-workgroups). A load from an allocation the journal has written, an atomic, or a store whose
-writers are unknown raises WriteConflict: the journal cannot reproduce that order.
+workgroups). That holds only if no workgroup reads an allocation any of them writes (then no
+workgroup can see another's stores, whatever the order): the journal records which
+allocations were read and written, and a load from an allocation already written, an atomic,
+or a store whose writers are unknown raises WriteConflict at once.
 """
 
 from __future__ import annotations
@@ -151,6 +153,22 @@ class DeferredStore:
     site: str
 
 
+@dataclass
+class Journal:
+    """The stores deferred since defer_writes, in issue order, and the allocations (by start
+    address) that loads read and stores wrote meanwhile."""
+
+    stores: list[DeferredStore] = field(default_factory=list)
+    read: set[int] = field(default_factory=set)
+    written: set[int] = field(default_factory=set)
+
+    @property
+    def independent(self) -> bool:
+        """No load read an allocation a store wrote: replaying the stores workgroup by
+        workgroup, in any order, is what running the workgroups one after another gives."""
+        return not self.read & self.written
+
+
 class GlobalMemory:
     """Allocations keyed by device address; dword gathers/scatters across lanes at once."""
 
@@ -159,8 +177,7 @@ class GlobalMemory:
         self._arrays: dict[int, np.ndarray] = {}
         self._next = HEAP_BASE
         self._log: _WriteLog | None = None
-        self._journal: list[DeferredStore] | None = None
-        self._journaled: set[int] = set()  # allocations the journal writes
+        self._journal: Journal | None = None
 
     # --- allocation ----------------------------------------------------------------------
 
@@ -187,6 +204,10 @@ class GlobalMemory:
         except KeyError:
             raise EmulatorError(f"{addr:#x} is not the start of an allocation") from None
 
+    def layout(self) -> tuple[tuple[int, int], ...]:
+        """(start, size) of every allocation, by address: what decides which accesses fault."""
+        return tuple((start, self._arrays[start].size) for start in sorted(self._starts))
+
     def num_allocations(self) -> int:
         return len(self._starts)
 
@@ -205,15 +226,18 @@ class GlobalMemory:
 
     def defer_writes(self) -> None:
         """Keep stores in a journal from now on (see the module docstring)."""
-        self._journal, self._journaled = [], set()
+        self._journal = Journal()
 
-    def take_journal(self) -> list[DeferredStore]:
-        """Stop deferring; the stores deferred since defer_writes, in issue order."""
-        journal, self._journal, self._journaled = self._journal or [], None, set()
+    def take_journal(self) -> Journal:
+        """Stop deferring; what was deferred since defer_writes."""
+        journal, self._journal = self._journal or Journal(), None
         return journal
 
-    def _check_read(self, starts: list[int]) -> None:
-        if self._journal is not None and self._journaled.intersection(starts):
+    def _note_read(self, starts: list[int]) -> None:
+        if self._journal is None:
+            return
+        self._journal.read.update(starts)
+        if self._journal.written.intersection(starts):
             raise WriteConflict("a load reads memory a deferred store wrote")
 
     # --- lane accesses -------------------------------------------------------------------
@@ -288,7 +312,7 @@ class GlobalMemory:
         """uint32 at each (int64) address; shape follows `addr`."""
         out = np.zeros(addr.shape, dtype=np.uint32)
         groups = self._word_groups(addr, what)
-        self._check_read([start for _, start, _, _ in groups])
+        self._note_read([start for _, start, _, _ in groups])
         for sel, _, words, idx in groups:
             if sel.all():
                 return words[idx]
@@ -311,8 +335,8 @@ class GlobalMemory:
         if self._journal is not None:
             if writers is None:
                 raise WriteConflict("a deferred store does not name its writers")
-            self._journaled.update(start for _, start, _, _ in groups)
-            self._journal.append(
+            self._journal.written.update(start for _, start, _, _ in groups)
+            self._journal.stores.append(
                 DeferredStore(
                     addr.copy(),
                     np.array(np.broadcast_to(values, addr.shape)),
