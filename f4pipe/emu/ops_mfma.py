@@ -83,7 +83,11 @@ def matrix_to_acc(mat: np.ndarray) -> np.ndarray:
 
 def _scale_bytes(ex: Executor, op: Operand, sel: Sel, byte: int) -> np.ndarray:
     """[n, 4 (g), 16 (r)] E8M0 bytes: byte `byte` of each lane's scale source."""
-    raw = np.broadcast_to(ex.v(op, sel), (ex.nsel(sel), 64))
+    raw = ex.v(op, sel)
+    if raw.shape[-1:] == (64,):  # a VGPR: pick the byte through a little-endian byte view
+        raw = np.ascontiguousarray(raw, dtype="<u4")
+        return raw.view(np.uint8)[:, byte::4].reshape(-1, 4, 16)
+    raw = np.broadcast_to(raw, (ex.nsel(sel), 64))
     return ((raw >> np.uint32(8 * byte)) & np.uint32(0xFF)).astype(np.uint8).reshape(-1, 4, 16)
 
 
@@ -117,17 +121,21 @@ def exact_in_float64(
     significand) exactly, so summing in float64 gives the exact sum and one conversion rounds
     it to f32 as round_sum_to_f32 does. A NaN scale (0xFF, which poisons even a zero block)
     or a non-finite C never qualify: their propagation stays the exact path's."""
-    if int(ea.max()) == 0xFF or int(eb.max()) == 0xFF:
+    ea_max, eb_max = int(ea.max()), int(eb.max())
+    if ea_max == 0xFF or eb_max == 0xFF:
         return False
-    c = np.asarray(c, dtype=np.float64)
-    c_max = float(np.abs(c).max())
-    if not np.isfinite(c_max):
+    c_max = float(np.abs(c).max()) if isinstance(c, np.ndarray) else abs(c)
+    if not math.isfinite(c_max):
         return False
-    if not a_live.any() or not b_live.any():
+    if a_live.all() and b_live.all():  # the common case: no zero block
+        low = int(ea.min()) + int(eb.min()) - 254 - 2  # L
+        high = ea_max + eb_max - 254  # Emax
+    elif not a_live.any() or not b_live.any():
         return True  # every product is zero: the sum is C
-    live_a, live_b = ea[a_live], eb[b_live]
-    low = int(live_a.min()) + int(live_b.min()) - 254 - 2  # L
-    high = int(live_a.max()) + int(live_b.max()) - 254  # Emax
+    else:
+        live_a, live_b = ea[a_live], eb[b_live]
+        low = int(live_a.min()) + int(live_b.min()) - 254 - 2
+        high = int(live_a.max()) + int(live_b.max()) - 254
     if 4608.0 * math.ldexp(1.0, high) + c_max >= math.ldexp(1.0, low + 53):
         return False
     on_grid = np.ldexp(c, -low)
