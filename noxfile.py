@@ -55,8 +55,9 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison and
-    the cost of the emulator's hazard checks."""
+    """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison, the
+    cost of the emulator's hazard checks and the CPU seconds of the verify, splitk and safety
+    stages' own work."""
     install(session, "test")
     session.run(
         "pytest",
@@ -71,6 +72,7 @@ def bench(session: nox.Session) -> None:
     )
     session.run("python", "benchmarks/roundtrip_floor.py")
     session.run("python", "benchmarks/hazard_overhead.py")
+    session.run("python", "benchmarks/stage_cpu.py")
 
 
 @nox.session(default=False)

@@ -367,15 +367,17 @@ class _BatchRunner:
         way. With the device's SharedRuns, a batch another device already ran on the same
         inputs is replayed without executing it again."""
         memory, shared = self.device.memory, self.device.shared_runs
-        key = self.shared_key(batch) if shared is not None else None
-        run = shared.find(key, memory) if shared is not None else None
-        executed = run is None
-        if run is None:
-            run = self.trial(batch)
-            if run is None:
-                return False
+        key = self.shared_key(batch) if shared is not None else ()
+        found, run = shared.find(key, memory) if shared is not None else (False, None)
+        if found and run is None:
+            return False  # the same batch failed on another device: it fails here too
+        executed = not found
+        if not found:
+            read, run = self.trial(batch)
             if shared is not None:
-                shared.add(key, memory, run)
+                shared.add(key, memory, read, run)
+        if run is None:
+            return False
         for wg in batch:
             for store in run.journal.stores:
                 mine = store.writers == wg
@@ -392,9 +394,9 @@ class _BatchRunner:
         stats.isolated_in_lockstep += len(batch)
         return True
 
-    def trial(self, batch: np.ndarray) -> IsolatedRun | None:
-        """Execute `batch` with stores deferred; None when the journal cannot stand for a
-        one-at-a-time run (see isolated)."""
+    def trial(self, batch: np.ndarray) -> tuple[set[int], IsolatedRun | None]:
+        """Execute `batch` with stores deferred: the allocations it read, and its run, or
+        None when the journal cannot stand for a one-at-a-time run (see isolated)."""
         memory = self.device.memory
         scratch = HazardReport() if self.model is not None else None
         trial = LaunchStats()
@@ -402,14 +404,13 @@ class _BatchRunner:
         try:
             self.batch(batch, 0, scratch, trial)
         except (EmulatorError, WriteConflict):
-            memory.take_journal()
-            return None
+            return memory.take_journal().read, None
         journal = memory.take_journal()
         if not journal.independent or (
             scratch is not None and (scratch.count or scratch.advisories)
         ):
-            return None
-        return IsolatedRun(journal, trial.wave_instructions, trial.steps)
+            return journal.read, None
+        return journal.read, IsolatedRun(journal, trial.wave_instructions, trial.steps)
 
     def shared_key(self, batch: np.ndarray) -> tuple:
         """Everything a batch's execution depends on but the contents of the memory it reads."""
@@ -441,11 +442,13 @@ class SharedRuns:
     """Isolated batches that EmulatorDevices launching the same kernel on the same inputs in
     other workgroup orders replay instead of executing (the shape-edge sweep runs every launch
     in two orders). Sound because an isolated batch's journal is independent: each workgroup's
-    stores depend only on the launch and on the memory it read, never on the order. A run is
-    found by its launch key and the digest of the allocations it read."""
+    stores depend only on the launch and on the memory it read, never on the order. A batch
+    that could not run isolated is remembered too, so the other orders go one workgroup at a
+    time without trying. A batch is found by its launch key and the digest of the
+    allocations it read (up to where it stopped, for a failed one)."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple, list[tuple[tuple, IsolatedRun]]] = {}
+        self._runs: dict[tuple, list[tuple[set[int], tuple, IsolatedRun | None]]] = {}
 
     @staticmethod
     def _digest(memory: GlobalMemory, starts: set[int]) -> tuple:
@@ -453,14 +456,17 @@ class SharedRuns:
             (start, hashlib.blake2b(memory.array(start)).digest()) for start in sorted(starts)
         )
 
-    def find(self, key: tuple, memory: GlobalMemory) -> IsolatedRun | None:
-        for digest, run in self._runs.get(key, ()):
-            if digest == self._digest(memory, run.journal.read):
-                return run
-        return None
+    def find(self, key: tuple, memory: GlobalMemory) -> tuple[bool, IsolatedRun | None]:
+        """(found, run): run None for a batch that failed."""
+        for read, digest, run in self._runs.get(key, ()):
+            if digest == self._digest(memory, read):
+                return True, run
+        return False, None
 
-    def add(self, key: tuple, memory: GlobalMemory, run: IsolatedRun) -> None:
-        self._runs.setdefault(key, []).append((self._digest(memory, run.journal.read), run))
+    def add(
+        self, key: tuple, memory: GlobalMemory, read: set[int], run: IsolatedRun | None
+    ) -> None:
+        self._runs.setdefault(key, []).append((read, self._digest(memory, read), run))
 
 
 def initial_state(
