@@ -29,7 +29,13 @@ from f4pipe.device import DeviceBuffer
 # Register the instruction handlers.
 from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401
 from f4pipe.emu.engine import LANES, Executor, WaveIds
-from f4pipe.emu.memory import GlobalMemory, Journal, RaceReport, WriteConflict
+from f4pipe.emu.memory import (
+    GlobalMemory,
+    Journal,
+    RaceReport,
+    WriteConflict,
+    keep_freed_host_memory,
+)
 from f4pipe.emu.program import Program
 from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
@@ -146,6 +152,7 @@ class EmulatorDevice:
             raise EmulatorError(f"trace_wave={trace_wave} must be a wave number >= 0")
         if max_waves_per_batch < 1:
             raise EmulatorError(f"max_waves_per_batch={max_waves_per_batch} must be >= 1")
+        keep_freed_host_memory()
         self.memory = GlobalMemory()
         self.trace_wave = trace_wave
         self.trace_out = trace_out

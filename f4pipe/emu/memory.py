@@ -23,6 +23,8 @@ or a store whose writers are unknown raises WriteConflict at once.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -101,10 +103,25 @@ class _WriteLog:
             self.sites.append(site)
         return self.site_index[site]
 
+    @staticmethod
+    def _no_conflict(owner: np.ndarray, idx: np.ndarray, wg: np.ndarray) -> bool:
+        """The common store: distinct dwords, each unwritten or last written by the same
+        workgroup. Then record's general path (two np.unique over the store) would find no
+        race and set exactly owner[idx] = wg; a sort finds that out far faster."""
+        prev = owner[idx]
+        if ((prev >= 0) & (prev != wg)).any():
+            return False
+        ordered = np.sort(idx, axis=None)
+        return not (ordered[1:] == ordered[:-1]).any()
+
     def record(self, start: int, words: int, idx: np.ndarray, wg: np.ndarray, site: str) -> None:
         """Note a store of dwords `idx` by workgroups `wg` (same shape) at `site`."""
         owner, owner_site, raced = self.arrays(start, words)
         sid = self.site_of(site)
+        if self._no_conflict(owner, idx, wg):
+            owner[idx] = wg
+            owner_site[idx] = sid
+            return
         key = np.unique((idx.astype(np.int64) << _WG_BITS) | wg.astype(np.int64))
         kidx, kwg = key >> _WG_BITS, key & ((1 << _WG_BITS) - 1)
         uidx, first, counts = np.unique(kidx, return_index=True, return_counts=True)
@@ -135,6 +152,32 @@ class _WriteLog:
                 )
         owner[uidx] = first_wg  # a dword with two writers is already marked raced
         owner_site[uidx] = sid
+
+
+#: glibc mallopt parameters (malloc.h) and the sizes f4pipe sets them to.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HOST_MMAP_THRESHOLD = 256 << 20
+HOST_TRIM_THRESHOLD = 1 << 30
+
+
+@functools.cache
+def keep_freed_host_memory() -> bool:
+    """Let glibc keep freed blocks of up to 256 MiB in the heap instead of unmapping them.
+
+    Every emulated instruction allocates numpy temporaries of a few MiB for a full batch
+    (512 waves x 64 lanes). By default glibc serves those by mmap and unmaps them on free, so
+    each instruction page-faults its temporaries afresh: at 2048x2048x512 that was 560k minor
+    faults and a third of the run's CPU time (sys), against 23k faults with the heap kept.
+    Results do not change. Returns False where there is no glibc mallopt (then nothing
+    changes)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(
+        mallopt(M_MMAP_THRESHOLD, HOST_MMAP_THRESHOLD)
+        and mallopt(M_TRIM_THRESHOLD, HOST_TRIM_THRESHOLD)
+    )
 
 
 class WriteConflict(Exception):
