@@ -189,13 +189,15 @@ def _launch_outcome(device: EmulatorDevice, entry, co_path, request: GemmRequest
     """Everything a launch leaves behind that a result row can read."""
     r = run_gemm(device, entry, co_path, request)
     stats = device.last_stats
+    report = stats.hazards
+    assert report is not None
     return (
         r.d_padded_bits.tobytes() if r.d_padded_bits is not None else r.d.tobytes(),
         r.races,
         r.race_summary,
-        r.hazards,
-        r.hazard_summary,
-        r.advisories,
+        [(h.message, where) for h, where in zip(report.hazards, report.where, strict=True)],
+        [(h.message, w) for h, w in zip(report.advisory, report.advisory_where, strict=True)],
+        (report.count, report.advisories),
         stats.wave_instructions,
     )
 
@@ -203,18 +205,25 @@ def _launch_outcome(device: EmulatorDevice, entry, co_path, request: GemmRequest
 def test_isolated_workgroups_in_lockstep_equal_one_at_a_time(manifest) -> None:
     """isolate_workgroups batches a launch's workgroups and replays their stores in order, and
     SharedRuns lets the second order replay the first's run: the same D bits, races, race
-    report and hazards as one workgroup per batch, for a racy shape, a safe one and a splitK
-    launch (atomics: run one at a time)."""
+    report and hazard report (every entry and where it first hit) as one workgroup per batch,
+    for a racy shape, a safe one and a splitK launch (atomics: run one at a time), and for a
+    kernel whose every workgroup reports LDS advisories."""
     entry = manifest.get(PREFIX + "BpreShuffle_256x256")
     co = manifest.co_path(entry)
     racy = GemmRequest(64, 288, 256, edge_policy="unsafe", keep_padded_d=True)
     safe = GemmRequest(64, 512, 256, edge_policy="unsafe", keep_padded_d=True)
     splitk = GemmRequest(256, 512, 1024, log2_k_split=1)
+    advisory = manifest.get(PREFIX + "BpreShuffle_224x256")
+    advised = GemmRequest(241, 512, 512, edge_policy="unsafe", keep_padded_d=True)
     shared = SharedRuns()
     racy_d = {}
     for order in ("in-order", "reversed"):
         alone = EmulatorDevice(workgroup_order=order, max_waves_per_batch=4)
         batched = EmulatorDevice(workgroup_order=order, isolate_workgroups=True, shared_runs=shared)
+        want = _launch_outcome(alone, advisory, manifest.co_path(advisory), advised)
+        assert want[4] and alone.last_stats.workgroups == 4  # advisories from every workgroup
+        assert _launch_outcome(batched, advisory, manifest.co_path(advisory), advised) == want
+        assert batched.last_stats.isolated_in_lockstep == 4
         for request in (racy, safe, splitk):
             want = _launch_outcome(alone, entry, co, request)
             assert _launch_outcome(batched, entry, co, request) == want, (order, request)

@@ -37,7 +37,7 @@ from f4pipe.emu.memory import (
     keep_freed_host_memory,
 )
 from f4pipe.emu.program import Program
-from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
+from f4pipe.emu.timing import Hazard, HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.fsio import write_text
 
@@ -235,22 +235,19 @@ class EmulatorDevice:
         ka = self.memory.alloc(kernarg_size)
         self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
         sink, owned = self._trace_sink()
-        model = self._timing_model(prog) if self.check_hazards else None
-        hazards = HazardReport() if model is not None else None
+        hazards = HazardReport() if self.check_hazards else None
         self.memory.begin_launch()
         try:
             groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
             wg_ids = np.array([(x, y, z) for z, y, x in groups], dtype=np.int64).reshape(-1, 3)
             run_order = order_workgroups(len(wg_ids), self.workgroup_order)
             per_batch = max(1, self.max_waves_per_batch // waves_per_group)
-            run = _BatchRunner(
-                self, prog, ka, block, waves_per_group, wg_ids, model, sink, kernarg, grid
-            )
+            run = _BatchRunner(self, prog, ka, block, waves_per_group, wg_ids, sink, kernarg, grid)
             for start in range(0, len(wg_ids), per_batch):
                 batch = run_order[start : start + per_batch]
                 if not self.isolate_workgroups:
                     run.batch(batch, start, hazards, stats)
-                elif len(batch) == 1 or sink is not None or not run.isolated(batch, stats):
+                elif len(batch) == 1 or sink is not None or not run.isolated(batch, hazards, stats):
                     for i in range(len(batch)):  # each workgroup alone, in order
                         run.batch(batch[i : i + 1], start + i, hazards, stats)
         finally:
@@ -322,14 +319,18 @@ class _BatchRunner:
     block: tuple[int, int, int]
     waves_per_group: int
     wg_ids: np.ndarray
-    model: TimingModel | None
     sink: TextIO | None
     kernarg: bytes
     grid: tuple[int, int, int]
 
     def batch(
-        self, batch: np.ndarray, start: int, hazards: HazardReport | None, stats: LaunchStats
-    ) -> None:
+        self,
+        batch: np.ndarray,
+        start: int,
+        hazards: HazardReport | None,
+        stats: LaunchStats,
+        per_workgroup: bool = False,
+    ) -> Executor:
         dev, wpg = self.device, self.waves_per_group
         ids = WaveIds(
             first_global_wave=start * wpg,
@@ -346,14 +347,15 @@ class _BatchRunner:
             trace_out=self.sink,
         )
         initial_state(ex, self.prog, self.kernarg_addr, self.block)
-        if self.model is not None and hazards is not None:
-            ex.timing = TimingRun(
-                self.model,
+        if hazards is not None:  # the model is built when a batch first executes, not for
+            ex.timing = TimingRun(  # launches replayed from SharedRuns
+                dev._timing_model(self.prog),
                 hazards,
                 dev._lds_pool(ex.num_wg, ex.lds.shape[1], wpg),
                 num_waves=ex.W,
                 wave_wg=ex.wg,
                 waves_per_group=wpg,
+                per_workgroup=per_workgroup,
             )
         try:
             ex.run()
@@ -362,16 +364,18 @@ class _BatchRunner:
                 ex.timing.finish()
         stats.wave_instructions += ex.dynamic_instructions
         stats.steps += ex.steps
+        return ex
 
-    def isolated(self, batch: np.ndarray, stats: LaunchStats) -> bool:
+    def isolated(self, batch: np.ndarray, hazards: HazardReport | None, stats: LaunchStats) -> bool:
         """Run `batch` in lockstep with its stores deferred, then apply them workgroup by
         workgroup in batch order: exactly what running each workgroup alone, in that order,
-        leaves in memory and in the race log, since no workgroup saw another's stores. False
+        leaves in memory and in the race log, since no workgroup saw another's stores. The
+        timing hazards are kept per workgroup (TimingRun per_workgroup) and reported the same
+        way, so the report's order and first sites are a one-at-a-time run's too. False
         (nothing applied, nothing reported) when that cannot be shown: the batch read an
         allocation it stores to (even before the store: run alone, a later workgroup would
-        have seen it), used an atomic, faulted or found a hazard or advisory (whose report
-        order and first sites are those of a one-at-a-time run); the caller then runs it that
-        way. With the device's SharedRuns, a batch another device already ran on the same
+        have seen it), used an atomic or faulted; the caller then runs it one workgroup at a
+        time. With the device's SharedRuns, a batch another device already ran on the same
         inputs is replayed without executing it again."""
         memory, shared = self.device.memory, self.device.shared_runs
         key = self.shared_key(batch) if shared is not None else ()
@@ -396,6 +400,11 @@ class _BatchRunner:
                         store.writers[mine],
                         store.site,
                     )
+        if hazards is not None:
+            for wg in batch:
+                for owner, hazard, where in run.hazards:
+                    if owner == wg:
+                        hazards.add(hazard, where)
         stats.wave_instructions += run.wave_instructions
         stats.steps += run.steps if executed else 0
         stats.isolated_in_lockstep += len(batch)
@@ -405,19 +414,19 @@ class _BatchRunner:
         """Execute `batch` with stores deferred: the allocations it read, and its run, or
         None when the journal cannot stand for a one-at-a-time run (see isolated)."""
         memory = self.device.memory
-        scratch = HazardReport() if self.model is not None else None
+        scratch = HazardReport() if self.device.check_hazards else None
         trial = LaunchStats()
         memory.defer_writes()
         try:
-            self.batch(batch, 0, scratch, trial)
+            ex = self.batch(batch, 0, scratch, trial, per_workgroup=True)
         except (EmulatorError, WriteConflict):
             return memory.take_journal().read, None
         journal = memory.take_journal()
-        if not journal.independent or (
-            scratch is not None and (scratch.count or scratch.advisories)
-        ):
+        if not journal.independent:
             return journal.read, None
-        return journal.read, IsolatedRun(journal, trial.wave_instructions, trial.steps)
+        events = (ex.timing.events or []) if ex.timing is not None else []
+        hazards = [(int(batch[slot]), hazard, where) for slot, hazard, where in events]
+        return journal.read, IsolatedRun(journal, hazards, trial.wave_instructions, trial.steps)
 
     def shared_key(self, batch: np.ndarray) -> tuple:
         """Everything a batch's execution depends on but the contents of the memory it reads."""
@@ -431,7 +440,7 @@ class _BatchRunner:
             self.block,
             frozenset(int(w) for w in batch),
             dev.max_instructions_per_wave,
-            self.model is not None,
+            self.device.check_hazards,
             dev.memory.layout(),
         )
 
@@ -441,6 +450,7 @@ class IsolatedRun:
     """An isolated batch's deferred stores and what executing it cost."""
 
     journal: Journal
+    hazards: list[tuple[int, Hazard, str]]  # (workgroup, hazard, where), as each met them
     wave_instructions: int
     steps: int
 
