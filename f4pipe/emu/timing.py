@@ -486,7 +486,8 @@ class TimingRun:
         lw = self.lds
         waves = np.arange(self.W)[sel]
         rows = self.wave_wg[waves][:, None, None]
-        tag = lw.w_tag[rows, widx]
+        flat = rows * lw.shape[1] + widx  # [n, 64, ndw] into w_tag's flat view: one gather
+        tag = lw.w_tag.reshape(-1)[flat]
         seq1 = (tag >> W_SEQ_SHIFT).astype(np.int64)
         limit = self._limits(waves)[:, :, None, None]
         bad = seq1 > np.where(tag & W_DMA_BIT, limit[VM], limit[LDS])
@@ -497,7 +498,7 @@ class TimingRun:
         stamp = (self.seq[waves] + 1).astype(np.int32)
         local = (waves - self.first_wave[waves])[:, None, None]
         if ex.exec_full:
-            lw.r_tag[rows, widx, local] = stamp[:, None, None]
+            lw.r_tag.reshape(-1)[flat * self.wpg + local] = stamp[:, None, None]
         else:
             m = np.broadcast_to(lanes[..., None], widx.shape)
             full = np.broadcast_to(stamp[:, None, None], widx.shape)
@@ -565,7 +566,9 @@ class TimingRun:
             retired = np.where(own, self.retired[LDS, waves][:, None], retired)
         else:
             retired = np.where(own, NEVER, retired)
-        rseq1 = lw.r_tag[rows, widx]  # [n, 64, ndw, wpg]: sequence + 1 of the last read
+        flat = rows * lw.shape[1] + widx  # [n, 64, ndw] into the tags' flat (word) views
+        # [n, 64, ndw, wpg]: sequence + 1 of the last read
+        rseq1 = lw.r_tag.reshape(-1, self.wpg)[flat]
         late = rseq1 > retired[:, None, None, :]
         if not ex.exec_full:
             late &= lanes[..., None, None]
@@ -579,7 +582,7 @@ class TimingRun:
             np.int32
         )
         if ex.exec_full:
-            lw.w_tag[rows, widx] = tag[:, None, None]
+            lw.w_tag.reshape(-1)[flat] = tag[:, None, None]
         else:
             m = np.broadcast_to(lanes[..., None], widx.shape)
             r = np.broadcast_to(rows, widx.shape)[m]
