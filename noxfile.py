@@ -53,7 +53,8 @@ def fuzz(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison,
-    the cost of the emulator's hazard checks and the command line's start-up CPU."""
+    the cost of the emulator's hazard checks, the CPU seconds of the verify, splitk and safety
+    stages' own work, and the command line's start-up CPU."""
     install(session, "test")
     session.run(
         "pytest",
@@ -68,6 +69,7 @@ def bench(session: nox.Session) -> None:
     )
     session.run("python", "benchmarks/roundtrip_floor.py")
     session.run("python", "benchmarks/hazard_overhead.py")
+    session.run("python", "benchmarks/stage_cpu.py")
     session.run("python", "benchmarks/cli_startup.py")
 
 

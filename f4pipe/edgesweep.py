@@ -1,7 +1,7 @@
 """The shape-edge sweep: every kernel at edge shapes on the emulator, plus static evidence.
 
 For each kernel and edge class (f4pipe.safety.EDGE_CLASSES) a few shapes run on the emulator
-in at least two workgroup orders, one workgroup at a time, with D pre-filled with a canary
+in at least two workgroup orders, each workgroup as if alone, with D pre-filled with a canary
 (every element outside the user's [0,M) x [0,N) included). A run is
 - "fault" when the emulator refused an access outside every allocation,
 - "wrong" when an element of D[:M, :N] misses the reference (first bad index, expected, got)
@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # the emulator is imported where a kernel runs: reused sweeps
 
 #: bf16 NaN with a payload no kernel computes: any other value there was written by a kernel.
 CANARY = 0x7FC1
-#: Orders every sweep runs (one workgroup at a time, so the order is the only freedom).
+#: Orders every sweep runs (each workgroup as if alone, so the order is the only freedom).
 DEFAULT_ORDERS = SWEEP_ORDERS
 VERDICTS = ("safe", "race", "hazard", "wrong", "fault")
 M_EDGE_RESIDUES = (1, 17, 31, 33)
@@ -183,13 +183,17 @@ def sweep_kernel(
     evidence: StoreEvidence | None = None,
 ) -> list[dict[str, Any]]:
     """SAFETY rows of one kernel: each edge shape unprotected, and unsafe ones padded too."""
-    from f4pipe.emu import EmulatorDevice
+    from f4pipe.emu import EmulatorDevice, SharedRuns
 
     if len(orders) < 2:
         raise EmulatorError(f"the sweep needs at least two workgroup orders, got {list(orders)}")
     evidence = evidence or store_evidence(co_path, entry.symbol)
     rule = edge_rule(entry)
-    devices = {o: EmulatorDevice(workgroup_order=o, max_waves_per_batch=4) for o in orders}
+    shared = SharedRuns()  # each launch executes once; the other orders replay its stores
+    devices = {
+        o: EmulatorDevice(workgroup_order=o, isolate_workgroups=True, shared_runs=shared)
+        for o in orders
+    }
     rows = []
     try:
         todo = list(shapes) if shapes is not None else edge_shapes(entry)

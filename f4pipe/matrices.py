@@ -2,10 +2,10 @@
 
 A Case names a shape and split and which kernel(s) run it: None = the tile heuristic's choice,
 "*" = every manifest kernel, "splitk" = every splitK-capable kernel, else one kernel name.
-"seed" is the seed driver's run_tests.sh (51 checks); "throughput" the seed README's hardware
-table; "pipeline" the default for `snakemake --cores 1 all`: the seed's every-kernel check plus
-the seed's heuristic shapes that stay small (M edges 1, 17 and 300 among them), a few minutes on
-the emulator; "smoke" small shapes for tests.
+"seed" is the seed driver's run_tests.sh (51 checks), the verify default of `snakemake --cores
+1 all`; "throughput" the seed README's hardware table; "pipeline" the seed's every-kernel check
+plus the seed's heuristic shapes that stay small (M edges 1, 17 and 300 among them), without
+the two largest shapes and splitK; "smoke" small shapes for tests.
 """
 
 from __future__ import annotations

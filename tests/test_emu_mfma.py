@@ -111,3 +111,40 @@ def test_sum_is_rounded_once_even_when_float64_alone_would_round_twice(toolchain
     ex.vgpr[256, 0, 0] = np.float32(2.0**24).view(np.uint32)
     ex.run()
     assert ex.vgpr[256, 0, 0].view(np.float32) == np.float32(2.0**24 + 2)
+
+
+@pytest.mark.parametrize("scale_range", [(124, 131), (118, 137), (115, 135)])
+def test_float64_fast_path_equals_the_exact_path_bit_for_bit(scale_range) -> None:
+    """Wherever exact_in_float64 admits a batch, the float64 matmul gives exactly the bits of
+    the TwoSum path, signed zeros included (rows of +-0 codes, C of +-0 and random f32)."""
+    from f4pipe.emu.ops_mfma import (
+        E8M0_VALUE,
+        _fp4_operand,
+        block_terms,
+        exact_in_float64,
+        exact_sum,
+        float64_sum,
+        live_blocks,
+    )
+
+    rng = np.random.default_rng(scale_range[0])
+    n, admitted = 8, 0
+    for trial in range(60):
+        regs = rng.integers(0, 2**32, size=(2, 4, n, 64), dtype=np.uint64).astype(np.uint32)
+        regs[:, :, : n // 2, : 16 * (trial % 4)] &= np.uint32(0x88888888)  # only +0 / -0
+        regs[trial % 2, :, n // 2 :, 16 * (trial % 4) :] = 0  # zero blocks (scales ignored)
+        a, b = _fp4_operand(regs[0]), _fp4_operand(regs[1])
+        ea, eb = rng.integers(*scale_range, size=(2, n, 4, 16), dtype=np.uint16).astype(np.uint8)
+        (ea if trial % 2 == 0 else eb)[n // 2 :, trial % 4 :] = 0  # 2^-127 on zero blocks only
+        c = rng.normal(0, 10.0 ** (trial % 5), size=(n, 16, 16)).astype(np.float32)
+        c[:, :4] = 0.0
+        c[:, 4:6] = -0.0
+        c64 = c.astype(np.float64)
+        terms = block_terms(a, b, E8M0_VALUE[ea], E8M0_VALUE[eb])
+        for cc in (c64, 0.0, -0.0):
+            if exact_in_float64(ea, eb, live_blocks(regs[0]), live_blocks(regs[1]), cc):
+                admitted += 1
+                fast = float64_sum(terms, cc).view(np.uint32)
+                want = exact_sum(terms, cc).view(np.uint32)
+                assert (fast == want).all(), (trial, cc if np.isscalar(cc) else "regs")
+    assert admitted > 0

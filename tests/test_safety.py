@@ -14,7 +14,7 @@ import pytest
 from f4pipe.audit import audit_tuned, read_tuned
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, main
 from f4pipe.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
-from f4pipe.emu import EmulatorDevice
+from f4pipe.emu import EmulatorDevice, SharedRuns
 from f4pipe.errors import ShapeError
 from f4pipe.fetch import extract_wheel_file
 from f4pipe.gemm import GemmRequest, run_gemm
@@ -183,6 +183,59 @@ def test_workgroup_order_changes_a_racy_result_but_not_a_safe_one(manifest) -> N
     safe = [results[o, 512] for o in ("in-order", "reversed", "shuffle:1")]
     assert all(r.races == 0 and r.verification.passed for r in safe)
     assert np.array_equal(safe[0].d_padded_bits, safe[1].d_padded_bits)
+
+
+def _launch_outcome(device: EmulatorDevice, entry, co_path, request: GemmRequest) -> tuple:
+    """Everything a launch leaves behind that a result row can read, and its LaunchStats."""
+    r = run_gemm(device, entry, co_path, request)
+    stats = r.launch
+    report = stats.hazards
+    assert report is not None
+    return (
+        r.d_padded_bits.tobytes() if r.d_padded_bits is not None else r.d.tobytes(),
+        r.races,
+        r.race_summary,
+        [(h.message, where) for h, where in zip(report.hazards, report.where, strict=True)],
+        [(h.message, w) for h, w in zip(report.advisory, report.advisory_where, strict=True)],
+        (report.count, report.advisories),
+        stats.wave_instructions,
+    ), stats
+
+
+def test_isolated_workgroups_in_lockstep_equal_one_at_a_time(manifest) -> None:
+    """isolate_workgroups batches a launch's workgroups and replays their stores in order, and
+    SharedRuns lets the second order replay the first's run: the same D bits, races, race
+    report and hazard report (every entry and where it first hit) as one workgroup per batch,
+    for a racy shape, a safe one and a splitK launch (atomics: run one at a time), and for a
+    kernel whose every workgroup reports LDS advisories."""
+    entry = manifest.get(PREFIX + "BpreShuffle_256x256")
+    co = manifest.co_path(entry)
+    racy = GemmRequest(64, 288, 256, edge_policy="unsafe", keep_padded_d=True)
+    safe = GemmRequest(64, 512, 256, edge_policy="unsafe", keep_padded_d=True)
+    splitk = GemmRequest(256, 512, 1024, log2_k_split=1)
+    advisory = manifest.get(PREFIX + "BpreShuffle_224x256")
+    advised = GemmRequest(241, 512, 512, edge_policy="unsafe", keep_padded_d=True)
+    shared = SharedRuns()
+    racy_d = {}
+    for order in ("in-order", "reversed"):
+        alone = EmulatorDevice(workgroup_order=order, max_waves_per_batch=4)
+        batched = EmulatorDevice(workgroup_order=order, isolate_workgroups=True, shared_runs=shared)
+        want, alone_stats = _launch_outcome(alone, advisory, manifest.co_path(advisory), advised)
+        assert want[4] and alone_stats.workgroups == 4  # advisories from every workgroup
+        got, stats = _launch_outcome(batched, advisory, manifest.co_path(advisory), advised)
+        assert got == want and stats.isolated_in_lockstep == 4
+        for request in (racy, safe, splitk):
+            want, _ = _launch_outcome(alone, entry, co, request)
+            got, stats = _launch_outcome(batched, entry, co, request)
+            assert got == want, (order, request)
+            lockstep = stats.isolated_in_lockstep
+            assert lockstep == (0 if request is splitk else stats.workgroups), (order, request)
+            if order == "reversed" and request is not splitk:
+                assert stats.steps == 0  # replayed from the in-order run
+            if request is racy:
+                assert want[1] > 0
+                racy_d[order] = want[0]
+    assert racy_d["in-order"] != racy_d["reversed"]  # the order matters, and was kept
 
 
 # --- the tuned-config audit -----------------------------------------------------------------

@@ -13,6 +13,12 @@ waitstates.py / hazards.py (the timing model, its rule table and the static chec
 device.py.
 """
 
-from f4pipe.emu.device import EmulatorDevice, EmulatorKernel, LaunchFault, LaunchStats
+from f4pipe.emu.device import (
+    EmulatorDevice,
+    EmulatorKernel,
+    LaunchFault,
+    LaunchStats,
+    SharedRuns,
+)
 
-__all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchFault", "LaunchStats"]
+__all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchFault", "LaunchStats", "SharedRuns"]

@@ -14,6 +14,7 @@ more than one workgroup wrote (LaunchStats.races), which is a race whatever the 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import time
@@ -26,9 +27,15 @@ import numpy as np
 from f4pipe.device import EMULATED_NUM_CU, EMULATOR_ARCH, EMULATOR_DEVICE_ID, DeviceBuffer
 from f4pipe.emu import isa
 from f4pipe.emu.engine import LANES, Executor, WaveIds
-from f4pipe.emu.memory import GlobalMemory, RaceReport
+from f4pipe.emu.memory import (
+    GlobalMemory,
+    Journal,
+    RaceReport,
+    WriteConflict,
+    keep_freed_host_memory,
+)
 from f4pipe.emu.program import Program
-from f4pipe.emu.timing import HazardReport, LdsWords, TimingModel, TimingRun
+from f4pipe.emu.timing import Hazard, HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.fsio import write_text
 
@@ -88,6 +95,7 @@ class LaunchStats:
     workgroup_order: str = "in-order"
     races: RaceReport = field(default_factory=RaceReport)
     hazards: HazardReport | None = None  # None: timing was not checked (check_hazards=False)
+    isolated_in_lockstep: int = 0  # isolated workgroups that ran (or were replayed) batched
 
     @property
     def instructions_per_second(self) -> float:
@@ -122,6 +130,12 @@ class EmulatorDevice:
     check_hazards: check memory counters, LDS visibility and wait states as hardware timing
     requires (timing.py); each launch's findings are in the hazards of the LaunchStats it
     returns. Off only for speed.
+    isolate_workgroups: every workgroup's effects are those of running it alone, to completion,
+    in workgroup_order (what the shape-edge sweep needs to see one workgroup overwrite
+    another's output). Batches still run in lockstep where that provably changes nothing
+    (_BatchRunner.isolated); otherwise, and when tracing, one workgroup at a time.
+    shared_runs: with isolate_workgroups, a SharedRuns that devices running the same launches
+    in other orders share, so each isolated batch executes once.
     """
 
     device_id = EMULATOR_DEVICE_ID
@@ -138,12 +152,15 @@ class EmulatorDevice:
         max_instructions_per_wave: int = DEFAULT_MAX_INSTRUCTIONS_PER_WAVE,
         workgroup_order: str = "in-order",
         check_hazards: bool = True,
+        isolate_workgroups: bool = False,
+        shared_runs: SharedRuns | None = None,
     ) -> None:
         parse_workgroup_order(workgroup_order)
         if trace_wave is not None and trace_wave < 0:
             raise EmulatorError(f"trace_wave={trace_wave} must be a wave number >= 0")
         if max_waves_per_batch < 1:
             raise EmulatorError(f"max_waves_per_batch={max_waves_per_batch} must be >= 1")
+        keep_freed_host_memory()
         self.memory = GlobalMemory()
         self.trace_wave = trace_wave
         self.trace_out = trace_out
@@ -151,6 +168,8 @@ class EmulatorDevice:
         self.max_instructions_per_wave = max_instructions_per_wave
         self.workgroup_order = workgroup_order
         self.check_hazards = check_hazards
+        self.isolate_workgroups = isolate_workgroups
+        self.shared_runs = shared_runs
         self._programs: dict[tuple[Path, str], Program] = {}
         self._models: dict[int, TimingModel] = {}
         self._lds_words: LdsWords | None = None
@@ -242,47 +261,21 @@ class EmulatorDevice:
         ka = self.memory.alloc(kernarg_size)
         self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
         sink, owned = self._trace_sink()
-        model = self._timing_model(prog) if self.check_hazards else None
-        hazards = HazardReport() if model is not None else None
+        hazards = HazardReport() if self.check_hazards else None
         self.memory.begin_launch()
         try:
             groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
             wg_ids = np.array([(x, y, z) for z, y, x in groups], dtype=np.int64).reshape(-1, 3)
             run_order = order_workgroups(len(wg_ids), self.workgroup_order)
             per_batch = max(1, self.max_waves_per_batch // waves_per_group)
+            run = _BatchRunner(self, prog, ka, block, waves_per_group, wg_ids, sink, kernarg, grid)
             for start in range(0, len(wg_ids), per_batch):
                 batch = run_order[start : start + per_batch]
-                ids = WaveIds(
-                    first_global_wave=start * waves_per_group,
-                    waves_per_group=waves_per_group,
-                    wg_ids=wg_ids[batch],
-                    wg_linear=batch,
-                )
-                ex = Executor(
-                    prog,
-                    self.memory,
-                    ids,
-                    max_instructions=self.max_instructions_per_wave,
-                    trace_wave=self.trace_wave,
-                    trace_out=sink,
-                )
-                initial_state(ex, prog, ka, block)
-                if model is not None and hazards is not None:
-                    ex.timing = TimingRun(
-                        model,
-                        hazards,
-                        self._lds_pool(ex.num_wg, ex.lds.shape[1], waves_per_group),
-                        num_waves=ex.W,
-                        wave_wg=ex.wg,
-                        waves_per_group=waves_per_group,
-                    )
-                try:
-                    ex.run()
-                finally:  # a faulting batch's LDS tags must still read as old to the next one
-                    if ex.timing is not None:
-                        ex.timing.finish()
-                    stats.wave_instructions += ex.dynamic_instructions
-                    stats.steps += ex.steps
+                if not self.isolate_workgroups:
+                    run.batch(batch, start, hazards, stats)
+                elif len(batch) == 1 or sink is not None or not run.isolated(batch, hazards, stats):
+                    for i in range(len(batch)):  # each workgroup alone, in order
+                        run.batch(batch[i : i + 1], start + i, hazards, stats)
         finally:
             stats.races = self.memory.end_launch()
             stats.hazards = hazards
@@ -338,6 +331,183 @@ class EmulatorDevice:
         if isinstance(self.trace_out, str | Path):
             return io.StringIO(), Path(self.trace_out)
         return self.trace_out, None
+
+
+@dataclass
+class _BatchRunner:
+    """Runs batches of one launch: the workgroups `batch` (launch-order numbers) in lockstep."""
+
+    device: EmulatorDevice
+    prog: Program
+    kernarg_addr: int
+    block: tuple[int, int, int]
+    waves_per_group: int
+    wg_ids: np.ndarray
+    sink: TextIO | None
+    kernarg: bytes
+    grid: tuple[int, int, int]
+
+    def batch(
+        self,
+        batch: np.ndarray,
+        start: int,
+        hazards: HazardReport | None,
+        stats: LaunchStats,
+        per_workgroup: bool = False,
+    ) -> Executor:
+        dev, wpg = self.device, self.waves_per_group
+        ids = WaveIds(
+            first_global_wave=start * wpg,
+            waves_per_group=wpg,
+            wg_ids=self.wg_ids[batch],
+            wg_linear=batch,
+        )
+        ex = Executor(
+            self.prog,
+            dev.memory,
+            ids,
+            max_instructions=dev.max_instructions_per_wave,
+            trace_wave=dev.trace_wave,
+            trace_out=self.sink,
+        )
+        initial_state(ex, self.prog, self.kernarg_addr, self.block)
+        if hazards is not None:  # the model is built when a batch first executes, not for
+            ex.timing = TimingRun(  # launches replayed from SharedRuns
+                dev._timing_model(self.prog),
+                hazards,
+                dev._lds_pool(ex.num_wg, ex.lds.shape[1], wpg),
+                num_waves=ex.W,
+                wave_wg=ex.wg,
+                waves_per_group=wpg,
+                per_workgroup=per_workgroup,
+            )
+        try:
+            ex.run()
+        finally:  # a faulting batch's LDS tags must still read as old to the next one
+            if ex.timing is not None:
+                ex.timing.finish()
+        stats.wave_instructions += ex.dynamic_instructions
+        stats.steps += ex.steps
+        return ex
+
+    def isolated(self, batch: np.ndarray, hazards: HazardReport | None, stats: LaunchStats) -> bool:
+        """Run `batch` in lockstep with its stores deferred, then apply them workgroup by
+        workgroup in batch order: exactly what running each workgroup alone, in that order,
+        leaves in memory and in the race log, since no workgroup saw another's stores. The
+        timing hazards are kept per workgroup (TimingRun per_workgroup) and reported the same
+        way, so the report's order and first sites are a one-at-a-time run's too. False
+        (nothing applied, nothing reported) when that cannot be shown: the batch read an
+        allocation it stores to (even before the store: run alone, a later workgroup would
+        have seen it), used an atomic or faulted; the caller then runs it one workgroup at a
+        time. With the device's SharedRuns, a batch another device already ran on the same
+        inputs is replayed without executing it again."""
+        memory, shared = self.device.memory, self.device.shared_runs
+        key = self.shared_key(batch) if shared is not None else ()
+        found, run = shared.find(key, memory) if shared is not None else (False, None)
+        if found and run is None:
+            return False  # the same batch failed on another device: it fails here too
+        executed = not found
+        if not found:
+            read, run = self.trial(batch)
+            if shared is not None:
+                shared.add(key, memory, read, run)
+        if run is None:
+            return False
+        for wg in batch:
+            for store in run.journal.stores:
+                mine = store.writers == wg
+                if mine.any():
+                    memory.write_dwords(
+                        store.addr[mine],
+                        store.values[mine],
+                        store.what,
+                        store.writers[mine],
+                        store.site,
+                    )
+        if hazards is not None:
+            for wg in batch:
+                for owner, hazard, where in run.hazards:
+                    if owner == wg:
+                        hazards.add(hazard, where)
+        stats.wave_instructions += run.wave_instructions
+        stats.steps += run.steps if executed else 0
+        stats.isolated_in_lockstep += len(batch)
+        return True
+
+    def trial(self, batch: np.ndarray) -> tuple[set[int], IsolatedRun | None]:
+        """Execute `batch` with stores deferred: the allocations it read, and its run, or
+        None when the journal cannot stand for a one-at-a-time run (see isolated)."""
+        memory = self.device.memory
+        scratch = HazardReport() if self.device.check_hazards else None
+        trial = LaunchStats()
+        memory.defer_writes()
+        try:
+            ex = self.batch(batch, 0, scratch, trial, per_workgroup=True)
+        except (EmulatorError, WriteConflict):
+            return memory.take_journal().read, None
+        journal = memory.take_journal()
+        if not journal.independent:
+            return journal.read, None
+        events = (ex.timing.events or []) if ex.timing is not None else []
+        hazards = [(int(batch[slot]), hazard, where) for slot, hazard, where in events]
+        return journal.read, IsolatedRun(journal, hazards, trial.wave_instructions, trial.steps)
+
+    def shared_key(self, batch: np.ndarray) -> tuple:
+        """Everything a batch's execution depends on but the contents of the memory it reads."""
+        dev, prog = self.device, self.prog
+        return (
+            prog.symbol,
+            prog.text,
+            prog.entry,
+            self.kernarg,
+            self.grid,
+            self.block,
+            frozenset(int(w) for w in batch),
+            dev.max_instructions_per_wave,
+            self.device.check_hazards,
+            dev.memory.layout(),
+        )
+
+
+@dataclass(frozen=True)
+class IsolatedRun:
+    """An isolated batch's deferred stores and what executing it cost."""
+
+    journal: Journal
+    hazards: list[tuple[int, Hazard, str]]  # (workgroup, hazard, where), as each met them
+    wave_instructions: int
+    steps: int
+
+
+class SharedRuns:
+    """Isolated batches that EmulatorDevices launching the same kernel on the same inputs in
+    other workgroup orders replay instead of executing (the shape-edge sweep runs every launch
+    in two orders). Sound because an isolated batch's journal is independent: each workgroup's
+    stores depend only on the launch and on the memory it read, never on the order. A batch
+    that could not run isolated is remembered too, so the other orders go one workgroup at a
+    time without trying. A batch is found by its launch key and the digest of the
+    allocations it read (up to where it stopped, for a failed one)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, list[tuple[set[int], tuple, IsolatedRun | None]]] = {}
+
+    @staticmethod
+    def _digest(memory: GlobalMemory, starts: set[int]) -> tuple:
+        return tuple(
+            (start, hashlib.blake2b(memory.array(start)).digest()) for start in sorted(starts)
+        )
+
+    def find(self, key: tuple, memory: GlobalMemory) -> tuple[bool, IsolatedRun | None]:
+        """(found, run): run None for a batch that failed."""
+        for read, digest, run in self._runs.get(key, ()):
+            if digest == self._digest(memory, read):
+                return True, run
+        return False, None
+
+    def add(
+        self, key: tuple, memory: GlobalMemory, read: set[int], run: IsolatedRun | None
+    ) -> None:
+        self._runs.setdefault(key, []).append((read, self._digest(memory, read), run))
 
 
 def initial_state(

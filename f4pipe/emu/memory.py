@@ -11,10 +11,20 @@ non-atomic store remembers the workgroup that wrote it. A second workgroup writi
 dword is a race on hardware (workgroups run in no defined order and nothing orders their
 stores), whatever the emulator's order made of it; atomics are exempt. end_launch returns a
 RaceReport: how many dwords raced and the first few conflicts, with both writers.
+
+Deferred writes (defer_writes .. take_journal): stores are checked as usual but kept in a
+Journal instead of landing, so a caller can run several workgroups in lockstep and still apply
+their stores as if each had run alone, one after another (EmulatorDevice's isolated
+workgroups). That holds only if no workgroup reads an allocation any of them writes (then no
+workgroup can see another's stores, whatever the order): the journal records which
+allocations were read and written, and a load from an allocation already written, an atomic,
+or a store whose writers are unknown raises WriteConflict at once.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -93,10 +103,25 @@ class _WriteLog:
             self.sites.append(site)
         return self.site_index[site]
 
+    @staticmethod
+    def _no_conflict(owner: np.ndarray, idx: np.ndarray, wg: np.ndarray) -> bool:
+        """The common store: distinct dwords, each unwritten or last written by the same
+        workgroup. Then record's general path (two np.unique over the store) would find no
+        race and set exactly owner[idx] = wg; a sort finds that out far faster."""
+        prev = owner[idx]
+        if ((prev >= 0) & (prev != wg)).any():
+            return False
+        ordered = np.sort(idx, axis=None)
+        return not (ordered[1:] == ordered[:-1]).any()
+
     def record(self, start: int, words: int, idx: np.ndarray, wg: np.ndarray, site: str) -> None:
         """Note a store of dwords `idx` by workgroups `wg` (same shape) at `site`."""
         owner, owner_site, raced = self.arrays(start, words)
         sid = self.site_of(site)
+        if self._no_conflict(owner, idx, wg):
+            owner[idx] = wg
+            owner_site[idx] = sid
+            return
         key = np.unique((idx.astype(np.int64) << _WG_BITS) | wg.astype(np.int64))
         kidx, kwg = key >> _WG_BITS, key & ((1 << _WG_BITS) - 1)
         uidx, first, counts = np.unique(kidx, return_index=True, return_counts=True)
@@ -129,6 +154,64 @@ class _WriteLog:
         owner_site[uidx] = sid
 
 
+#: glibc mallopt parameters (malloc.h) and the sizes f4pipe sets them to.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HOST_MMAP_THRESHOLD = 256 << 20
+HOST_TRIM_THRESHOLD = 1 << 30
+
+
+@functools.cache
+def keep_freed_host_memory() -> bool:
+    """Let glibc keep freed blocks of up to 256 MiB in the heap instead of unmapping them.
+
+    Every emulated instruction allocates numpy temporaries of a few MiB for a full batch
+    (512 waves x 64 lanes). By default glibc serves those by mmap and unmaps them on free, so
+    each instruction page-faults its temporaries afresh: at 2048x2048x512 that was 560k minor
+    faults and a third of the run's CPU time (sys), against 23k faults with the heap kept.
+    Results do not change. Returns False where there is no glibc mallopt (then nothing
+    changes)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(
+        mallopt(M_MMAP_THRESHOLD, HOST_MMAP_THRESHOLD)
+        and mallopt(M_TRIM_THRESHOLD, HOST_TRIM_THRESHOLD)
+    )
+
+
+class WriteConflict(Exception):
+    """A batch with deferred writes read or atomically updated memory the journal holds (or
+    stored without naming its writers): its workgroups must run one at a time instead."""
+
+
+@dataclass(frozen=True)
+class DeferredStore:
+    """One deferred write_dwords call (its arguments, copied)."""
+
+    addr: np.ndarray
+    values: np.ndarray
+    what: str
+    writers: np.ndarray
+    site: str
+
+
+@dataclass
+class Journal:
+    """The stores deferred since defer_writes, in issue order, and the allocations (by start
+    address) that loads read and stores wrote meanwhile."""
+
+    stores: list[DeferredStore] = field(default_factory=list)
+    read: set[int] = field(default_factory=set)
+    written: set[int] = field(default_factory=set)
+
+    @property
+    def independent(self) -> bool:
+        """No load read an allocation a store wrote: replaying the stores workgroup by
+        workgroup, in any order, is what running the workgroups one after another gives."""
+        return not self.read & self.written
+
+
 class GlobalMemory:
     """Allocations keyed by device address; dword gathers/scatters across lanes at once."""
 
@@ -137,6 +220,7 @@ class GlobalMemory:
         self._arrays: dict[int, np.ndarray] = {}
         self._next = HEAP_BASE
         self._log: _WriteLog | None = None
+        self._journal: Journal | None = None
 
     # --- allocation ----------------------------------------------------------------------
 
@@ -163,6 +247,10 @@ class GlobalMemory:
         except KeyError:
             raise EmulatorError(f"{addr:#x} is not the start of an allocation") from None
 
+    def layout(self) -> tuple[tuple[int, int], ...]:
+        """(start, size) of every allocation, by address: what decides which accesses fault."""
+        return tuple((start, self._arrays[start].size) for start in sorted(self._starts))
+
     def num_allocations(self) -> int:
         return len(self._starts)
 
@@ -176,6 +264,24 @@ class GlobalMemory:
         """Stop recording; the launch's races."""
         log, self._log = self._log, None
         return log.report if log is not None else RaceReport()
+
+    # --- deferred writes -----------------------------------------------------------------
+
+    def defer_writes(self) -> None:
+        """Keep stores in a journal from now on (see the module docstring)."""
+        self._journal = Journal()
+
+    def take_journal(self) -> Journal:
+        """Stop deferring; what was deferred since defer_writes."""
+        journal, self._journal = self._journal or Journal(), None
+        return journal
+
+    def _note_read(self, starts: list[int]) -> None:
+        if self._journal is None:
+            return
+        self._journal.read.update(starts)
+        if self._journal.written.intersection(starts):
+            raise WriteConflict("a load reads memory a deferred store wrote")
 
     # --- lane accesses -------------------------------------------------------------------
 
@@ -248,7 +354,9 @@ class GlobalMemory:
     def read_dwords(self, addr: np.ndarray, what: str = "load") -> np.ndarray:
         """uint32 at each (int64) address; shape follows `addr`."""
         out = np.zeros(addr.shape, dtype=np.uint32)
-        for sel, words, idx in self._word_index(addr, what):
+        groups = self._word_groups(addr, what)
+        self._note_read([start for _, start, _, _ in groups])
+        for sel, _, words, idx in groups:
             if sel.all():
                 return words[idx]
             out[sel] = words[idx]
@@ -266,7 +374,22 @@ class GlobalMemory:
 
         `writers` (same shape as addr): the launch-order workgroup of each dword, for race
         detection while a launch is recorded; `site` names the store in race reports."""
-        for sel, start, words, idx in self._word_groups(addr, what):
+        groups = self._word_groups(addr, what)
+        if self._journal is not None:
+            if writers is None:
+                raise WriteConflict("a deferred store does not name its writers")
+            self._journal.written.update(start for _, start, _, _ in groups)
+            self._journal.stores.append(
+                DeferredStore(
+                    addr.copy(),
+                    np.array(np.broadcast_to(values, addr.shape)),
+                    what,
+                    np.array(np.broadcast_to(writers, addr.shape)),
+                    site,
+                )
+            )
+            return
+        for sel, start, words, idx in groups:
             whole = sel.all()
             words[idx] = values if whole else values[sel]
             if self._log is not None and writers is not None:
@@ -277,4 +400,6 @@ class GlobalMemory:
         self, addr: np.ndarray, what: str
     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """For read-modify-write operations (atomics): (selector, uint32 view, index) groups."""
+        if self._journal is not None:
+            raise WriteConflict("an atomic cannot be deferred")
         return self._word_index(addr, what)

@@ -52,13 +52,18 @@ def _wg_rows(ex: Executor, sel: Sel) -> np.ndarray:
     return ex.wg[sel][:, None, None]
 
 
+def _lds_flat(ex: Executor, sel: Sel, widx: np.ndarray) -> np.ndarray:
+    """Word indices [n, 64, ndw] into the flat view of ex.lds (one gather, not two)."""
+    return _wg_rows(ex, sel) * ex.lds.shape[1] + widx
+
+
 def ds_read(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
     widx = _lds_index(ex, inst, sel, addr, ndw)
     if ex.timing is not None:
         ex.timing.lds_read(ex, inst, sel, widx, ex.lane_mask(sel))
-    data = ex.lds[_wg_rows(ex, sel), widx]  # [n, 64, ndw]
+    data = ex.lds.reshape(-1)[_lds_flat(ex, sel, widx)]  # [n, 64, ndw]
     base = ex.reg_index(inst.dst)
     for i in range(ndw):
         ex.set_v(base + i, sel, data[..., i])

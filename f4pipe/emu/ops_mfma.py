@@ -14,6 +14,7 @@ for, and the end-to-end tests measure it against the float64 reference. MFMA ign
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,13 +43,6 @@ def _fp4_operand(regs: np.ndarray) -> np.ndarray:
     halves = np.ascontiguousarray(regs.transpose(1, 2, 0)).view(np.uint16)  # [n, 64, 8]
     vals = np.take(FP4_QUAD, halves, axis=0).reshape(n, 64, 32)  # item t = 4*halfword + nibble
     return vals.reshape(n, 4, 16, 32)
-
-
-def _scales(ex: Executor, op: Operand, sel: Sel, byte: int) -> np.ndarray:
-    """[n, 4 (g), 16 (r)] float64 scale values from byte `byte` of each lane."""
-    raw = np.broadcast_to(ex.v(op, sel), (ex.nsel(sel), 64))
-    e = ((raw >> np.uint32(8 * byte)) & np.uint32(0xFF)).astype(np.uint8)
-    return E8M0_VALUE[e].reshape(-1, 4, 16)
 
 
 def round_sum_to_f32(terms: list[np.ndarray]) -> np.ndarray:
@@ -90,6 +84,89 @@ def matrix_to_acc(mat: np.ndarray) -> np.ndarray:
     return mat.reshape(n, 4, 4, 16).transpose(2, 0, 1, 3).reshape(4, n, 64)
 
 
+def _scale_bytes(ex: Executor, op: Operand, sel: Sel, byte: int) -> np.ndarray:
+    """[n, 4 (g), 16 (r)] E8M0 bytes: byte `byte` of each lane's scale source."""
+    raw = ex.v(op, sel)
+    if raw.shape[-1:] == (64,):  # a VGPR: pick the byte through a little-endian byte view
+        raw = np.ascontiguousarray(raw, dtype="<u4")
+        return raw.view(np.uint8)[:, byte::4].reshape(-1, 4, 16)
+    raw = np.broadcast_to(raw, (ex.nsel(sel), 64))
+    return ((raw >> np.uint32(8 * byte)) & np.uint32(0xFF)).astype(np.uint8).reshape(-1, 4, 16)
+
+
+def _accumulator(ex: Executor, op: Operand, sel: Sel) -> np.ndarray | float:
+    """C as float64: [n, 16 (i), 16 (j)] from registers, or one value from a scalar source."""
+    if op.kind in ("v", "a"):
+        return acc_to_matrix(ex.vregs(op, sel)).view(np.float32).astype(np.float64)
+    return float(np.asarray(ex.s(op, sel), dtype=np.uint32).view(np.float32))
+
+
+def live_blocks(regs: np.ndarray) -> np.ndarray:
+    """[4, n, 64] FP4 registers -> [n, 4 (g), 16 (r)]: True where the 32-value block holds a
+    nonzero value (a zero block's products are exact zeros whatever its scale)."""
+    magnitude = np.bitwise_or.reduce(regs, axis=0) & np.uint32(0x77777777)
+    return (magnitude != 0).reshape(-1, 4, 16)
+
+
+def exact_in_float64(
+    ea: np.ndarray,
+    eb: np.ndarray,
+    a_live: np.ndarray,
+    b_live: np.ndarray,
+    c: np.ndarray | float,
+) -> bool:
+    """True when every partial sum of the products and C is exact in float64, in any order.
+
+    Every nonzero product a*b*sa*sb (a and b from live blocks) is a multiple of 2^L, L = the
+    least exponent of sa*sb - 2 (fp4 values are multiples of 1/2), and at most 36 * 2^Emax in
+    size; 128 of them plus C stay below 4608 * 2^Emax + max|C|. If C is a multiple of 2^L too
+    and that bound is below 2^(L+53), every sum of any subset is a float64 (53-bit
+    significand) exactly, so summing in float64 gives the exact sum and one conversion rounds
+    it to f32 as round_sum_to_f32 does. A NaN scale (0xFF, which poisons even a zero block)
+    or a non-finite C never qualify: their propagation stays the exact path's."""
+    ea_max, eb_max = int(ea.max()), int(eb.max())
+    if ea_max == 0xFF or eb_max == 0xFF:
+        return False
+    c_max = float(np.abs(c).max()) if isinstance(c, np.ndarray) else abs(c)
+    if not math.isfinite(c_max):
+        return False
+    if a_live.all() and b_live.all():  # the common case: no zero block
+        low = int(ea.min()) + int(eb.min()) - 254 - 2  # L
+        high = ea_max + eb_max - 254  # Emax
+    elif not a_live.any() or not b_live.any():
+        return True  # every product is zero: the sum is C
+    else:
+        live_a, live_b = ea[a_live], eb[b_live]
+        low = int(live_a.min()) + int(live_b.min()) - 254 - 2
+        high = int(live_a.max()) + int(live_b.max()) - 254
+    if 4608.0 * math.ldexp(1.0, high) + c_max >= math.ldexp(1.0, low + 53):
+        return False
+    on_grid = np.ldexp(c, -low)
+    return bool((on_grid == np.rint(on_grid)).all())
+
+
+def block_terms(a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
+    """[n, g, i, j] float64: each k-block's 32-term dot product (exact in float32: multiples
+    of 1/4 below 2^11) times its two scales (powers of two: exact)."""
+    partial = np.matmul(a, b.transpose(0, 1, 3, 2))
+    return partial * (sa[:, :, :, None] * sb[:, :, None, :])
+
+
+def float64_sum(terms: np.ndarray, c: np.ndarray | float) -> np.ndarray:
+    """The fast path when exact_in_float64 holds: the four block terms and C summed in
+    float64 (every partial sum exact, so order does not matter), rounded once to f32."""
+    with np.errstate(over="ignore"):  # beyond f32 range: inf, as round_sum_to_f32 gives
+        return (terms.sum(axis=1) + c).astype(np.float32)
+
+
+def exact_sum(terms: np.ndarray, c: np.ndarray | float) -> np.ndarray:
+    """The general path (any scale range, NaN scales, non-finite C): the four block terms and
+    C summed exactly and rounded once by round_sum_to_f32."""
+    parts = list(terms.transpose(1, 0, 2, 3))
+    parts.append(c if isinstance(c, np.ndarray) else np.full_like(parts[0], c))
+    return round_sum_to_f32(parts)
+
+
 def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if inst.cbsz != FP4_FORMAT or inst.blgp != FP4_FORMAT:
         raise ex.error(
@@ -102,19 +179,14 @@ def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if not ex.exec_full:
         raise ex.error(inst, sel, "MFMA with a partial EXEC is not modelled")
     a_op, b_op, c_op, s0_op, s1_op = inst.srcs
-    a = _fp4_operand(ex.vregs(a_op, sel))  # rows i (src0)
-    b = _fp4_operand(ex.vregs(b_op, sel))  # columns j (src1)
-    partial = np.matmul(a, b.transpose(0, 1, 3, 2))  # [n, g, i, j] exact in float32
-    sa = _scales(ex, s0_op, sel, (inst.op_sel & 1) + 2 * (inst.op_sel_hi & 1))
-    sb = _scales(ex, s1_op, sel, (inst.op_sel >> 1 & 1) + 2 * (inst.op_sel_hi >> 1 & 1))
-    scale = sa[:, :, :, None] * sb[:, :, None, :]  # [n, g, i, j], powers of two: exact
-    terms = list((partial.astype(np.float64) * scale).transpose(1, 0, 2, 3))  # 4 exact terms
-    if c_op.kind in ("v", "a"):
-        terms.append(acc_to_matrix(ex.vregs(c_op, sel)).view(np.float32).astype(np.float64))
-    else:
-        c = float(np.asarray(ex.s(c_op, sel), dtype=np.uint32).view(np.float32))
-        terms.append(np.full_like(terms[0], c))
-    d = round_sum_to_f32(terms).view(np.uint32)
-    acc = matrix_to_acc(d)
+    a_regs, b_regs = ex.vregs(a_op, sel), ex.vregs(b_op, sel)
+    a = _fp4_operand(a_regs)  # rows i (src0)
+    b = _fp4_operand(b_regs)  # columns j (src1)
+    ea = _scale_bytes(ex, s0_op, sel, (inst.op_sel & 1) + 2 * (inst.op_sel_hi & 1))
+    eb = _scale_bytes(ex, s1_op, sel, (inst.op_sel >> 1 & 1) + 2 * (inst.op_sel_hi >> 1 & 1))
+    terms = block_terms(a, b, E8M0_VALUE[ea], E8M0_VALUE[eb])
+    c = _accumulator(ex, c_op, sel)
+    fast = exact_in_float64(ea, eb, live_blocks(a_regs), live_blocks(b_regs), c)
+    d = (float64_sum if fast else exact_sum)(terms, c)
     base = ex.reg_index(inst.dst)
-    ex.vgpr[base : base + 4, sel] = acc
+    ex.vgpr[base : base + 4, sel] = matrix_to_acc(d.view(np.uint32))

@@ -365,7 +365,8 @@ class PcLog:
 
 class TimingRun:
     """The timing state of one batch of waves (Executor.timing): abstract state per wave,
-    counter sequence numbers, barrier generations, LDS words. Hazards go to `report`."""
+    counter sequence numbers, barrier generations, LDS words. Hazards go to `report`, or with
+    per_workgroup to `events` (see _report)."""
 
     def __init__(
         self,
@@ -376,9 +377,13 @@ class TimingRun:
         num_waves: int,
         wave_wg: np.ndarray,
         waves_per_group: int,
+        per_workgroup: bool = False,
     ) -> None:
         self.model = model
         self.report = report
+        #: per_workgroup: (batch workgroup, hazard, where) in the order each workgroup met them,
+        #: instead of report entries (EmulatorDevice's isolated batches merge them in order).
+        self.events: list[tuple[int, Hazard, str]] | None = [] if per_workgroup else None
         W = num_waves
         self.W = W
         self.state = np.zeros(W, np.int64)
@@ -442,7 +447,7 @@ class TimingRun:
     def _apply(self, ex, inst, sel, t: Transition) -> None:
         if t.hazards:
             for h in t.hazards:
-                self.report.add(h, ex.where_wave(sel))
+                self._report(ex, h, sel)
         if t.retire_vm:
             self.retired[VM, sel] += t.retire_vm
         if t.retire_lds:
@@ -481,7 +486,8 @@ class TimingRun:
         lw = self.lds
         waves = np.arange(self.W)[sel]
         rows = self.wave_wg[waves][:, None, None]
-        tag = lw.w_tag[rows, widx]
+        flat = rows * lw.shape[1] + widx  # [n, 64, ndw] into w_tag's flat view: one gather
+        tag = lw.w_tag.reshape(-1)[flat]
         seq1 = (tag >> W_SEQ_SHIFT).astype(np.int64)
         limit = self._limits(waves)[:, :, None, None]
         bad = seq1 > np.where(tag & W_DMA_BIT, limit[VM], limit[LDS])
@@ -492,7 +498,7 @@ class TimingRun:
         stamp = (self.seq[waves] + 1).astype(np.int32)
         local = (waves - self.first_wave[waves])[:, None, None]
         if ex.exec_full:
-            lw.r_tag[rows, widx, local] = stamp[:, None, None]
+            lw.r_tag.reshape(-1)[flat * self.wpg + local] = stamp[:, None, None]
         else:
             m = np.broadcast_to(lanes[..., None], widx.shape)
             full = np.broadcast_to(stamp[:, None, None], widx.shape)
@@ -517,9 +523,11 @@ class TimingRun:
             self.snap[counter, writer, slot],
         )
         bad = seq >= limit
-        if not bad.any():
-            return
-        i = int(np.argmax(bad))
+        if bad.any():
+            for i in self._first_per_report(bad, self.wave_wg[reader]):
+                self._too_early(ex, inst, sel, i, writer, reader, word, counter, seq, own)
+
+    def _too_early(self, ex, inst, sel, i, writer, reader, word, counter, seq, own) -> None:
         w_pc = self.logs[int(counter[i])].pc(int(writer[i]), int(seq[i]))
         who = "this wave" if own[i] else f"wave {int(writer[i]) % self.wpg} of its workgroup"
         when = (
@@ -535,6 +543,7 @@ class TimingRun:
             w_pc,
             f"reads LDS byte {4 * int(word[i]):#x}, written by {who} at pc {w_pc:#x} "
             f"`{self.model.text(w_pc)}`, which it {when}",
+            wg=int(self.wave_wg[reader[i]]),
         )
 
     def lds_write(self, ex, inst, sel, widx: np.ndarray, lanes: np.ndarray, dma: bool) -> None:
@@ -557,20 +566,23 @@ class TimingRun:
             retired = np.where(own, self.retired[LDS, waves][:, None], retired)
         else:
             retired = np.where(own, NEVER, retired)
-        rseq1 = lw.r_tag[rows, widx]  # [n, 64, ndw, wpg]: sequence + 1 of the last read
+        flat = rows * lw.shape[1] + widx  # [n, 64, ndw] into the tags' flat (word) views
+        # [n, 64, ndw, wpg]: sequence + 1 of the last read
+        rseq1 = lw.r_tag.reshape(-1, self.wpg)[flat]
         late = rseq1 > retired[:, None, None, :]
         if not ex.exec_full:
             late &= lanes[..., None, None]
         if late.any():
             issued = np.where(own, NEVER, self.snap_issued[LDS, readers, slot[:, None]])
             unordered = late & (rseq1 > issued[:, None, None, :])
-            self._war(ex, inst, sel, widx, readers, rseq1, unordered if unordered.any() else late)
+            for bad in self._war_choices(waves, unordered, late):
+                self._war(ex, inst, sel, widx, readers, rseq1, bad)
         local = waves - self.first_wave[waves]
         tag = (((self.seq[waves] + 1) << W_SEQ_SHIFT) | (W_DMA_BIT if dma else 0) | local).astype(
             np.int32
         )
         if ex.exec_full:
-            lw.w_tag[rows, widx] = tag[:, None, None]
+            lw.w_tag.reshape(-1)[flat] = tag[:, None, None]
         else:
             m = np.broadcast_to(lanes[..., None], widx.shape)
             r = np.broadcast_to(rows, widx.shape)[m]
@@ -600,11 +612,63 @@ class TimingRun:
                 f"`{self.model.text(r_pc)}` with no s_barrier between them"
             )
         rule = "lds-war-in-flight" if in_flight else "lds-war"
-        self._lds_hazard(ex, sel, rule, inst.pc, r_pc, what, advisory=in_flight)
+        wg = int(self.wave_wg[np.arange(self.W)[sel][n_idx]])
+        self._lds_hazard(ex, sel, rule, inst.pc, r_pc, what, advisory=in_flight, wg=wg)
 
     def _lds_hazard(
-        self, ex, sel, rule: str, pc: int, other_pc: int, what: str, advisory: bool = False
+        self,
+        ex,
+        sel,
+        rule: str,
+        pc: int,
+        other_pc: int,
+        what: str,
+        advisory: bool = False,
+        wg: int = 0,
     ) -> None:
+        """Report an LDS hazard of the waves `sel` (per workgroup: of workgroup `wg`'s there)."""
         kind = "advisory" if advisory else "hazard"
         msg = f"{kind} [{rule}]: pc {pc:#x} `{self.model.text(pc)}` {what}"
-        self.report.add(Hazard(rule, pc, other_pc, msg, advisory), ex.where_wave(sel))
+        hazard = Hazard(rule, pc, other_pc, msg, advisory)
+        if self.events is None:
+            self.report.add(hazard, ex.where_wave(sel))
+            return
+        waves = np.arange(self.W)[sel]
+        self._report(ex, hazard, waves[self.wave_wg[waves] == wg])
+
+    # --- whom a hazard is reported for -----------------------------------------------------------
+
+    def _report(self, ex, hazard: Hazard, sel) -> None:
+        """Report `hazard`, met by the selected waves: once, named by the first of them; or
+        (per workgroup) once per workgroup among them, named by its first wave there, which is
+        what a run of that workgroup alone reports."""
+        if self.events is None:
+            self.report.add(hazard, ex.where_wave(sel))
+            return
+        waves = np.arange(self.W)[sel]
+        groups, first = np.unique(self.wave_wg[waves], return_index=True)
+        for g, i in zip(groups, first, strict=True):
+            self.events.append((int(g), hazard, ex.where_wave(waves[i : i + 1])))
+
+    def _first_per_report(self, bad: np.ndarray, wg: np.ndarray) -> list[int]:
+        """Indices of the bad elements to report: the first overall, or (per workgroup) the
+        first of each workgroup (`wg`: each element's)."""
+        if self.events is None:
+            return [int(np.argmax(bad))]
+        idx = np.nonzero(bad)[0]
+        return [int(i) for i in idx[np.unique(wg[idx], return_index=True)[1]]]
+
+    def _war_choices(self, waves, unordered, late) -> list[np.ndarray]:
+        """The write-after-read masks to report from: unordered ones if any, else the late
+        ones; per workgroup, that choice for each workgroup's rows."""
+        if self.events is None:
+            return [unordered if unordered.any() else late]
+        row_wg = self.wave_wg[waves]
+        out = []
+        for g in np.unique(row_wg):
+            rows = (row_wg == g)[:, None, None, None]
+            mine = unordered & rows
+            mine = mine if mine.any() else late & rows
+            if mine.any():
+                out.append(mine)
+        return out

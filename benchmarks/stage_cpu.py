@@ -1,0 +1,83 @@
+"""CPU seconds (user + sys, this process) of the emulator stages' own work, in one process:
+the seed matrix's verify for one variant (51 checks), the splitk matrix, and the shape-edge
+safety sweep of all 35 kernels. Process start-up (one per job in the pipeline) is not in here.
+
+Target (issue 14): the cold main job within 4 CPU-minutes with the seed matrix, original and
+rebuilt, safety sweep and audit on. Figures before and after the issue's work are in the
+README ("The two commands").
+Run: `nox -s bench` (or `python benchmarks/stage_cpu.py [--stage verify] [--kernels N]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from f4pipe.edgesweep import sweep
+from f4pipe.emu import EmulatorDevice
+from f4pipe.fetch import PypiSource, fetch_aiter
+from f4pipe.manifest import Manifest, read_manifest
+from f4pipe.matrices import get_matrix
+from f4pipe.schemas import ArtifactKeys
+from f4pipe.stages import StageSettings, splitk_stage, verify_stage
+from f4pipe.toolchain import cache_root
+
+KEYS = ArtifactKeys("bench-aiter", "bench-toolchain", "emulator")
+STAGES = ("verify", "splitk", "safety")
+
+
+def f4gemm_dir() -> Path:
+    """The pinned wheel's f4gemm directory, in the tests' resource cache (fetched once)."""
+    return fetch_aiter(PypiSource(), cache_root() / "test-resources").f4gemm_dir
+
+
+def run_verify(manifest: Manifest, kernels: list[str]) -> str:
+    rows = verify_stage(EmulatorDevice(), manifest, get_matrix("seed"), StageSettings(keys=KEYS))
+    slow = sorted(rows, key=lambda r: -(r["seconds"] or 0))[:3]
+    worst = ", ".join(f"{r['m']}x{r['n']}x{r['k']} {r['seconds']:.1f}s" for r in slow)
+    passed = sum(bool(r["passed"]) for r in rows)
+    return f"{len(rows)} runs, {passed} passed; slowest (wall): {worst}"
+
+
+def run_splitk(manifest: Manifest, kernels: list[str]) -> str:
+    rows = splitk_stage(EmulatorDevice(), manifest, get_matrix("splitk"), StageSettings(keys=KEYS))
+    return f"{len(rows)} runs, {sum(bool(r['passed']) for r in rows)} passed"
+
+
+def run_safety(manifest: Manifest, kernels: list[str]) -> str:
+    rows = sweep(manifest, KEYS, kernels=kernels or None)
+    verdicts: dict[str, int] = {}
+    for row in rows:
+        verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
+    return f"{len(rows)} rows ({counts})"
+
+
+RUNNERS: dict[str, Callable[[Manifest, list[str]], str]] = {
+    "verify": run_verify,
+    "splitk": run_splitk,
+    "safety": run_safety,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stage", action="append", choices=STAGES, help="default: all three")
+    parser.add_argument("--kernels", type=int, default=0, help="safety: only the first N kernels")
+    args = parser.parse_args()
+    manifest = read_manifest(f4gemm_dir())
+    kernels = [e.name for e in manifest][: args.kernels] if args.kernels else []
+    total = 0.0
+    for stage in args.stage or STAGES:
+        t0 = time.process_time()
+        summary = RUNNERS[stage](manifest, kernels if stage == "safety" else [])
+        cpu = time.process_time() - t0
+        total += cpu
+        print(f"{stage:7s} {cpu:7.1f} CPU s  {summary}", flush=True)
+    print(f"{'total':7s} {total:7.1f} CPU s")
+
+
+if __name__ == "__main__":
+    main()
