@@ -76,6 +76,23 @@ def get_matrix(name: str) -> tuple[Case, ...]:
         raise ConfigError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}") from None
 
 
+def kernels_that_may_run(cases: tuple[Case, ...], manifest: Manifest) -> list[str]:
+    """Names of the kernels a stage over `cases` may run, so the workflow spawns no job that
+    has nothing to do (the splitk matrix runs only the splitK kernels). A heuristic case may
+    pick any kernel, and its pick depends on the device's CU count, unknown when the DAG is
+    built: with one, every kernel."""
+    if any(c.kernel is None for c in cases):
+        return [e.name for e in manifest]
+    named = {c.kernel for c in cases}
+    return [
+        e.name
+        for e in manifest
+        if ALL_KERNELS in named
+        or (SPLITK_KERNELS in named and e.splitk)
+        or any(e.matches(str(n)) for n in named)
+    ]
+
+
 def parse_case(text: str) -> Case:
     """'M,N,K' or 'M,N,K,L' (L = log2_k_split) -> a heuristic-kernel Case."""
     try:

@@ -10,12 +10,13 @@ from hostmodel import HostModelDevice
 import f4pipe.device as device_module
 from f4pipe.cli import main
 from f4pipe.manifest import read_manifest
-from f4pipe.matrices import MATRICES, Case, get_matrix, parse_case
+from f4pipe.matrices import MATRICES, Case, get_matrix, kernels_that_may_run, parse_case
 from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, read_table, table_from_rows
 from f4pipe.stages import (
     BENCH_NOT_HARDWARE_REASON,
     StageSettings,
     bench_stage,
+    plan_runs,
     splitk_stage,
     verify_stage,
 )
@@ -92,6 +93,22 @@ def test_matrices():
     assert parse_case("256,1024,4096,2") == Case(256, 1024, 4096, 2)
     with pytest.raises(Exception, match="M,N,K"):
         parse_case("1,2")
+
+
+@pytest.mark.parametrize("num_cu", [256, 80])
+def test_the_workflow_spawns_a_job_for_every_kernel_a_matrix_may_run(manifest, num_cu):
+    """kernels_that_may_run (the workflow's per-kernel jobs) covers every run plan_runs makes,
+    whatever the device's CU count, and names exactly the planned kernels where no case is
+    left to the heuristic: the splitk matrix spawns jobs for the splitK kernels only."""
+    for name, cases in MATRICES.items():
+        may_run = kernels_that_may_run(cases, manifest)
+        planned = {e.name for e, _, _ in plan_runs(manifest, cases, StageSettings(KEYS), num_cu)}
+        assert planned <= set(may_run), name
+        if all(c.kernel is not None for c in cases):
+            assert planned == set(may_run), name
+    splitk = kernels_that_may_run(get_matrix("splitk"), manifest)
+    assert splitk == [e.name for e in manifest if e.splitk] and 0 < len(splitk) < len(manifest)
+    assert kernels_that_may_run(get_matrix("heuristic"), manifest) == [e.name for e in manifest]
 
 
 @pytest.mark.skipif(not NO_RUNTIME, reason="a HIP runtime is present")

@@ -23,6 +23,7 @@ from f4pipe.layout import (
     table_file,
 )
 from f4pipe.manifest import read_manifest
+from f4pipe.matrices import get_matrix, kernels_that_may_run
 
 validate(config, schema="../schemas/config.schema.yaml")
 
@@ -161,10 +162,17 @@ def get_stage_rows(wildcards):
         return [
             RESULTS / "bench" / f"{variant}.untimed.parquet" for variant in VARIANTS
         ]
+    fetched = checkpoints.fetch.get().output[0]
+    manifest = read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False)
+    may_run = set(
+        kernels_that_may_run(get_matrix(get_stage_matrix(wildcards)), manifest)
+    )
     return [
         RESULTS / wildcards.stage / variant / f"{k}.parquet"
         for variant in VARIANTS
         for k in get_variant_kernels(variant)
+        if k
+        in may_run  # no job for a kernel the matrix never runs (splitk: splitK kernels)
     ]
 
 
@@ -178,7 +186,8 @@ def get_stage_iters(wildcards):
 
 def get_store_args(wildcards):
     """`--store DIR`: verify, splitk, safety and the audit's emulations are reused by content
-    across result sets (f4pipe.resultstore); bench never (its numbers are measurements)."""
+    across result sets (f4pipe.resultstore); bench never (its numbers are measurements).
+    """
     reuse = config.get("reuse", {"activate": True})
     if not reuse["activate"] or getattr(wildcards, "stage", None) == "bench":
         return ""
