@@ -35,6 +35,7 @@ from f4pipe.emu import EmulatorDevice, SharedRuns
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.fsio import read_input_text
 from f4pipe.kernarg import check_shape
+from f4pipe.layout import EMULATOR_DEVICE_ID
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.resultstore import (
     REUSE_KEY,
@@ -185,10 +186,10 @@ def _stored_emulation(
     inputs: dict[str, Any] = {}
     if store is not None:
         inputs = {
-            "kernel": kernel_identity(entry, co_path),
+            "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID),
             "shape": shape,
             "orders": list(orders),
-            "device_id": "emulator",
+            "device_id": EMULATOR_DEVICE_ID,
             "toolchain_id": keys.toolchain_id,
             "f4pipe": f4pipe_identity(),
         }

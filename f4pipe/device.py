@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from f4pipe.errors import HipVersionError, NoDeviceError
-from f4pipe.layout import DEVICE_KINDS
+from f4pipe.layout import DEVICE_KINDS, EMULATOR_DEVICE_ID
 
 if TYPE_CHECKING:  # the emulator is optional and heavy: only its report types are named here
     from f4pipe.emu.memory import RaceReport
     from f4pipe.emu.timing import HazardReport
 
-#: What the gfx950 emulator says it is (f4pipe.emu.EmulatorDevice): known without importing it.
-EMULATOR_DEVICE_ID = "emulator"
+#: What the gfx950 emulator says it is (f4pipe.emu.EmulatorDevice): known without importing it
+#: (its device_id is layout.EMULATOR_DEVICE_ID).
 EMULATOR_ARCH = "gfx950"
 #: Compute units the emulator reports to the tile heuristic: the MI355X's, so kernel choice
 #: matches it.

@@ -30,7 +30,7 @@ import numpy as np
 from f4pipe.errors import EmulatorError
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import KERNARG_FIELDS, BufferLayout
-from f4pipe.layout import SEED_A, SEED_B, SWEEP_ORDERS
+from f4pipe.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.operands import generate_operand
 from f4pipe.progress import track
@@ -300,9 +300,9 @@ def sweep(
         inputs = {}
         if store is not None:
             inputs = {
-                "kernel": kernel_identity(entry, co_path),
+                "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID),
                 "orders": list(orders),
-                "device_id": "emulator",
+                "device_id": EMULATOR_DEVICE_ID,
                 "toolchain_id": keys.toolchain_id,
                 "f4pipe": f4pipe_identity(),
             }

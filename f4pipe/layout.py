@@ -94,6 +94,8 @@ TUNED_CSV_MEMBER = "aiter/configs/a4w4_blockscale_tuned_gemm.csv"
 
 #: `device` in the config and `--device` on the command line.
 DEVICE_KINDS: tuple[str, ...] = ("auto", "hip", "emulator")
+#: The device_id of rows the gfx950 emulator produced (f4pipe.emu.EmulatorDevice).
+EMULATOR_DEVICE_ID = "emulator"
 #: The seed's splitK sweep shape (M, N, K): the `splitk` matrix and the report's reference
 #: numbers (measured on an MI355X at this shape).
 SEED_SPLITK_SHAPE: tuple[int, int, int] = (256, 1024, 4096)

@@ -4,8 +4,10 @@ aiter's f4gemm code objects rarely change between releases (byte-identical from 
 to 2026-08), yet every update is a new result set (aiter id) that would re-emulate everything.
 The store keeps the rows a run produced under a key that is exactly what the run read:
 
-- the kernel: its manifest row (tiles, splitK, bpreshuffle, symbol, .co name) and the sha256 of
-  its code object's bytes;
+- the kernel: its manifest row (tiles, splitK, bpreshuffle, symbol, .co name) and what the
+  device executes of it: on the emulator the loaded, decoded program (so the rebuilt variant,
+  whose bytes differ from aiter's only where the emulator does not read, takes the original's
+  rows: re-emulating it would compute the same bits), elsewhere the code object's sha256;
 - the run's parameters: for a GEMM stage the whole GemmRequest (shape, split, seeds, operand
   distribution, alpha, edge policy), for the safety sweep the workgroup orders, for the tuned-
   table audit the emulated shape and the orders (only the emulation is stored there: the row
@@ -16,7 +18,8 @@ The store keeps the rows a run produced under a key that is exactly what the run
 
 A later run with the same key takes the stored rows instead of running, replaces only what
 names the result set it belongs to (CONTEXT_FIELDS: aiter id, variant), and marks them:
-`reused_from` is the aiter id whose run produced the row, `reuse_key` the store key. Rows that
+`reused_from` is the aiter id whose run produced the row (with `/<variant>` when that run was
+another variant's), `reuse_key` the store key. Rows that
 ran here have `reused_from` null. Only verdicts are stored: a skipped or errored row (no
 device, a device error) is not, and bench rows never are (a throughput number is a measurement
 of one moment on one machine, not a function of the inputs).
@@ -46,6 +49,7 @@ from typing import Any
 
 from f4pipe import __version__
 from f4pipe.fsio import sha256_file, write_text
+from f4pipe.layout import EMULATOR_DEVICE_ID
 from f4pipe.manifest import KernelEntry
 
 #: Bump when the entry layout changes; part of every key.
@@ -69,9 +73,19 @@ def f4pipe_identity() -> str:
     return f"{__version__}+src.{h.hexdigest()[:16]}"
 
 
-def kernel_identity(entry: KernelEntry, co_path: Path) -> dict[str, Any]:
-    """What identifies a kernel to a run: its manifest row and its code object's bytes (read
-    every time: a code object reassembled in place must not keep its old digest)."""
+def kernel_identity(entry: KernelEntry, co_path: Path, device_id: str) -> dict[str, Any]:
+    """What identifies a kernel to a run: its manifest row and, read every time (a code object
+    reassembled in place must not keep its old digest), what the device executes of it. On
+    the emulator that is the loaded and decoded program (f4pipe.emu.program.executed_digest),
+    so the rebuilt variant, which differs from aiter's bytes only where the emulator does not
+    read, takes the original's rows; anywhere else (a GPU runs the bytes) the code object's
+    sha256."""
+    if device_id == EMULATOR_DEVICE_ID:
+        from f4pipe.emu.program import executed_digest
+
+        digest = executed_digest(co_path, entry.symbol)
+        if digest is not None:
+            return {**asdict(entry), "emulated_program": digest}
     return {**asdict(entry), "co_sha256": sha256_file(co_path)}
 
 
@@ -142,13 +156,22 @@ def reuse_or_run(
     stored = store.get(stage, key, inputs)
     if stored is not None:
         return [
-            {**row, **_context(row, context), REUSED_FROM: row["aiter_id"], REUSE_KEY: key}
+            {**row, **_context(row, context), REUSED_FROM: _origin(row, context), REUSE_KEY: key}
             for row in stored
         ]
     rows = [{**row, REUSED_FROM: None, REUSE_KEY: key} for row in run()]
     if rows and all(keep(row) for row in rows):
         store.put(stage, key, inputs, rows)
     return rows
+
+
+def _origin(row: Row, context: Mapping[str, Any]) -> str:
+    """Where a stored row ran: its aiter id, and its variant when that is another one (the
+    rebuilt variant takes the original's emulated rows: `<aiter id>/original`)."""
+    variant = row.get("variant")
+    if variant is not None and variant != context.get("variant", variant):
+        return f"{row['aiter_id']}/{variant}"
+    return str(row["aiter_id"])
 
 
 def _context(row: Row, context: Mapping[str, Any]) -> Row:

@@ -212,8 +212,8 @@ _ERROR_FIELDS: list[pa.Field] = [
 ]
 
 #: Where a row came from (f4pipe.resultstore): `reused_from` is the aiter id whose run produced
-#: a row taken from the result store (null: it ran in this set), `reuse_key` the store key
-#: (null: no store was used).
+#: a row taken from the result store, `<aiter id>/<variant>` when that run was another variant's
+#: (null: it ran here), `reuse_key` the store key (null: no store was used).
 _REUSE_FIELDS: list[pa.Field] = [
     pa.field("reused_from", pa.string()),
     pa.field("reuse_key", pa.string()),

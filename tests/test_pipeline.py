@@ -231,8 +231,16 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
         old = pd.read_parquet(first / f"{table}.parquet")
         new = pd.read_parquet(second / f"{table}.parquet")
         assert len(new) == len(old), table  # splitk: none of KERNELS is a splitK kernel
-        assert old.reused_from.isna().all() and old.reuse_key.notna().all(), table
-        assert (new.reused_from == first.name).all(), (table, new.reused_from)
+        assert old.reuse_key.notna().all(), table
+        # in the first set original and rebuilt execute the same decoded program: a run ran
+        # for one variant and the other took its row ("<set>/<variant>"), unless the two jobs
+        # ran at once (--cores 2) and both missed
+        for _, runs in old.groupby("reuse_key"):
+            ran = runs[runs.reused_from.isna()]
+            others = runs[runs.reused_from.notna()]
+            assert len(ran) >= 1, runs[["variant", "reused_from"]]
+            assert others.reused_from.isin([f"{first.name}/{v}" for v in ran.variant]).all()
+        assert (new.reused_from.str.split("/").str[0] == first.name).all(), new.reused_from
         assert (new.aiter_id == second.name).all(), table
         assert list(new.reuse_key) == list(old.reuse_key), table
         facts = [c for c in old.columns if c not in ("aiter_id", "reused_from")]
@@ -242,6 +250,10 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
     old_md = (first / "report" / "summary.md").read_text()
     new_md = (second / "report" / "summary.md").read_text()
     rows = sum(len(pd.read_parquet(first / f"{t}.parquet")) for t in ("verify", "safety"))
-    assert f"none: all {rows} rows the result store keys ran in this set" in old_md
+    within = int(pd.read_parquet(first / "verify.parquet").reused_from.notna().sum())
+    if within:
+        assert f"{within} of {rows} rows the result store keys reused" in old_md
+    else:
+        assert f"none: all {rows} rows the result store keys ran in this set" in old_md
     assert f"{rows} of {rows} rows the result store keys reused, not run again" in new_md
     assert without_provenance(new_md) == without_provenance(old_md)

@@ -73,7 +73,9 @@ def test_byte_identical_kernel_of_another_result_set_is_reused(
     capsys.readouterr()
     second = verify(co_dir, store, tmp_path / "b.parquet", "aiter-b", "--variant", "rebuilt")
     assert "1 of 1 row(s) reused from the result store" in capsys.readouterr().out
-    assert list(second.reused_from) == ["aiter-a"] and list(second.aiter_id) == ["aiter-b"]
+    # the run was the original variant's: reused_from names it
+    assert list(second.reused_from) == ["aiter-a/original"]
+    assert list(second.aiter_id) == ["aiter-b"]
     assert list(second.variant) == ["rebuilt"]  # the context is this run's, the facts stored
     facts = [c for c in first.columns if c not in ("aiter_id", "variant", "reused_from")]
     pd.testing.assert_frame_equal(first[facts], second[facts])
@@ -98,6 +100,34 @@ def test_no_reuse_when_the_kernel_bytes_change(
     rows = verify(co_dir, store, tmp_path / "edited.parquet", "aiter-a")
     assert rows.reused_from.isna().all() and list(rows.status) == ["passed"]
     assert rows.reuse_key[0] != first.reuse_key[0]
+
+
+def test_a_rebuilt_kernel_takes_the_originals_emulated_row(
+    first_run, f4gemm_dir: Path, toolchain, tmp_path: Path
+) -> None:
+    """co2asm + reassembly gives other bytes (ELF layout, encoding bits no decoder reads) but the
+    same loaded and decoded program: on the emulator that is the same run, bit for bit, so the
+    rebuilt variant's row is the original's, marked as such. A GPU runs the bytes: there the
+    two are different kernels to the store."""
+    from f4pipe.resultstore import kernel_identity
+
+    _, store, first = first_run
+    co_dir = copy_kernel(f4gemm_dir, tmp_path / "rebuilt")
+    entry = read_manifest(co_dir).get(KERNEL)
+    rebuilt = co_dir / entry.co_name
+    write_text(tmp_path / "k.s", co2asm(rebuilt, toolchain))
+    assemble(tmp_path / "k.s", rebuilt, toolchain)
+    assert rebuilt.read_bytes() != (f4gemm_dir / entry.co_name).read_bytes()
+    rows = verify(co_dir, store, tmp_path / "r.parquet", "aiter-a", "--variant", "rebuilt")
+    assert list(rows.reused_from) == ["aiter-a/original"] and list(rows.variant) == ["rebuilt"]
+    assert rows.reuse_key[0] == first.reuse_key[0]
+    original = f4gemm_dir / entry.co_name
+    assert kernel_identity(entry, rebuilt, "emulator") == kernel_identity(
+        entry, original, "emulator"
+    )
+    assert kernel_identity(entry, rebuilt, "gfx950:0") != kernel_identity(
+        entry, original, "gfx950:0"
+    )
 
 
 @pytest.mark.parametrize(

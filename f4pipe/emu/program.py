@@ -10,11 +10,11 @@ EmulatorError at load time rather than running with a wrong assumption.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from f4pipe.codeobject import CodeObject, descriptor_fields
-from f4pipe.emu.decode import Instruction, decode_one
+from f4pipe.emu.decode import Instruction, decode_all, decode_one
 from f4pipe.errors import CodeObjectError, EmulatorError
 
 # kernel_code_properties bits (AMDGPUUsage, "Kernel Descriptor for GFX6-GFX12").
@@ -251,3 +251,31 @@ def check_descriptor(kd: bytes, meta: dict[str, int], where: str) -> None:
         raise EmulatorError(
             f"{where}: kernarg_size {f['kernarg_size']} exceeds {MAX_KERNARG_BYTES} bytes"
         )
+
+
+def executed_digest(co_path: str | Path, symbol: str) -> str | None:
+    """A digest of everything the emulator reads of a kernel: the loaded Program's fields
+    (entry, LDS, kernarg size, register layout, float mode, labels) and every instruction of
+    .text as decoded. Two code objects with one digest run identically on the emulator, bit for
+    bit, whatever their other bytes: the rebuilt variant differs from aiter's objects only in
+    ELF layout and in encoding bits the decoder does not read, so its emulated rows are the
+    original's (f4pipe.resultstore keys emulated runs by this). None when the digest would not
+    prove that: a branch target inside an instruction (decoding there reads bytes the linear
+    sweep did not) or a kernel the emulator cannot load (its run reports why)."""
+    import hashlib
+
+    try:
+        prog = Program.load(co_path, symbol)
+        insts = decode_all(prog.text, prog.text_addr)
+    except EmulatorError:
+        return None
+    starts = {inst.pc for inst in insts}
+    if any(inst.target is not None and inst.target not in starts for inst in insts):
+        return None
+    skip = ("co_path", "text", "labels", "_cache")  # text: as decoded below; labels: sorted
+    loaded = {f.name: getattr(prog, f.name) for f in fields(prog) if f.name not in skip}
+    h = hashlib.sha256(repr(sorted(loaded.items())).encode())
+    h.update(repr(sorted(prog.labels.items())).encode())
+    for inst in insts:
+        h.update(repr(inst).encode())
+    return h.hexdigest()
