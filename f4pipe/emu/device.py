@@ -383,11 +383,11 @@ class _BatchRunner:
             )
         try:
             ex.run()
-        finally:  # a faulting batch's LDS tags must still read as old to the next one
-            if ex.timing is not None:
+        finally:  # a faulting batch's LDS tags must still read as old to the next one, and
+            if ex.timing is not None:  # its LaunchFault's stats count the work up to the fault
                 ex.timing.finish()
-        stats.wave_instructions += ex.dynamic_instructions
-        stats.steps += ex.steps
+            stats.wave_instructions += ex.dynamic_instructions
+            stats.steps += ex.steps
         return ex
 
     def isolated(self, batch: np.ndarray, hazards: HazardReport | None, stats: LaunchStats) -> bool:
