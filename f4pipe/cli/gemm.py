@@ -205,16 +205,19 @@ def run_gemm_command(args: argparse.Namespace) -> int:
             edge_policy=policy,
             check_memory=not args.no_memory_check,
         )
+        ignored = alpha_ignored(manifest.co_path(entry), entry.symbol, args.alpha)
         if not args.json:
             print(f"{PREFIX} device: {device.device_id} ({device.arch}, {device.num_cu} CUs)")
             print(f"{PREFIX} kernel: {entry.name} (tile {entry.tile_m}x{entry.tile_n}; {how})")
+            if ignored:
+                print(f"{PREFIX} note: {ignored}")
         result = run_gemm(device, entry, manifest.co_path(entry), request)
         if result.padding and not args.json:
             print(f"{PREFIX} padded output: {result.padding}; D[:M, :N] returned")
     finally:
         device.close()
     if args.json:
-        print(json_text(result_json(result)))
+        print(json_text({**result_json(result), "alpha_ignored": ignored or None}))
     else:
         g = result.geometry
         print(
@@ -226,6 +229,26 @@ def run_gemm_command(args: argparse.Namespace) -> int:
     if result.races:
         return EXIT_FAILED  # stores of two workgroups to one address: hardware order decides
     return EXIT_FAILED if result.status in ("failed", "hazard") else EXIT_OK
+
+
+def alpha_ignored(co_path: Path, symbol: str, alpha: float) -> str:
+    """Why D cannot show an alpha other than 1 on this kernel ("" when it can or alpha is 1):
+    most f4gemm kernels load the alpha kernarg and never read it (f4pipe.emu.kernargs)."""
+    if alpha == 1.0:
+        return ""
+    from f4pipe.emu.kernargs import ignored_field
+    from f4pipe.kernarg import KERNARG_BY_NAME
+
+    offset = KERNARG_BY_NAME["alpha"].offset
+    load = ignored_field(co_path, symbol, offset)
+    if load is None:
+        return ""
+    return (
+        f"this kernel ignores alpha: it loads kernarg {offset:#x} into {load.register} and no "
+        f"instruction reads {load.register}, so D = A*B^T whatever --alpha says "
+        "(aiter always passes 1.0); expect a failed verification at --alpha "
+        f"{alpha:g}"
+    )
 
 
 def waves_per_workgroup() -> int:
