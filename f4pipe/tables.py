@@ -57,8 +57,13 @@ def copy_tables(configs_dir: Path | None, dest: Path) -> dict[str, dict[str, Any
 
 def configs_dir_beside(f4gemm_dir: Path) -> Path | None:
     """aiter/configs of the tree a local f4gemm directory sits in: an aiter checkout
-    (<root>/hsa/gfx950/f4gemm beside <root>/aiter/configs) or an installed wheel
-    (<site>/aiter_meta/hsa/gfx950/f4gemm beside <site>/aiter/configs); None if neither."""
+    (<root>/hsa/gfx950/f4gemm beside <root>/aiter/configs), an installed wheel
+    (<site>/aiter_meta/hsa/gfx950/f4gemm beside <site>/aiter/configs), or a copy of an aiter
+    f4pipe fetched (<dir>/f4gemm beside <dir>/configs, as under resources/aiter/<id>/); None
+    if none of these."""
+    fetched = Path(f4gemm_dir).resolve().parent / TABLES_DIR
+    if fetched.is_dir():
+        return fetched
     for ancestor in Path(f4gemm_dir).resolve().parents[:4]:
         if (ancestor / CONFIGS_PATH).is_dir():
             return ancestor / CONFIGS_PATH

@@ -278,6 +278,23 @@ def test_git_fetch_branch_then_pinned_commit_offline(
     assert mtimes(result.f4gemm_dir.parent) == before
 
 
+def test_a_local_copy_of_a_fetched_aiter_keeps_its_tuned_tables(
+    tmp_path: Path, git_repo: tuple[str, str, Path]
+) -> None:
+    """resources/aiter/<id>/ copied elsewhere (f4gemm/ beside configs/) is a local source with
+    the same tables: the byte-identical update flow audits what the first set audited."""
+    url, _, _ = git_repo
+    first = fetch_aiter({"kind": "git", "url": url, "rev": "main"}, tmp_path / "res")
+    copy = tmp_path / "copy"
+    shutil.copytree(first.f4gemm_dir.parent, copy)
+    (copy / "provenance.json").unlink()
+    local = fetch_aiter({"kind": "local", "path": str(copy / "f4gemm")}, tmp_path / "res2")
+    tables = tuned_tables(local.f4gemm_dir.parent)
+    assert sorted(tables) == sorted([TUNED, MODEL_TUNED])
+    for rel, path in tuned_tables(first.f4gemm_dir.parent).items():
+        assert tables[rel].read_bytes() == path.read_bytes()
+
+
 def test_git_fetch_by_commit(tmp_path: Path, git_repo: tuple[str, str, Path]) -> None:
     url, commit, repo = git_repo
     result = fetch_aiter({"kind": "git", "url": url, "rev": commit}, tmp_path / "res")
