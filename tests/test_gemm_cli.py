@@ -149,10 +149,11 @@ def test_cli_json_run(f4gemm_dir, model_device, capsys, monkeypatch):
     assert set(out) == {
         "kernel", "M", "N", "K", "log2_k_split", "gdz", "max_abs_err", "max_rel_err",
         "err_frac", "passed", "us", "tflops", "us_is_hardware", "device", "padding", "races",
-        "status", "hazards", "hazard", "advisories",
+        "status", "hazards", "hazard", "advisories", "alpha_ignored",
     }  # fmt: skip
     assert out["passed"] is True and out["us"] is None and out["device"] == "hostmodel"
     assert out["status"] == "passed" and out["hazards"] is None  # no timing model here
+    assert out["alpha_ignored"] is None  # alpha 1
     assert out["kernel"] == PREFIX + "BpreShuffle_256x256" and out["log2_k_split"] >= 1
 
 
