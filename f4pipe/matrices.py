@@ -69,6 +69,11 @@ MATRICES: dict[str, tuple[Case, ...]] = {
 }
 
 
+#: Each GEMM stage's matrix when none is named: `f4pipe <stage>`'s default, and config.yaml's
+#: (tests/test_layout.py holds the two equal).
+STAGE_DEFAULT_MATRIX: dict[str, str] = {"verify": "seed", "splitk": "splitk", "bench": "throughput"}
+
+
 def get_matrix(name: str) -> tuple[Case, ...]:
     try:
         return MATRICES[name]

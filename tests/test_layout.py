@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from f4pipe import layout
-from f4pipe.matrices import MATRICES
+from f4pipe.matrices import MATRICES, STAGE_DEFAULT_MATRIX
 from f4pipe.schemas import TABLE_SCHEMAS
 from f4pipe.stages import STAGES
 
@@ -87,3 +87,10 @@ def test_the_default_config_is_valid() -> None:
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))
+
+
+def test_the_commands_default_matrices_are_the_configs() -> None:
+    """`f4pipe verify` with no --matrix runs what `snakemake all` runs by default."""
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    assert set(STAGE_DEFAULT_MATRIX) == set(layout.GEMM_STAGES)
+    assert {s: config[s]["matrix"] for s in layout.GEMM_STAGES} == STAGE_DEFAULT_MATRIX

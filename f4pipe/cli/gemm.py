@@ -30,7 +30,7 @@ from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeErro
 from f4pipe.fsio import check_writable, json_text
 from f4pipe.layout import GEMM_STAGES, NO_DEVICE
 from f4pipe.manifest import KernelEntry, Manifest, read_manifest
-from f4pipe.matrices import MATRICES, get_matrix, parse_case
+from f4pipe.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
 from f4pipe.resultstore import open_store, reuse_line
 
 if TYPE_CHECKING:
@@ -387,8 +387,6 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
 
 
 # --- f4pipe verify | splitk | bench ------------------------------------------------------------
-
-STAGE_DEFAULT_MATRIX = {"verify": "seed", "splitk": "splitk", "bench": "throughput"}
 
 
 def run_stage_command(args: argparse.Namespace) -> int:

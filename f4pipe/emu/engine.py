@@ -141,7 +141,7 @@ class Executor:
         if op.kind == "s":
             return self.sgpr[op.index, sel]
         if op.kind == "imm":
-            if op.code in (235, 236, 237, 238, 239, 249, 250, 251, 252, 253, 254):
+            if op.code in isa.UNMODELLED_OPERANDS:
                 raise EmulatorError(f"operand code {op.code} (special source) is not modelled")
             return np.uint32(op.value)
         raise EmulatorError(f"scalar operand expected, got {op}")
