@@ -80,13 +80,21 @@ def kernel_identity(entry: KernelEntry, co_path: Path, device_id: str) -> dict[s
     so the rebuilt variant, which differs from aiter's bytes only where the emulator does not
     read, takes the original's rows; anywhere else (a GPU runs the bytes) the code object's
     sha256."""
+    co_sha256 = sha256_file(co_path)
     if device_id == EMULATOR_DEVICE_ID:
-        from f4pipe.emu.program import executed_digest
-
-        digest = executed_digest(co_path, entry.symbol)
+        digest = _executed_digest(co_sha256, str(co_path), entry.symbol)
         if digest is not None:
             return {**asdict(entry), "emulated_program": digest}
-    return {**asdict(entry), "co_sha256": sha256_file(co_path)}
+    return {**asdict(entry), "co_sha256": co_sha256}
+
+
+@cache
+def _executed_digest(co_sha256: str, co_path: str, symbol: str) -> str | None:
+    """executed_digest of the bytes at `co_path`, which hash to `co_sha256`: a stage asks once
+    per run, and a kernel's runs in one process decode it once (new bytes, a new entry)."""
+    from f4pipe.emu.program import executed_digest
+
+    return executed_digest(co_path, symbol)
 
 
 def plain(value: Any) -> Any:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from f4pipe.emu.decode import decode_all
 from f4pipe.emu.effects import SGPR_BASE, effects_of, reg_name
 from f4pipe.emu.program import Program
 from f4pipe.errors import EmulatorError
@@ -40,7 +39,7 @@ def kernarg_loads(co_path: str | Path, symbol: str) -> list[KernargLoad]:
     any instruction reads the register it lands in. Raises EmulatorError for a kernel the
     emulator cannot load."""
     prog = Program.load(co_path, symbol)
-    insts = decode_all(prog.text, prog.text_addr)
+    insts = prog.instructions()
     effects = [effects_of(inst) for inst in insts]
     base = SGPR_BASE + prog.kernarg_sgpr
     kernarg_ptr = frozenset({base, base + 1}) if prog.kernarg_sgpr >= 0 else None

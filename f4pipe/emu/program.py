@@ -169,6 +169,10 @@ class Program:
             flush_f32_denorms=flush_f32_denorms,
         )
 
+    def instructions(self) -> list[Instruction]:
+        """Every instruction of .text in order (a linear sweep: .text holds only code)."""
+        return decode_all(self.text, self.text_addr)
+
     def at(self, pc: int) -> Instruction:
         """The instruction at `pc` (decoded on first use)."""
         inst = self._cache.get(pc)
@@ -266,7 +270,7 @@ def executed_digest(co_path: str | Path, symbol: str) -> str | None:
 
     try:
         prog = Program.load(co_path, symbol)
-        insts = decode_all(prog.text, prog.text_addr)
+        insts = prog.instructions()
     except EmulatorError:
         return None
     starts = {inst.pc for inst in insts}
