@@ -30,6 +30,7 @@ def test_every_kernel_loads_the_abi_fields_and_most_ignore_alpha(manifest) -> No
     """The seed's ABI table marks alpha as read by every kernel; 32 of 35 load it into an SGPR
     that no instruction reads. Every kernel reads the pointers, M, N, K and the strides."""
     used = {"ptr_D", "ptr_A", "ptr_B", "M", "N", "K", "ptr_ScaleA", "ptr_ScaleB"}
+    used |= {"stride_C0", "stride_A0", "stride_B0", "stride_ScaleA0", "stride_ScaleB0"}
     for entry in manifest:
         loads = {k.offset: k for k in kernarg_loads(manifest.co_path(entry), entry.symbol)}
         for name in used:
