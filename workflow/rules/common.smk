@@ -75,12 +75,15 @@ def get_toolchain_args(wildcards):
     return f"--toolchain-bin {json.dumps(bin_dir)}" if bin_dir else ""
 
 
-def get_kernels(wildcards=None):
-    """Kernel names (.co stems) listed by the fetched manifest: known only after fetch."""
+def get_manifest():
+    """The fetched manifest: known only after the fetch checkpoint."""
     fetched = checkpoints.fetch.get().output[0]
-    return [
-        e.name for e in read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False)
-    ]
+    return read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False)
+
+
+def get_kernels(wildcards=None):
+    """Kernel names (.co stems) listed by the fetched manifest."""
+    return [e.name for e in get_manifest()]
 
 
 def get_original_object(wildcards):
@@ -111,11 +114,7 @@ def get_variant_kernels(variant):
     """Kernels (.co stems) a variant holds: all of them, or an edit's one kernel."""
     if not is_edit_variant(variant):
         return get_kernels()
-    fetched = checkpoints.fetch.get().output[0]
-    kernel = EDITS[edit_name_of(variant)].kernel
-    return [
-        read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False).get(kernel).name
-    ]
+    return [get_manifest().get(EDITS[edit_name_of(variant)].kernel).name]
 
 
 def get_edit_asm(wildcards):
@@ -162,17 +161,14 @@ def get_stage_rows(wildcards):
         return [
             RESULTS / "bench" / f"{variant}.untimed.parquet" for variant in VARIANTS
         ]
-    fetched = checkpoints.fetch.get().output[0]
-    manifest = read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False)
-    may_run = set(
-        kernels_that_may_run(get_matrix(get_stage_matrix(wildcards)), manifest)
-    )
+    # no job for a kernel the matrix never runs (the splitk matrix: the splitK kernels)
+    cases = get_matrix(get_stage_matrix(wildcards))
+    may_run = set(kernels_that_may_run(cases, get_manifest()))
     return [
         RESULTS / wildcards.stage / variant / f"{k}.parquet"
         for variant in VARIANTS
         for k in get_variant_kernels(variant)
-        if k
-        in may_run  # no job for a kernel the matrix never runs (splitk: splitK kernels)
+        if k in may_run
     ]
 
 
