@@ -33,6 +33,7 @@ from f4pipe.kernarg import KERNARG_FIELDS, BufferLayout
 from f4pipe.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.operands import generate_operand
+from f4pipe.parallel import map_ordered
 from f4pipe.progress import track
 from f4pipe.reference import reference_gemm
 from f4pipe.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
@@ -290,12 +291,14 @@ def sweep(
     kernels: Sequence[str] | None = None,
     orders: Sequence[str] = DEFAULT_ORDERS,
     store: ResultStore | None = None,
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
-    """SAFETY rows for the manifest's kernels (or the named ones); a kernel whose sweep
-    `store` holds (same bytes, manifest row, orders, toolchain, f4pipe) is not run again."""
+    """SAFETY rows for the manifest's kernels (or the named ones), kernels spread over
+    `workers` processes; a kernel whose sweep `store` holds (same bytes, manifest row, orders,
+    toolchain, f4pipe) is not run again."""
     entries = [manifest.get(k) for k in kernels] if kernels else list(manifest)
-    rows: list[dict[str, Any]] = []
-    for entry in entries:
+
+    def kernel_rows(entry: KernelEntry) -> list[dict[str, Any]]:
         co_path = manifest.co_path(entry)
         inputs = {}
         if store is not None:
@@ -306,14 +309,17 @@ def sweep(
                 "toolchain_id": keys.toolchain_id,
                 "f4pipe": f4pipe_identity(),
             }
-        rows += reuse_or_run(
+        return reuse_or_run(
             store,
             "safety",
             inputs,
             {"aiter_id": keys.aiter_id},
-            lambda entry=entry, co_path=co_path: sweep_kernel(entry, co_path, keys, orders=orders),
+            lambda: sweep_kernel(entry, co_path, keys, orders=orders),
         )
-    return rows
+
+    label = "safety" if len(entries) > 1 else ""
+    per_kernel = map_ordered(kernel_rows, entries, workers=workers, label=label)
+    return [row for rows in per_kernel for row in rows]
 
 
 # --- static evidence -------------------------------------------------------------------------

@@ -46,6 +46,16 @@ STORE_DIR = "store"
 #: device_id of rows that no device produced (kernels, roundtrip).
 NO_DEVICE = "none"
 
+# --- jobs ------------------------------------------------------------------------------------
+
+#: How the per-kernel stages (verify, splitk, bench, safety) are cut into jobs (config
+#: `jobs_per`): one job per variant that spreads its runs over the job's threads (least
+#: start-up on one machine), or one job per kernel (fan-out for cluster executors).
+JOBS_PER: tuple[str, ...] = ("variant", "kernel")
+#: The unit of a per-variant job in the stage's path, `<stage>/<variant>/<unit>.parquet`: a
+#: hyphen, so no .co stem ([A-Za-z0-9_]) can be the same name.
+EVERY_KERNEL = "every-kernel"
+
 # --- variants ----------------------------------------------------------------------------------
 
 #: The variants every run has: aiter's objects and their round-tripped rebuilds.

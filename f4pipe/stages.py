@@ -19,7 +19,7 @@ and marked as reused; bench never is.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from f4pipe.kernarg import launch_geometry
 from f4pipe.layout import NO_DEVICE, SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.matrices import Case, expand_case
+from f4pipe.parallel import map_ordered, workers_for
 from f4pipe.progress import track
 from f4pipe.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
 from f4pipe.schemas import ArtifactKeys
@@ -64,6 +65,7 @@ class StageSettings:
     skip_reason: str = NO_DEVICE_REASON  # used when device is None
     edge_policy: str = "pad"  # kernels named by a case at a shape unsafe for them
     store: ResultStore | None = None  # reuse verdicts by content (f4pipe.resultstore)
+    workers: int = 1  # processes for verify/splitk runs on the emulator (f4pipe.parallel)
 
 
 def plan_runs(
@@ -189,36 +191,44 @@ def _request(settings: StageSettings, case: Case, log2: int, **extra: Any) -> Ge
     )
 
 
-def _tracked(
-    runs: list[tuple[KernelEntry, int, Case]], stage: str, settings: StageSettings
-) -> Iterator[tuple[KernelEntry, int, Case]]:
-    """The runs, with progress lines (done/total, rate, ETA) on stderr, i.e. in the job's log."""
-    label = f"{stage} {settings.variant}" + (f" {settings.kernel}" if settings.kernel else "")
-    return track(runs, label)
+def _label(stage: str, settings: StageSettings) -> str:
+    """The progress label: stage, variant and kernel (progress lines go to the job's log)."""
+    return f"{stage} {settings.variant}" + (f" {settings.kernel}" if settings.kernel else "")
+
+
+def _checked_stage(
+    stage: str,
+    make_row: Callable[..., dict[str, Any]],
+    device: Device | None,
+    manifest: Manifest,
+    cases: Iterable[Case],
+    settings: StageSettings,
+) -> list[dict[str, Any]]:
+    """A checked stage's rows, one per run, the runs spread over settings.workers processes
+    on the emulator."""
+    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
+    runs = plan_runs(manifest, cases, settings, num_cu)
+    device_id = device.device_id if device is not None else None
+    return map_ordered(
+        lambda run: _stored(stage, device, manifest, settings, *run, make_row),
+        runs,
+        workers=workers_for(device_id, settings.workers),
+        label=_label(stage, settings),
+    )
 
 
 def verify_stage(
     device: Device | None, manifest: Manifest, cases: Iterable[Case], settings: StageSettings
 ) -> list[dict[str, Any]]:
     """VERIFY rows: every run checked against the CPU reference (f4pipe.verify criteria)."""
-    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
-    runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "verify", settings)
-    return [
-        _stored("verify", device, manifest, settings, e, log2, case, _checked_row)
-        for e, log2, case in runs
-    ]
+    return _checked_stage("verify", _checked_row, device, manifest, cases, settings)
 
 
 def splitk_stage(
     device: Device | None, manifest: Manifest, cases: Iterable[Case], settings: StageSettings
 ) -> list[dict[str, Any]]:
     """SPLITK rows: split count vs error (err_frac = max abs err / max|ref|)."""
-    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
-    runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "splitk", settings)
-    return [
-        _stored("splitk", device, manifest, settings, e, log2, case, _splitk_row)
-        for e, log2, case in runs
-    ]
+    return _checked_stage("splitk", _splitk_row, device, manifest, cases, settings)
 
 
 def _splitk_row(
@@ -282,7 +292,7 @@ def bench_stage(
     """
     num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
     rows = []
-    runs = _tracked(plan_runs(manifest, cases, settings, num_cu), "bench", settings)
+    runs = track(plan_runs(manifest, cases, settings, num_cu), _label("bench", settings))
     for entry, log2, case in runs:
         device_id = device.device_id if device is not None else NO_DEVICE
         row = _case_row(settings, device_id, entry, log2, case)

@@ -32,8 +32,11 @@ def workflow_rules(workdir: Path) -> set[str]:
 @pytest.mark.slow  # a Snakemake process per job: about a minute of CPU
 def test_every_job_runs_as_its_own_cluster_job(f4gemm_dir: Path, tmp_path: Path, toolchain):
     # .test/config-pipeline.yaml on one kernel (its aiter/hsa and edits/nop.s are made here),
-    # splitK off: the same rule as verify, and none of KERNELS splits K
-    config = use_config(tmp_path, splitk={"activate": False, "matrix": "smoke-splitk"})
+    # splitK off: the same rule as verify, and none of KERNELS splits K; a job per kernel, as
+    # the slurm profile sets it
+    config = use_config(
+        tmp_path, splitk={"activate": False, "matrix": "smoke-splitk"}, jobs_per="kernel"
+    )
     (nop,) = config["edits"]
     write_nop_edit(f4gemm_dir, tmp_path / nop["asm"], toolchain)
     assert (
@@ -66,6 +69,7 @@ def test_every_job_runs_as_its_own_cluster_job(f4gemm_dir: Path, tmp_path: Path,
     job_ids = re.findall(r"with external jobid 'local-(\d+)'", proc.stdout + proc.stderr)
     assert len(set(job_ids)) == len(jobs)
     (results,) = (p for p in (tmp_path / "results").iterdir() if p.name.startswith("local-"))
+    assert (results / "verify" / "original" / f"{KERNELS[0]}.parquet").is_file()
     verify = pd.read_parquet(results / "verify.parquet")
     assert set(verify.variant) == {"original", "rebuilt", "edit-nop"}
     assert (verify.status == "passed").all()

@@ -25,6 +25,7 @@ RULES = ROOT / "workflow" / "rules"
 def test_schema_enums_are_the_code_s() -> None:
     props = SCHEMA["properties"]
     assert props["device"]["enum"] == list(layout.DEVICE_KINDS)
+    assert props["jobs_per"]["enum"] == list(layout.JOBS_PER)
     assert SCHEMA["$defs"]["stage"]["properties"]["matrix"]["enum"] == list(MATRICES)
     edit_name = props["edits"]["items"]["properties"]["name"]["pattern"]
     assert edit_name == layout.EDIT_NAME.pattern

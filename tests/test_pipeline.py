@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from f4pipe.layout import EVERY_KERNEL
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,22 +126,26 @@ def test_pipeline_runs_a_hand_edit_as_its_own_variant(pipeline_run: Path) -> Non
 
 
 def test_stage_logs_show_progress(pipeline_run: Path) -> None:
-    (log,) = (pipeline_run / "logs").glob(f"*/verify/original/{KERNELS[0]}.log")
+    (log,) = (pipeline_run / "logs").glob(f"*/verify/original/{EVERY_KERNEL}.log")
     text = log.read_text()
-    assert re.search(rf"verify original {KERNELS[0]}: (\d+)/\1 \(.*total\)", text), text
+    assert re.search(r"verify original: (\d+)/\1 \(.*total\)", text), text
+
+
+def test_stages_run_one_job_per_variant_by_default(pipeline_run: Path) -> None:
+    """config `jobs_per: variant`: a stage is one process per variant, not one per kernel."""
+    res = results_dir(pipeline_run)
+    for stage in ("verify", "splitk", "bench"):
+        jobs = sorted(str(p.relative_to(res / stage)) for p in (res / stage).rglob("*.parquet"))
+        assert jobs == [f"{v}/{EVERY_KERNEL}.parquet" for v in ("edit-nop", "original", "rebuilt")]
+    assert [p.name for p in (res / "safety").rglob("*.parquet")] == [f"{EVERY_KERNEL}.parquet"]
+    assert set(pd.read_parquet(res / "verify.parquet").kernel) == set(KERNELS)
 
 
 def test_pipeline_bench_says_why_it_has_no_numbers(pipeline_run: Path) -> None:
     res = results_dir(pipeline_run)
     bench = pd.read_parquet(res / "bench.parquet")
     assert len(bench) > 0
-    assert set(bench.kernel) == set(KERNELS)  # every kernel has its rows ...
-    # ... from one job per variant: no process per kernel only to say "skipped"
-    assert sorted(p.name for p in (res / "bench").iterdir()) == [
-        "edit-nop.untimed.parquet",
-        "original.untimed.parquet",
-        "rebuilt.untimed.parquet",
-    ]
+    assert set(bench.kernel) == set(KERNELS)  # every kernel has its rows
     assert (bench.status == "skipped").all()
     assert bench.us.isna().all() and bench.tflops.isna().all()
     assert bench.reason.str.contains("only on gfx950 hardware").all()
@@ -247,7 +252,7 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
         assert list(new.reuse_key) == list(old.reuse_key), table
         facts = [c for c in old.columns if c not in ("aiter_id", "reused_from")]
         pd.testing.assert_frame_equal(old[facts], new[facts])
-    log = pipeline_run / "logs" / second.name / "safety" / "original" / f"{KERNELS[0]}.log"
+    log = pipeline_run / "logs" / second.name / "safety" / "original" / f"{EVERY_KERNEL}.log"
     assert f"reused from the result store results/store (run in {first.name})" in log.read_text()
     old_md = (first / "report" / "summary.md").read_text()
     new_md = (second / "report" / "summary.md").read_text()

@@ -164,6 +164,25 @@ def add_store(p: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def add_workers(p: argparse.ArgumentParser) -> None:
+    """--workers: emulated runs spread over forked processes (f4pipe.parallel)."""
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="processes for the emulator's runs (default 1; the pipeline passes the job's "
+        "threads); a GPU always runs one at a time",
+    )
+
+
 def add_json_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} as one JSON object")
 

@@ -22,6 +22,7 @@ from f4pipe.cli.args import (
     add_seed,
     add_store,
     add_table_output,
+    add_workers,
     co_dir_from,
     parse_seed,
     write_if_asked,
@@ -428,6 +429,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
         iters=args.iters,
         skip_reason=reason,
         store=open_store(getattr(args, "store", None)),
+        workers=args.workers,
     )
     try:
         rows = STAGES[args.command](device, manifest, cases, settings)
@@ -493,6 +495,7 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     add_table_output(p)
     if name != "bench":  # a throughput number is a measurement, never reused
         add_store(p)
+    add_workers(p)
     add_run_args(p)
     p.set_defaults(func=run_stage_command)
 

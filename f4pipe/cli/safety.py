@@ -22,6 +22,7 @@ from f4pipe.cli.args import (
     add_record,
     add_store,
     add_table_output,
+    add_workers,
     write_if_asked,
 )
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
@@ -59,7 +60,14 @@ def run_safety(args: argparse.Namespace) -> int:
     manifest = read_manifest(located.co_dir)
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
     store = open_store(args.store)
-    rows = sweep(manifest, _keys(args, located), kernels=args.kernel, orders=orders, store=store)
+    rows = sweep(
+        manifest,
+        _keys(args, located),
+        kernels=args.kernel,
+        orders=orders,
+        store=store,
+        workers=args.workers,
+    )
     written = write_if_asked(args.output, rows, SAFETY)
     counts: dict[str, int] = {}
     for r in rows:
@@ -185,6 +193,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _common(p)
     add_store(p)
+    add_workers(p)
     p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
     p.add_argument(
         "--order",

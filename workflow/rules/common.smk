@@ -12,6 +12,7 @@ from f4pipe.layout import (
     BASE_VARIANTS,
     EDIT_NAME_PATTERN,
     EDITS_DIR,
+    EVERY_KERNEL,
     F4GEMM_DIR,
     GEMM_STAGES,
     ROUNDTRIP_DIR,
@@ -40,6 +41,7 @@ VARIANTS = [*BASE_VARIANTS] + [spec.variant for spec in EDITS.values()]
 
 wildcard_constraints:
     kernel=r"[A-Za-z0-9_]+",
+    unit=rf"[A-Za-z0-9_]+|{EVERY_KERNEL}",
     variant="|".join(re.escape(v) for v in VARIANTS),
     stage="|".join(GEMM_STAGES),
     edit=EDIT_NAME_PATTERN,
@@ -140,7 +142,7 @@ def is_gpu_device():
 def is_bench_timed():
     """bench has work per kernel only where launches are timed (a gfx950 GPU; `hip` always
     tries, so a missing GPU is reported per run). Elsewhere one job per variant writes the
-    skipped rows, instead of a process per kernel that only says so."""
+    skipped rows, whatever `jobs_per` says, instead of a process per kernel that only says so."""
     if config["device"] == "emulator":
         return False
     if config["device"] == "hip":
@@ -154,14 +156,12 @@ BENCH_TIMED = is_bench_timed()
 
 
 def get_stage_rows(wildcards):
-    """Per (variant, kernel) rows of a GEMM stage; the stage runs per kernel so that
-    `--cores N` verifies kernels in parallel (bench without a timing device: per variant).
-    """
-    if wildcards.stage == "bench" and not BENCH_TIMED:
-        return [
-            RESULTS / "bench" / f"{variant}.untimed.parquet" for variant in VARIANTS
-        ]
-    # no job for a kernel the matrix never runs (the splitk matrix: the splitK kernels)
+    """The per-job rows of a GEMM stage: `<stage>/<variant>/<unit>.parquet`, one unit per
+    variant (config `jobs_per: variant`, and bench with no device that times) or one per
+    kernel the stage's matrix may run (`jobs_per: kernel`; the splitk matrix runs only the
+    splitK kernels)."""
+    if config["jobs_per"] == "variant" or (wildcards.stage == "bench" and not BENCH_TIMED):
+        return [RESULTS / wildcards.stage / v / f"{EVERY_KERNEL}.parquet" for v in VARIANTS]
     cases = get_matrix(get_stage_matrix(wildcards))
     may_run = set(kernels_that_may_run(cases, get_manifest()))
     return [
@@ -170,6 +170,24 @@ def get_stage_rows(wildcards):
         for k in get_variant_kernels(variant)
         if k in may_run
     ]
+
+
+def get_unit_kernel_args(wildcards):
+    """`--kernel K` for a per-kernel job or an edit variant (its one kernel), else nothing."""
+    if wildcards.unit != EVERY_KERNEL:
+        return f"--kernel {wildcards.unit}"
+    if is_edit_variant(wildcards.variant):  # as the edit names it: symbol, .co name or stem
+        return f"--kernel {json.dumps(EDITS[edit_name_of(wildcards.variant)].kernel)}"
+    return ""
+
+
+def get_unit_threads(wildcards):
+    """A per-variant job gets every core of the run (`--cores`; its runs go to that many
+    emulator workers); a per-kernel job, and bench's untimed rows under `jobs_per: kernel`
+    (cluster executors, where --cores need not be given), one."""
+    if config["jobs_per"] == "variant" and wildcards.unit == EVERY_KERNEL:
+        return workflow.cores
+    return 1
 
 
 def get_stage_matrix(wildcards):
@@ -192,7 +210,9 @@ def get_store_args(wildcards):
 
 
 def get_safety_rows(wildcards):
-    """Per-kernel rows of the shape-edge sweep (original code objects)."""
+    """The shape-edge sweep's rows (original code objects): one job, or one per kernel."""
+    if config["jobs_per"] == "variant":
+        return [RESULTS / "safety" / "original" / f"{EVERY_KERNEL}.parquet"]
     return [RESULTS / "safety" / "original" / f"{k}.parquet" for k in get_kernels()]
 
 

@@ -1,54 +1,36 @@
-# The GEMM stages (verify, splitk, bench) for each variant, one job per kernel; bench without a
-# device that can time runs once per variant (its rows only say why they are skipped).
+# The GEMM stages (verify, splitk, bench) for each variant: one job per variant whose runs go to
+# the job's threads, or one per kernel (config `jobs_per`); bench without a device that can time
+# runs once per variant (its rows only say why they are skipped).
 
 
-rule gemm_stage_kernel:
+rule gemm_stage:
     input:
         co_dir=get_variant_dir,
         toolchain=RESULTS / "toolchain.json",
     output:
-        RESULTS / "{stage}" / "{variant}" / "{kernel}.parquet",
+        RESULTS / "{stage}" / "{variant}" / "{unit}.parquet",
     log:
-        LOGS / "{stage}" / "{variant}" / "{kernel}.log",
+        LOGS / "{stage}" / "{variant}" / "{unit}.log",
     benchmark:
-        LOGS / "{stage}" / "{variant}" / "{kernel}.benchmark.tsv"
+        LOGS / "{stage}" / "{variant}" / "{unit}.benchmark.tsv"
     conda:
         "../envs/f4pipe.yaml"
+    threads: get_unit_threads
     resources:
         gpu=is_gpu_device(),
     params:
+        kernel=get_unit_kernel_args,
         matrix=get_stage_matrix,
         iters=get_stage_iters,
         device=config["device"],
         aiter_id=AITER_ID,
         store=get_store_args,
     shell:
-        "f4pipe {wildcards.stage} --co-dir {input.co_dir} --kernel {wildcards.kernel} "
+        "f4pipe {wildcards.stage} --co-dir {input.co_dir} {params.kernel} "
         "--variant {wildcards.variant} --matrix {params.matrix} --iters {params.iters} "
         "--device {params.device} --aiter-id {params.aiter_id} {params.store} "
-        "--toolchain-json {input.toolchain} --record -o {output} > {log} 2>&1"
-
-
-rule bench_untimed:
-    input:
-        co_dir=get_variant_dir,
-        toolchain=RESULTS / "toolchain.json",
-    output:
-        RESULTS / "bench" / "{variant}.untimed.parquet",
-    log:
-        LOGS / "bench" / "{variant}.untimed.log",
-    conda:
-        "../envs/f4pipe.yaml"
-    params:
-        matrix=config["bench"]["matrix"],
-        iters=config["bench"].get("iters", 1),
-        device=config["device"],
-        aiter_id=AITER_ID,
-    shell:
-        "f4pipe bench --co-dir {input.co_dir} --variant {wildcards.variant} "
-        "--matrix {params.matrix} --iters {params.iters} --device {params.device} "
-        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} --record "
-        "-o {output} > {log} 2>&1"
+        "--workers {threads} --toolchain-json {input.toolchain} --record -o {output} "
+        "> {log} 2>&1"
 
 
 rule gemm_stage_table:

@@ -1,26 +1,29 @@
-# Shape-edge safety: the edge sweep per kernel on the emulator, and the audit of aiter's a4w4
-# tuned GEMM tables (fetched with the code objects, any source kind) against the rules it proves.
+# Shape-edge safety: the edge sweep on the emulator (one job, or one per kernel: config
+# `jobs_per`), and the audit of aiter's a4w4 tuned GEMM tables (fetched with the code objects,
+# any source kind) against the rules it proves.
 
 
-rule safety_kernel:
+rule safety:
     input:
         co_dir=get_variant_dir,
         toolchain=RESULTS / "toolchain.json",
     output:
-        RESULTS / "safety" / "{variant}" / "{kernel}.parquet",
+        RESULTS / "safety" / "{variant}" / "{unit}.parquet",
     log:
-        LOGS / "safety" / "{variant}" / "{kernel}.log",
+        LOGS / "safety" / "{variant}" / "{unit}.log",
     benchmark:
-        LOGS / "safety" / "{variant}" / "{kernel}.benchmark.tsv"
+        LOGS / "safety" / "{variant}" / "{unit}.benchmark.tsv"
     conda:
         "../envs/f4pipe.yaml"
+    threads: get_unit_threads
     params:
+        kernel=get_unit_kernel_args,
         aiter_id=AITER_ID,
         store=get_store_args,
     shell:
-        "f4pipe safety --co-dir {input.co_dir} --kernel {wildcards.kernel} "
-        "--aiter-id {params.aiter_id} {params.store} --toolchain-json {input.toolchain} "
-        "--record -o {output} > {log} 2>&1"
+        "f4pipe safety --co-dir {input.co_dir} {params.kernel} --aiter-id {params.aiter_id} "
+        "{params.store} --workers {threads} --toolchain-json {input.toolchain} --record "
+        "-o {output} > {log} 2>&1"
 
 
 rule safety_table:
