@@ -142,7 +142,8 @@ def is_gpu_device():
 def is_bench_timed():
     """bench has work per kernel only where launches are timed (a gfx950 GPU; `hip` always
     tries, so a missing GPU is reported per run). Elsewhere one job per variant writes the
-    skipped rows, whatever `jobs_per` says, instead of a process per kernel that only says so."""
+    skipped rows, whatever `jobs_per` says, instead of a process per kernel that says so.
+    """
     if config["device"] == "emulator":
         return False
     if config["device"] == "hip":
@@ -160,12 +161,13 @@ def get_stage_rows(wildcards):
     variant (config `jobs_per: variant`, and bench with no device that times) or one per
     kernel the stage's matrix may run (`jobs_per: kernel`; the splitk matrix runs only the
     splitK kernels)."""
-    if config["jobs_per"] == "variant" or (wildcards.stage == "bench" and not BENCH_TIMED):
-        return [RESULTS / wildcards.stage / v / f"{EVERY_KERNEL}.parquet" for v in VARIANTS]
+    stage = wildcards.stage
+    if config["jobs_per"] == "variant" or (stage == "bench" and not BENCH_TIMED):
+        return [RESULTS / stage / v / f"{EVERY_KERNEL}.parquet" for v in VARIANTS]
     cases = get_matrix(get_stage_matrix(wildcards))
     may_run = set(kernels_that_may_run(cases, get_manifest()))
     return [
-        RESULTS / wildcards.stage / variant / f"{k}.parquet"
+        RESULTS / stage / variant / f"{k}.parquet"
         for variant in VARIANTS
         for k in get_variant_kernels(variant)
         if k in may_run
@@ -176,7 +178,8 @@ def get_unit_kernel_args(wildcards):
     """`--kernel K` for a per-kernel job or an edit variant (its one kernel), else nothing."""
     if wildcards.unit != EVERY_KERNEL:
         return f"--kernel {wildcards.unit}"
-    if is_edit_variant(wildcards.variant):  # as the edit names it: symbol, .co name or stem
+    if is_edit_variant(wildcards.variant):
+        # the edit's kernel as the edit names it (symbol, .co name or stem)
         return f"--kernel {json.dumps(EDITS[edit_name_of(wildcards.variant)].kernel)}"
     return ""
 
