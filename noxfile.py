@@ -54,7 +54,8 @@ def fuzz(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison,
     the cost of the emulator's hazard checks, the CPU seconds of the verify, splitk and safety
-    stages' own work, and the command line's start-up CPU."""
+    stages' own work, the command line's start-up CPU, and the main job's CPU from cold and its
+    wall time after a byte-identical aiter update (benchmarks/main_job.py, about 4 minutes)."""
     install(session, "test")
     session.run(
         "pytest",
@@ -71,6 +72,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/hazard_overhead.py")
     session.run("python", "benchmarks/stage_cpu.py")
     session.run("python", "benchmarks/cli_startup.py")
+    session.run("python", "benchmarks/main_job.py")
 
 
 @nox.session(default=False)
