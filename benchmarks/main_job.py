@@ -109,7 +109,10 @@ def main() -> None:
             f"{reuse_counts(update)}"
         )
         differences = report_differences(cold, update)
-        print(f"report lines that differ beyond the aiter id: {len(differences)}")
+        print(
+            f"report lines that differ beyond the aiter id and provenance: {len(differences)} "
+            "(expected: the reuse line)"
+        )
         for line in differences:
             print(f"  {line[:160]}")
 
