@@ -74,10 +74,11 @@ def reuse_counts(result_set: Path) -> str:
 
 
 def report_differences(old: Path, new: Path) -> list[str]:
-    """Lines of summary.md that differ, with each set's own id written as <id>."""
+    """Lines of summary.md before its provenance section (which names each set's source,
+    date and file digests) that differ, with each set's own id written as <id>."""
 
     def lines(result_set: Path) -> list[str]:
-        text = (result_set / "report" / "summary.md").read_text()
+        text = (result_set / "report" / "summary.md").read_text().split("## Provenance")[0]
         return re.sub(re.escape(result_set.name), "<id>", text).splitlines()
 
     return [
