@@ -1,11 +1,13 @@
 """A stage's independent runs spread over forked worker processes, results in input order.
 
 Why processes and fork: the emulator is pure Python, so threads would share one interpreter
-lock, and a fresh interpreter per worker would pay f4pipe's imports again. A forked worker
-starts with everything the parent has imported and decoded (the result store's per-content
-caches included), so one stage process per variant can use every core Snakemake gives it
-(`threads:`) without a process per kernel. Forking a process that has opened a GPU is unsafe,
-so callers ask for workers only on the emulator (`workers_for`).
+lock, and a fresh interpreter per worker would pay f4pipe's start-up again. A forked worker
+starts with what the parent imported before the map (numpy, pyarrow, the stage's modules), so
+one stage process per variant can use every core Snakemake gives it (`threads:`) without a
+process per kernel. What the parent defers stays deferred: the lazily opened emulator and the
+result store's per-content decode cache are built in each worker that needs them (a run taken
+from the store needs neither). Forking a process that has opened a GPU is unsafe, so callers
+ask for workers only on the emulator (`workers_for`).
 """
 
 from __future__ import annotations

@@ -154,6 +154,8 @@ def is_bench_timed():
 
 
 BENCH_TIMED = is_bench_timed()
+#: config `jobs_per`: one job per stage and variant (True) or one per kernel
+PER_VARIANT_JOBS = config["jobs_per"] == "variant"
 
 
 def get_stage_rows(wildcards):
@@ -162,7 +164,7 @@ def get_stage_rows(wildcards):
     kernel the stage's matrix may run (`jobs_per: kernel`; the splitk matrix runs only the
     splitK kernels)."""
     stage = wildcards.stage
-    if config["jobs_per"] == "variant" or (stage == "bench" and not BENCH_TIMED):
+    if PER_VARIANT_JOBS or (stage == "bench" and not BENCH_TIMED):
         return [RESULTS / stage / v / f"{EVERY_KERNEL}.parquet" for v in VARIANTS]
     cases = get_matrix(get_stage_matrix(wildcards))
     may_run = set(kernels_that_may_run(cases, get_manifest()))
@@ -188,7 +190,7 @@ def get_unit_threads(wildcards):
     """A per-variant job gets every core of the run (`--cores`; its runs go to that many
     emulator workers); a per-kernel job, and bench's untimed rows under `jobs_per: kernel`
     (cluster executors, where --cores need not be given), one."""
-    if config["jobs_per"] == "variant" and wildcards.unit == EVERY_KERNEL:
+    if PER_VARIANT_JOBS and wildcards.unit == EVERY_KERNEL:
         return workflow.cores
     return 1
 
@@ -214,7 +216,7 @@ def get_store_args(wildcards):
 
 def get_safety_rows(wildcards):
     """The shape-edge sweep's rows (original code objects): one job, or one per kernel."""
-    if config["jobs_per"] == "variant":
+    if PER_VARIANT_JOBS:
         return [RESULTS / "safety" / "original" / f"{EVERY_KERNEL}.parquet"]
     return [RESULTS / "safety" / "original" / f"{k}.parquet" for k in get_kernels()]
 
