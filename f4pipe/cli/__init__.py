@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("gemm", "check kernels against the CPU reference over a shape matrix"),
     "splitk": ("gemm", "error vs K split count on the splitK kernels"),
     "bench": ("gemm", "throughput (us, TFLOP/s) on gfx950 hardware; skipped rows elsewhere"),
+    "predict": (
+        "predict",
+        "predicted MI355X time of the kernels at a shape (cycle model; no GPU needed)",
+    ),
     "try": ("edits", "assemble, diff, check and verify a hand-edited kernel in one go"),
     "asmdiff": ("edits", "instruction-level diff of two kernels (.s or .co), plus static checks"),
     "edit-variant": (

@@ -18,6 +18,7 @@ import hashlib
 import io
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -174,6 +175,9 @@ class EmulatorDevice:
         self._models: dict[int, TimingModel] = {}
         self._lds_words: LdsWords | None = None
         self._buffers: dict[int, DeviceBuffer] = {}
+        #: Attached to every batch's Executor (Executor.observer): sees each step before it
+        #: executes. The cycle model's path recorder (f4pipe.perf.trace) sets it.
+        self.observer: Callable[..., None] | None = None
 
     # --- Device protocol -----------------------------------------------------------------
 
@@ -371,6 +375,7 @@ class _BatchRunner:
             trace_out=self.sink,
         )
         initial_state(ex, self.prog, self.kernarg_addr, self.block)
+        ex.observer = dev.observer
         if hazards is not None:  # the model is built when a batch first executes, not for
             ex.timing = TimingRun(  # launches replayed from SharedRuns
                 dev._timing_model(self.prog),

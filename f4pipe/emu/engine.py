@@ -14,6 +14,7 @@ before its writer's wait and barrier, and any wait state too few (timing.py, wai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -98,6 +99,9 @@ class Executor:
         self.steps = 0
         self.dynamic_instructions = 0
         self.timing: TimingRun | None = None  # set by the device when hazards are checked
+        # Called as observer(executor, inst, sel) before each step executes (the cycle
+        # model's path recorder, f4pipe.perf.trace); None = nobody watches.
+        self.observer: Callable[[Executor, Instruction, Sel], None] | None = None
         self.gpr_idx_active = False  # some wave has s_set_gpr_idx_on in force
 
     # --- naming -------------------------------------------------------------------------
@@ -270,6 +274,8 @@ class Executor:
             inst = prog.at(pc)
             if self.timing is not None:
                 self._advance_timing(inst, sel)
+            if self.observer is not None:
+                self.observer(self, inst, sel)
             self._execute(inst, sel)
             # Only control flow can split or stop waves; an unconditional branch keeps them.
             converged = n == W and (inst.fmt != "SOPP" or inst.name == "s_branch")

@@ -1,0 +1,169 @@
+"""`f4pipe predict`: predicted MI355X time of the f4gemm kernels at a shape (f4pipe.perf).
+
+Every number printed is a prediction of the cycle model, labelled so, with the model's error
+measured out-of-sample on aiter's recorded MI355X timings for the shape's M range. Nothing here
+is measured; `f4pipe bench` on an MI355X measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from f4pipe.cli import EXIT_OK, command_help
+from f4pipe.cli.args import add_co_dir
+from f4pipe.errors import InputError
+
+if TYPE_CHECKING:
+    from f4pipe.perf.predict import Predictor, Ranked
+
+#: The shapes file is a small CSV.
+MAX_SHAPES_BYTES = 16 << 20
+
+
+def _shapes(args: argparse.Namespace) -> list[tuple[int, int, int, str | None]]:
+    if args.shapes is None:
+        if None in (args.m, args.n, args.k):
+            raise InputError("give -m, -n and -k (or --shapes FILE.csv with columns M, N, K)")
+        return [(args.m, args.n, args.k, None)]
+    return read_shapes(args.shapes)
+
+
+def read_shapes(path: Path) -> list[tuple[int, int, int, str | None]]:
+    """(M, N, K, kernel or None) per row of a CSV with columns M, N, K and optionally kernel."""
+    import csv
+    import io
+
+    from f4pipe.fsio import read_input_text
+
+    text = read_input_text(path, "shapes CSV", MAX_SHAPES_BYTES)
+    reader = csv.DictReader(io.StringIO(text))
+    cols = {c.strip().lower(): c for c in reader.fieldnames or []}
+    missing = [c for c in ("m", "n", "k") if c not in cols]
+    if missing:
+        raise InputError(f"{path}: columns {', '.join(c.upper() for c in missing)} missing")
+    out = []
+    for line, row in enumerate(reader, start=2):
+        try:
+            m, n, k = (int(str(row[cols[c]]).strip()) for c in ("m", "n", "k"))
+        except (TypeError, ValueError):
+            raise InputError(f"{path}:{line}: M, N, K must be integers") from None
+        kernel = (row.get(cols["kernel"]) or "").strip() if "kernel" in cols else ""
+        out.append((m, n, k, kernel or None))
+    if not out:
+        raise InputError(f"{path}: no shapes")
+    return out
+
+
+def error_band(predictor: Predictor, m: int) -> tuple[float | None, float | None]:
+    """(median, p90) absolute % error of the model out-of-sample for M's range."""
+    from f4pipe.perf.fit import M_RANGES
+
+    acc = predictor.calibration_file.accuracy.get("kfold_nk", {})
+    for name, lo, hi in M_RANGES:
+        if lo <= m <= hi and name in acc:
+            return acc[name].get("median_pct"), acc[name].get("p90_pct")
+    return None, None
+
+
+def record(predictor: Predictor, r: Ranked) -> dict[str, Any]:
+    p = r.prediction
+    med, p90 = error_band(predictor, p.m)
+    return {
+        "m": p.m,
+        "n": p.n,
+        "k": p.k,
+        "log2_k_split": p.log2_k_split,
+        "kernel": predictor.manifest.get(p.kernel).co_name,
+        "us_pred": round(p.us, 3),
+        "tflops_pred": round(p.tflops, 1),
+        "bound": p.bound,
+        "safe": r.safe,
+        "rank": r.rank,
+        "predicted": True,
+        "model": predictor.model_id,
+        "calibration_id": predictor.calibration_id,
+        "error_median_pct": med,
+        "error_p90_pct": p90,
+    }
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from f4pipe.cli.args import co_dir_from
+    from f4pipe.fsio import json_text
+    from f4pipe.kernarg import check_shape
+    from f4pipe.manifest import read_manifest
+    from f4pipe.perf.predict import Predictor
+
+    manifest = read_manifest(co_dir_from(args))
+    predictor = Predictor(manifest)
+    wanted = [manifest.get(k) for k in args.kernel or []]
+    shapes = _shapes(args)
+    for m, n, k, _ in shapes:
+        check_shape(m, n, k, args.splitk)
+    for m, n, k, kernel in shapes:
+        kernels = [manifest.get(kernel)] if kernel else (wanted or None)
+        ranked = predictor.rank(m, n, k, args.splitk, kernels)
+        rows = [record(predictor, r) for r in ranked]
+        if args.json:
+            for row in rows:
+                print(json_text(row))
+            continue
+        print_table(predictor, m, n, k, rows)
+    return EXIT_OK
+
+
+def print_table(predictor: Predictor, m: int, n: int, k: int, rows: list[dict[str, Any]]) -> None:
+    med, p90 = error_band(predictor, m)
+    band = (
+        f"measured error for this M range: median {med:.1f} %, p90 {p90:.1f} % (out-of-sample)"
+        if med is not None
+        else "error not measured: uncalibrated model"
+    )
+    print(
+        f"M={m} N={n} K={k}: PREDICTED MI355X time (cycle model {predictor.model_id}, "
+        f"calibration {predictor.calibration_id}); {band}"
+    )
+    print(f"{'rank':>4} {'us_pred':>10} {'TFLOP/s_pred':>12} {'bound':>7} {'safe':>5}  kernel")
+    for row in rows:
+        rank = str(row["rank"]) if row["safe"] else "-"
+        safe = "yes" if row["safe"] else "NO"
+        print(
+            f"{rank:>4} {row['us_pred']:>10.2f} {row['tflops_pred']:>12.1f} {row['bound']:>7} "
+            f"{safe:>5}  {row['kernel']}"
+        )
+    sys.stdout.flush()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help=command_help("predict"),
+        description="Predict each kernel's MI355X time at a shape with f4pipe's cycle model "
+        "(the kernel's own instructions, replayed from one emulated workgroup; constants "
+        "fitted on aiter's recorded MI355X timings). Safe kernels are ranked fastest first; "
+        "kernels unsafe at the shape (f4pipe.safety) are listed after them, unranked. The "
+        "first prediction of a kernel traces it on the emulator (about a second; cached).",
+    )
+    add_co_dir(p)
+    p.add_argument("-m", type=int, help="rows of A and D")
+    p.add_argument("-n", type=int, help="rows of B, columns of D")
+    p.add_argument("-k", type=int, help="the reduction dimension")
+    p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every kernel (the default when no --kernel is given)",
+    )
+    p.add_argument("--splitk", type=int, default=0, help="log2 of the K split (splitK kernels)")
+    p.add_argument(
+        "--shapes",
+        type=Path,
+        help="CSV with columns M, N, K and optionally kernel: many shapes in one process",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per kernel and shape, one per line"
+    )
+    p.set_defaults(func=run_predict)

@@ -1,0 +1,244 @@
+"""Cycles of one workgroup on one CU, replaying the path the emulator executed (trace.py).
+
+The f4gemm kernels run one workgroup per CU and one wave per SIMD, so a CU is four in-order
+waves sharing the CU's LDS and its vector-memory path. Per wave:
+
+- **Issue**: one instruction per issue slot (costs.issue_cycles); `s_nop N` fills N+1 wait
+  states; nothing issues out of order.
+- **MFMA**: the SIMD's matrix pipe is busy passes x mfma_pass_cycles per MFMA; the next MFMA
+  waits for it, other instructions do not. A later instruction reading an MFMA's result waits
+  for its last pass (register ready times, for MFMA destinations only: every other result is
+  ordered by the kernel's own s_waitcnt and s_nop, which the model honours).
+- **LDS**: a DS access occupies its SIMD pair's 128 B/clk path for bytes/128 clk and the CU's
+  banks for the bank cycles of its real lane addresses; data returns lds_latency later.
+- **Vector memory**: buffer loads, LDS DMA, stores and atomics share the CU's path into L1
+  (calibrated bytes per clock), in issue order; a load's data returns vmem_latency (calibrated:
+  the loaded round trip) after it leaves that path.
+- **Counters**: vmcnt and lgkmcnt retire in issue order (SMEM too, conservatively);
+  `s_waitcnt` stalls until the counted operations have returned.
+- **s_barrier**: a wave waits until all waves of the workgroup arrived, plus barrier_cycles.
+
+Waves advance in time order (the wave that can issue soonest goes next), so shared paths serve
+requests in the order they are made. The result is the workgroup's cycles and, per unit, how
+long it was busy: the unit that bounds the workgroup is the one busiest relative to the time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from f4pipe.emu.effects import effects_of
+from f4pipe.emu.isa import DS_DWORDS, MUBUF_DWORDS
+from f4pipe.emu.program import Program
+from f4pipe.perf.costs import COST
+from f4pipe.perf.trace import WorkgroupTrace
+
+# op kinds
+SCALAR, MFMA, VALU, DS, VMEM, SMEM, WAIT, BARRIER, NOP, END = range(10)
+
+
+@dataclass(frozen=True)
+class Op:
+    """What the cycle model needs of one instruction (from its Effects)."""
+
+    kind: int
+    slots: int  # issue slots the wave spends (s_nop: its wait states)
+    busy: int  # MFMA: pipe clocks
+    counter: int  # 0 = vmcnt, 1 = lgkmcnt, -1 = none
+    wait_vm: int
+    wait_lgkm: int
+    reads_acc: tuple[int, ...]  # registers it reads that some MFMA writes
+    writes: tuple[int, ...]  # MFMA destination registers
+    dwords: int  # DS / buffer dwords per lane
+
+
+@dataclass(frozen=True)
+class WorkgroupCycles:
+    """One workgroup's simulated time and what kept each unit busy (clocks)."""
+
+    cycles: float
+    mfma_busy: float  # the busiest SIMD's MFMA pipe
+    lds_busy: float  # the busier SIMD pair's LDS path, or the bank array if higher
+    vmem_busy: float  # the CU's vector-memory path
+    vm_wait: float  # clocks the slowest wave stalled on vmcnt
+    mfma_count: int
+
+
+def decode_ops(program: Program) -> dict[int, Op]:
+    """Op per pc of the program."""
+    effects = {inst.pc: (inst, effects_of(inst)) for inst in program.instructions()}
+    acc = set()
+    for _inst, eff in effects.values():
+        if "mfma" in eff.tags:
+            acc |= eff.writes
+    ops: dict[int, Op] = {}
+    pass_clk = int(COST["mfma_pass_cycles"])
+    for pc, (inst, eff) in effects.items():
+        reads_acc = tuple(sorted(eff.read_regs() & acc))
+        writes: tuple[int, ...] = ()
+        busy = 0
+        counter = {"vm": 0, "lds": 1, "smem": 1}.get(eff.counter or "", -1)
+        wait_vm, wait_lgkm = eff.wait if eff.wait is not None else (63, 15)
+        dwords = DS_DWORDS.get(inst.name) or MUBUF_DWORDS.get(inst.name) or 0
+        if "mfma" in eff.tags:
+            kind, busy, writes = MFMA, eff.passes * pass_clk, tuple(sorted(eff.writes))
+        elif eff.wait is not None:
+            kind = WAIT
+        elif "barrier" in eff.tags:
+            kind = BARRIER
+        elif "endpgm" in eff.tags:
+            kind = END
+        elif inst.name == "s_nop":
+            kind = NOP
+        elif eff.unit == "ds":
+            kind = DS
+        elif eff.unit == "vmem":
+            kind = VMEM
+        elif eff.unit == "smem":
+            kind = SMEM
+        elif eff.unit == "valu":
+            kind = VALU
+        else:
+            kind = SCALAR
+        ops[pc] = Op(
+            kind=kind,
+            slots=eff.wait_states if kind == NOP else 1,
+            busy=busy,
+            counter=counter,
+            wait_vm=wait_vm,
+            wait_lgkm=wait_lgkm,
+            reads_acc=reads_acc,
+            writes=writes,
+            dwords=dwords,
+        )
+    return ops
+
+
+class _Wave:
+    __slots__ = ("end", "i", "mfma_free", "returns", "t", "vm_wait")
+
+    def __init__(self) -> None:
+        self.t = 0.0  # when the next instruction may issue
+        self.i = 0  # index into the trace
+        self.mfma_free = 0.0
+        self.returns: tuple[list[float], list[float]] = ([], [])  # vm, lgkm (in order)
+        self.vm_wait = 0.0
+        self.end = 0.0
+
+
+def simulate_workgroup(
+    ops: dict[int, Op], trace: WorkgroupTrace, vmem_latency: float, vmem_bpc: float
+) -> WorkgroupCycles:
+    """Clocks for the workgroup of `trace` to finish, given the loaded VMEM latency (clk) and
+    the CU's vector-memory bytes per clock (both calibrated: costs.Calibration)."""
+    issue = COST["issue_cycles"]
+    wait_state = COST["wait_state_cycles"]
+    writeback = COST["mfma_writeback_cycles"]
+    lds_latency = COST["lds_latency"]
+    pair_bpc = COST["lds_pair_bytes_per_clk"]
+    smem_latency = COST["smem_latency"]
+    barrier_cycles = COST["barrier_cycles"]
+
+    waves = [_Wave() for _ in trace.waves]
+    paths = [[ops[int(pc)] for pc in w.pcs] for w in trace.waves]
+    lds_cyc = [w.lds_cycles.tolist() for w in trace.waves]
+    vm_bytes = [w.vmem_bytes.tolist() for w in trace.waves]
+    ready: list[dict[int, float]] = [{} for _ in waves]
+    pair_free = [0.0, 0.0]
+    bank_free = 0.0
+    vmem_free = 0.0
+    mfma_busy = [0.0] * len(waves)
+    pair_busy = [0.0, 0.0]
+    bank_busy = 0.0
+    vmem_busy = 0.0
+    mfma_count = 0
+    arrived: dict[int, float] = {}  # wave -> arrival time at the pending barrier
+    heap = [(0.0, w) for w in range(len(waves))]
+    while heap:
+        t, w = heapq.heappop(heap)
+        wave = waves[w]
+        path = paths[w]
+        if wave.i >= len(path):
+            continue
+        op = path[wave.i]
+        start = t
+        if op.reads_acc:
+            r = ready[w]
+            for reg in op.reads_acc:
+                start = max(start, r.get(reg, 0.0))
+        kind = op.kind
+        next_t = start + issue
+        if kind == MFMA:
+            start = max(start, wave.mfma_free)
+            wave.mfma_free = start + op.busy
+            mfma_busy[w] += op.busy
+            mfma_count += 1
+            done = start + op.busy + writeback
+            r = ready[w]
+            for reg in op.writes:
+                r[reg] = done
+            next_t = start + issue
+        elif kind == WAIT:
+            vm, lg = wave.returns
+            if len(vm) > op.wait_vm:
+                s0 = start
+                start = max(start, vm[len(vm) - op.wait_vm - 1])
+                wave.vm_wait += start - s0
+            if len(lg) > op.wait_lgkm:
+                start = max(start, lg[len(lg) - op.wait_lgkm - 1])
+            next_t = start + issue
+        elif kind == NOP:
+            next_t = start + op.slots * wait_state
+        elif kind == DS:
+            pair = w // 2 % 2
+            nbytes = 64 * op.dwords * 4
+            s = max(start, pair_free[pair])
+            pair_free[pair] = s + nbytes / pair_bpc
+            pair_busy[pair] += nbytes / pair_bpc
+            bank_cycles = lds_cyc[w][wave.i]
+            bank_free = max(bank_free, s) + bank_cycles
+            bank_busy += bank_cycles
+            ret = max(pair_free[pair], bank_free) + lds_latency
+            _push_return(wave.returns[1], ret)
+        elif kind == VMEM:
+            nbytes = vm_bytes[w][wave.i]
+            s = max(start, vmem_free)
+            vmem_free = s + nbytes / vmem_bpc
+            vmem_busy += nbytes / vmem_bpc
+            _push_return(wave.returns[0], vmem_free + vmem_latency)
+        elif kind == SMEM:
+            _push_return(wave.returns[1], start + smem_latency)
+        elif kind == BARRIER:
+            arrived[w] = start
+            wave.i += 1
+            live = [v for v in range(len(waves)) if waves[v].i < len(paths[v]) or v in arrived]
+            if len(arrived) == len(live):
+                release = max(arrived.values()) + barrier_cycles
+                for v in arrived:
+                    heapq.heappush(heap, (release, v))
+                arrived.clear()
+            continue
+        elif kind == END:
+            vm, lg = wave.returns
+            wave.end = max([start, *vm[-1:], *lg[-1:]])
+            wave.i += 1
+            continue
+        wave.i += 1
+        wave.t = next_t
+        heapq.heappush(heap, (next_t, w))
+    cycles = max(w.end for w in waves)
+    return WorkgroupCycles(
+        cycles=cycles,
+        mfma_busy=max(mfma_busy),
+        lds_busy=max(max(pair_busy), bank_busy),
+        vmem_busy=vmem_busy,
+        vm_wait=max(w.vm_wait for w in waves),
+        mfma_count=mfma_count,
+    )
+
+
+def _push_return(queue: list[float], when: float) -> None:
+    """Counters retire in issue order: an op counts as returned no earlier than the one
+    before it."""
+    queue.append(max(when, queue[-1]) if queue else when)

@@ -1,0 +1,164 @@
+"""Predicted time of any f4gemm kernel at any shape: traces (cached), cycles, whole kernel.
+
+A KernelProfile owns one kernel's executed paths (trace.py, one emulated workgroup per traced
+K, cached on disk by the executed program's digest, so original and rebuilt objects with the
+same decoded program share them) and its simulated workgroup cycles (cu.py, cached in memory
+per calibration). A Predictor holds the profiles of a manifest and answers shapes: one kernel,
+or every kernel ranked with its shape-edge safety.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from f4pipe.emu.program import Program, executed_digest
+from f4pipe.manifest import KernelEntry, Manifest
+from f4pipe.perf import trace as tracing
+from f4pipe.perf.costs import Calibration, CalibrationFile, load_calibration
+from f4pipe.perf.cu import Op, WorkgroupCycles, decode_ops, simulate_workgroup
+from f4pipe.perf.model import TRACE_KS, Prediction, interpolate_cycles, kernel_time
+from f4pipe.safety import is_safe
+from f4pipe.toolchain import cache_root
+
+log = logging.getLogger(__name__)
+
+MODEL_ID = "f4pipe-cu-1"  # bump when the model's structure changes
+
+
+def trace_cache_dir() -> Path:
+    return cache_root() / "perf" / "traces"
+
+
+class KernelProfile:
+    """One kernel's paths and simulated cycles."""
+
+    def __init__(self, entry: KernelEntry, co_path: Path) -> None:
+        self.entry = entry
+        self.co_path = Path(co_path)
+        self.digest = executed_digest(co_path, entry.symbol)
+        self._ops: dict[int, Op] | None = None
+        self._traces: dict[tuple[int, int], tracing.WorkgroupTrace] = {}
+        self._cycles: dict[tuple[int, int, float, float], WorkgroupCycles] = {}
+
+    @property
+    def ops(self) -> dict[int, Op]:
+        if self._ops is None:
+            self._ops = decode_ops(Program.load(self.co_path, self.entry.symbol))
+        return self._ops
+
+    def trace(self, k_local: int, log2_k_split: int = 0) -> tracing.WorkgroupTrace:
+        key = (k_local, log2_k_split)
+        if key not in self._traces:
+            self._traces[key] = self._load_or_record(k_local, log2_k_split)
+        return self._traces[key]
+
+    def _load_or_record(self, k_local: int, log2_k_split: int) -> tracing.WorkgroupTrace:
+        path = None
+        if self.digest is not None:
+            name = tracing.cache_key(self.digest, k_local, log2_k_split)
+            path = trace_cache_dir() / f"{name}.npz"
+            if path.is_file():
+                try:
+                    return tracing.load_trace(path)
+                except (OSError, ValueError, KeyError):
+                    log.warning("ignoring unreadable trace cache %s", path)
+        tr = tracing.record_workgroup(self.entry, self.co_path, k_local, log2_k_split)
+        if path is not None:
+            tracing.save_trace(tr, path)
+        return tr
+
+    def simulated(self, k_local: int, log2_k_split: int, cal: Calibration) -> WorkgroupCycles:
+        """Simulated cycles at a traced K."""
+        key = (k_local, log2_k_split, cal.vmem_latency, cal.cu_vmem_bytes_per_clk)
+        if key not in self._cycles:
+            tr = self.trace(k_local, log2_k_split)
+            self._cycles[key] = simulate_workgroup(
+                self.ops, tr, cal.vmem_latency, cal.cu_vmem_bytes_per_clk
+            )
+        return self._cycles[key]
+
+    def cycles(self, k_local: int, log2_k_split: int, cal: Calibration) -> WorkgroupCycles:
+        """Workgroup cycles at any per-workgroup K: simulated at the traced Ks around it and
+        interpolated (linear in K beyond the largest: the main loop repeats)."""
+        if k_local in TRACE_KS:
+            ks = [k_local]
+        elif k_local < TRACE_KS[-1]:
+            ks = [max(x for x in TRACE_KS if x < k_local), min(x for x in TRACE_KS if x > k_local)]
+        else:
+            ks = list(TRACE_KS[-2:])
+        points = {x: self.simulated(x, log2_k_split, cal) for x in ks}
+        if k_local in points:
+            return points[k_local]
+        values = {}
+        for f in fields(WorkgroupCycles):
+            series = {x: float(getattr(p, f.name)) for x, p in points.items()}
+            values[f.name] = interpolate_cycles(series, k_local)
+        values["mfma_count"] = round(values["mfma_count"])
+        return WorkgroupCycles(**values)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    prediction: Prediction
+    safe: bool
+    rank: int  # 1 = predicted fastest among safe kernels (0 = unsafe, not ranked)
+
+
+class Predictor:
+    """Predictions for the kernels of one manifest under one calibration."""
+
+    def __init__(self, manifest: Manifest, calibration: CalibrationFile | None = None) -> None:
+        self.manifest = manifest
+        self.calibration_file = calibration or load_calibration()
+        self.calibration = self.calibration_file.calibration
+        self.profiles: dict[str, KernelProfile] = {}
+
+    model_id = MODEL_ID
+
+    @property
+    def calibration_id(self) -> str:
+        return self.calibration_file.calibration_id
+
+    def with_constants(self, cal: Calibration) -> Predictor:
+        """The same profiles (traces and cycle caches shared) under other constants."""
+        other = Predictor(self.manifest, replace(self.calibration_file, calibration=cal))
+        other.profiles = self.profiles
+        return other
+
+    def profile(self, entry: KernelEntry) -> KernelProfile:
+        if entry.name not in self.profiles:
+            self.profiles[entry.name] = KernelProfile(entry, self.manifest.co_path(entry))
+        return self.profiles[entry.name]
+
+    def predict(
+        self, entry: KernelEntry, m: int, n: int, k: int, log2_k_split: int = 0
+    ) -> Prediction:
+        from f4pipe.kernarg import launch_geometry
+
+        split = log2_k_split if entry.splitk else 0
+        geometry = launch_geometry(entry.tile_m, entry.tile_n, m, n, k, split)
+        if geometry.gdz == 1:
+            split = 0  # a split that collapses runs the unsplit path
+        wg = self.profile(entry).cycles(geometry.k_per_tg, split, self.calibration)
+        return kernel_time(
+            entry.name, entry.tile_m, entry.tile_n, m, n, k, split, wg, self.calibration
+        )
+
+    def rank(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        log2_k_split: int = 0,
+        kernels: list[KernelEntry] | None = None,
+    ) -> list[Ranked]:
+        """Every kernel (or `kernels`) at the shape, safe ones ranked fastest first, then the
+        unsafe ones (rank 0)."""
+        entries = list(self.manifest) if kernels is None else kernels
+        preds = [(self.predict(e, m, n, k, log2_k_split), is_safe(e, m, n, k)) for e in entries]
+        safe = sorted((p for p in preds if p[1]), key=lambda p: p[0].us)
+        unsafe = sorted((p for p in preds if not p[1]), key=lambda p: p[0].us)
+        ranked = [Ranked(p, True, i + 1) for i, (p, _) in enumerate(safe)]
+        return ranked + [Ranked(p, False, 0) for p, _ in unsafe]

@@ -1,0 +1,176 @@
+"""The path one workgroup executes, recorded by the emulator, for the cycle model (cu.py).
+
+The cycle model never guesses trip counts, branches or edge code: it replays what the emulator
+executed. One workgroup of a full tile (M = tile_m, N = tile_n) runs at a few K values through
+the same host code as `f4pipe gemm` (operands, shuffles, kernarg, grid); an observer on the
+executor records, per wave, each instruction executed and the facts timing needs that only the
+run knows: the LDS bank cycles of each DS access (from the lanes' real addresses) and the bytes
+of each buffer access (active, in-range lanes).
+
+Traces depend only on the executed program and the launch, never on model constants, so they
+are cached on disk per (executed program digest, K, split) under the f4pipe cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from f4pipe.emu import isa
+from f4pipe.emu.decode import Instruction
+from f4pipe.fsio import write_bytes
+from f4pipe.manifest import KernelEntry
+
+#: Bytes the LDS of a CU serves per clock (64 banks x 4 B: CDNA4 whitepaper; AMD's gfx950
+#: Gluon tutorials, lds_throughput.md). A DS access is served in phases of this many bytes.
+LDS_BANKS = 64
+LDS_BYTES_PER_PHASE = LDS_BANKS * 4
+#: Wave size.
+LANES = 64
+#: Trace format version: bump when what is recorded changes (old cache entries are ignored).
+TRACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WaveTrace:
+    """One wave's executed path: pc per step, and per step the LDS bank cycles (DS ops) or
+    bytes moved (buffer ops); 0 elsewhere."""
+
+    pcs: np.ndarray  # int64 [steps]
+    lds_cycles: np.ndarray  # int32 [steps]
+    vmem_bytes: np.ndarray  # int32 [steps]
+
+
+@dataclass(frozen=True)
+class WorkgroupTrace:
+    """All waves of one workgroup at one (K, split)."""
+
+    k: int
+    log2_k_split: int
+    waves: tuple[WaveTrace, ...]
+
+
+def lds_bank_cycles(byte_addr: np.ndarray, active: np.ndarray, dwords: int) -> int:
+    """Clocks the LDS banks need for one wave's DS access: lanes go in phases of 256 bytes
+    (64 banks x 4 B); within a phase, distinct dwords that fall in the same bank serialize,
+    so a phase costs the largest number of distinct dwords any bank serves (at least 1).
+    A broadcast (lanes reading the same dword) costs nothing extra."""
+    lanes_per_phase = max(1, LDS_BYTES_PER_PHASE // (4 * dwords))
+    words = (byte_addr.astype(np.int64) >> 2)[:, None] + np.arange(dwords)  # [64, dwords]
+    cycles = 0
+    for start in range(0, LANES, lanes_per_phase):
+        phase = words[start : start + lanes_per_phase][active[start : start + lanes_per_phase]]
+        if phase.size == 0:
+            continue
+        distinct = np.unique(phase)
+        cycles += int(np.bincount(distinct % LDS_BANKS, minlength=LDS_BANKS).max())
+    return cycles
+
+
+class PathRecorder:
+    """Executor observer (Executor.observer) that records the path of every wave of the
+    launch's first workgroup (waves_per_group waves of the first batch executed)."""
+
+    def __init__(self, waves_per_group: int = 4) -> None:
+        self.waves_per_group = waves_per_group
+        self.executor: object | None = None
+        self.pcs: dict[int, list[int]] = {}
+        self.lds: dict[int, list[int]] = {}
+        self.vmem: dict[int, list[int]] = {}
+
+    def __call__(self, ex, inst: Instruction, sel) -> None:
+        if self.executor is None:
+            self.executor = ex
+        elif ex is not self.executor:
+            return
+        waves = np.arange(ex.W)[sel]
+        if waves[0] >= self.waves_per_group:
+            return
+        sel = waves[waves < self.waves_per_group]
+        waves = sel
+        lds = [0] * len(waves)
+        vmem = [0] * len(waves)
+        if inst.name in isa.DS_DWORDS:
+            ndw = isa.DS_DWORDS[inst.name]
+            addr = np.asarray(ex.v(inst.srcs[0], sel), dtype=np.int64) + inst.offset
+            addr = np.broadcast_to(addr, (len(waves), LANES))
+            mask = ex.lane_mask(sel)
+            lds = [lds_bank_cycles(addr[i], mask[i], ndw) for i in range(len(waves))]
+        elif inst.name in isa.MUBUF_DWORDS:
+            ndw = isa.MUBUF_DWORDS[inst.name]
+            active = ex.lane_mask(sel).sum(axis=1)
+            vmem = [int(a) * ndw * 4 for a in active]
+        for i, w in enumerate(waves):
+            w = int(w)
+            self.pcs.setdefault(w, []).append(inst.pc)
+            self.lds.setdefault(w, []).append(lds[i])
+            self.vmem.setdefault(w, []).append(vmem[i])
+
+    def workgroup(self, k: int, log2_k_split: int) -> WorkgroupTrace:
+        waves = tuple(
+            WaveTrace(
+                pcs=np.asarray(self.pcs[w], dtype=np.int64),
+                lds_cycles=np.asarray(self.lds[w], dtype=np.int32),
+                vmem_bytes=np.asarray(self.vmem[w], dtype=np.int32),
+            )
+            for w in sorted(self.pcs)
+        )
+        return WorkgroupTrace(k=k, log2_k_split=log2_k_split, waves=waves)
+
+
+def record_workgroup(
+    entry: KernelEntry, co_path: Path, k: int, log2_k_split: int = 0
+) -> WorkgroupTrace:
+    """Run one full-tile workgroup of `entry` at K (per split: the launch has K * 2^split)
+    on the emulator and return its path. Values are not verified here: the verify stage
+    does that; this run exists for its path."""
+    from f4pipe.emu.device import EmulatorDevice
+    from f4pipe.gemm import GemmRequest, run_gemm
+
+    device = EmulatorDevice(check_hazards=False)
+    recorder = PathRecorder()
+    device.observer = recorder
+    try:
+        request = GemmRequest(
+            m=entry.tile_m,
+            n=entry.tile_n,
+            k=k << log2_k_split,
+            log2_k_split=log2_k_split,
+            verify=False,
+            check_memory=False,
+        )
+        run_gemm(device, entry, co_path, request)
+    finally:
+        device.close()
+    return recorder.workgroup(k, log2_k_split)
+
+
+def cache_key(digest: str, k: int, log2_k_split: int) -> str:
+    text = f"v{TRACE_VERSION}:{digest}:{k}:{log2_k_split}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def save_trace(trace: WorkgroupTrace, path: Path) -> None:
+    arrays: dict[str, np.ndarray] = {"k": np.array([trace.k, trace.log2_k_split])}
+    for i, w in enumerate(trace.waves):
+        arrays[f"pcs{i}"] = w.pcs
+        arrays[f"lds{i}"] = w.lds_cycles
+        arrays[f"vmem{i}"] = w.vmem_bytes
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    write_bytes(path, buf.getvalue())
+
+
+def load_trace(path: Path) -> WorkgroupTrace:
+    with np.load(path) as z:
+        k, split = (int(x) for x in z["k"])
+        n = sum(1 for name in z.files if name.startswith("pcs"))
+        waves = tuple(
+            WaveTrace(pcs=z[f"pcs{i}"], lds_cycles=z[f"lds{i}"], vmem_bytes=z[f"vmem{i}"])
+            for i in range(n)
+        )
+    return WorkgroupTrace(k=k, log2_k_split=split, waves=waves)
