@@ -235,6 +235,12 @@ BENCH = with_keys(
     pa.field("warmup", pa.int32(), nullable=False),
     pa.field("us", pa.float64()),
     pa.field("tflops", pa.float64()),
+    # The cycle model's prediction (f4pipe.perf), on every device; never in us / tflops.
+    pa.field("us_pred", pa.float64()),
+    pa.field("tflops_pred", pa.float64()),
+    pa.field("bound", pa.string()),
+    pa.field("model_id", pa.string()),
+    pa.field("calibration_id", pa.string()),
 )
 
 # --- shape-edge safety (f4pipe.edgesweep): one row per (kernel, edge shape, policy) ----------

@@ -21,10 +21,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from f4pipe.device import Device
-from f4pipe.errors import DeviceError, ShapeError
+from f4pipe.errors import DeviceError, EmulatorError, ShapeError
 from f4pipe.gemm import (
     NOT_TIMED_NO_HARDWARE,
     SHIM_TIME_NOTE,
@@ -43,11 +43,17 @@ from f4pipe.progress import track
 from f4pipe.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
 from f4pipe.schemas import ArtifactKeys
 
+if TYPE_CHECKING:
+    from f4pipe.perf.predict import Predictor
+
 NO_DEVICE_REASON = "no gfx950 device"
 BENCH_NOT_HARDWARE_REASON = f"skipped: {NOT_TIMED_NO_HARDWARE}"
 #: Bench status of a row the HIP shim timed: `us` is host wall clock, `tflops` stays null, and
 #: the report and compare (which read only "measured" rows) never show it as throughput.
 SHIM_TIMED = "shim-timed"
+#: Bench status of a row without a measurement: only the cycle model's us_pred is filled.
+PREDICTED = "predicted"
+PREDICTED_NOTE = "us_pred is the cycle model's prediction (f4pipe.perf), not a measurement"
 
 
 @dataclass(frozen=True)
@@ -284,23 +290,32 @@ def _stored(
 def bench_stage(
     device: Device | None, manifest: Manifest, cases: Iterable[Case], settings: StageSettings
 ) -> list[dict[str, Any]]:
-    """BENCH rows: mean us per launch and TFLOP/s on gfx950 hardware; "skipped" elsewhere;
-    on f4pipe's HIP shim "shim-timed" with the host's wall clock in `us` and no TFLOP/s.
+    """BENCH rows: mean us per launch and TFLOP/s on gfx950 hardware; on f4pipe's HIP shim
+    "shim-timed" with the host's wall clock in `us` and no TFLOP/s; elsewhere "predicted".
+    Every row also carries the cycle model's prediction (us_pred, tflops_pred, bound, model
+    and calibration ids: f4pipe.perf), never in `us` / `tflops`, which stay hardware-only; on
+    hardware the two stand side by side.
 
     Timing only (verify=False): correctness is the verify stage's job, and the float64
     reference of the large throughput shapes would dominate the stage's run time.
     """
+    from f4pipe.perf.predict import Predictor
+
     num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
+    predictor = Predictor(manifest)
     rows = []
     runs = track(plan_runs(manifest, cases, settings, num_cu), _label("bench", settings))
     for entry, log2, case in runs:
         device_id = device.device_id if device is not None else NO_DEVICE
         row = _case_row(settings, device_id, entry, log2, case)
         row.update(iters=settings.iters, warmup=WARMUP_LAUNCHES, us=None, tflops=None)
+        row.update(_predicted_fields(predictor, entry, case, log2))
         if device is None:
-            row["reason"] = settings.skip_reason
+            row["reason"] = f"{settings.skip_reason}; {PREDICTED_NOTE}"
+            row["status"] = PREDICTED
         elif not device.can_time:
-            row["reason"] = BENCH_NOT_HARDWARE_REASON
+            row["reason"] = f"{BENCH_NOT_HARDWARE_REASON}; {PREDICTED_NOTE}"
+            row["status"] = PREDICTED
         else:
             request = _request(settings, case, log2, verify=False, iters=settings.iters)
             try:
@@ -311,6 +326,23 @@ def bench_stage(
                 row.update(_timed_row(result))
         rows.append(row)
     return rows
+
+
+def _predicted_fields(
+    predictor: Predictor, entry: KernelEntry, case: Case, log2: int
+) -> dict[str, Any]:
+    """The cycle model's prediction for a bench row (f4pipe.perf)."""
+    try:
+        p = predictor.predict(entry, case.m, case.n, case.k, log2)
+    except (ShapeError, EmulatorError) as exc:
+        return {"us_pred": None, "tflops_pred": None, "bound": f"not predicted: {exc}"}
+    return {
+        "us_pred": p.us,
+        "tflops_pred": p.tflops,
+        "bound": p.bound,
+        "model_id": predictor.model_id,
+        "calibration_id": predictor.calibration_id,
+    }
 
 
 def _timed_row(result: GemmResult) -> dict[str, Any]:

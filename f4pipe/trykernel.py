@@ -24,12 +24,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from f4pipe.device import Device, open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
-from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
+from f4pipe.errors import DeviceError, EmulatorError, HipVersionError, NoDeviceError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.layout import SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry
@@ -38,6 +39,9 @@ from f4pipe.operands import generate_operand
 from f4pipe.reference import reference_gemm
 from f4pipe.toolchain import Toolchain
 from f4pipe.verify import bad_mask
+
+if TYPE_CHECKING:
+    from f4pipe.perf.predict import PredictedChange
 
 #: K of the quick shapes: four 256-wide K steps, so every body of the kernels' 4x-unrolled
 #: main loops runs at least once (a timing fault in a body that never runs cannot show).
@@ -107,6 +111,8 @@ class TryResult:
     runs: list[TryRun] = field(default_factory=list)
     seconds: float = 0.0
     static_hazards: list[str] = field(default_factory=list)
+    predicted: PredictedChange | None = None  # the cycle model's before / after (f4pipe.perf)
+    predicted_error: str = ""  # why there is no prediction
 
     @property
     def passed(self) -> bool:
@@ -277,6 +283,17 @@ def _original_fails(device: Device, prepared: PreparedEdit, request: GemmRequest
         return True
 
 
+def _predict(prepared: PreparedEdit) -> tuple[PredictedChange | None, str]:
+    """The edit's predicted change; an edit the emulator cannot run has none (its runs say
+    why)."""
+    from f4pipe.perf.predict import predicted_change
+
+    try:
+        return predicted_change(prepared.entry, prepared.original_co, prepared.co_path), ""
+    except EmulatorError as exc:
+        return None, f"not predicted: {exc}"
+
+
 def try_edit(
     asm_path: str | Path,
     co_dir: str | Path,
@@ -302,6 +319,8 @@ def try_edit(
         result = TryResult(prepared)
         if not prepared.findings and check_hazards:
             result.static_hazards = new_static_hazards(prepared)
+        if not prepared.findings:
+            result.predicted, result.predicted_error = _predict(prepared)
         if not prepared.findings:
             todo = cases if cases is not None else quick_cases(prepared.entry)
             devices = open_devices(device, check_hazards)

@@ -10,10 +10,13 @@ from hostmodel import HostModelDevice
 import f4pipe.device as device_module
 from f4pipe.cli import main
 from f4pipe.manifest import read_manifest
+from f4pipe.perf.costs import load_calibration
 from f4pipe.matrices import MATRICES, Case, get_matrix, kernels_that_may_run, parse_case
 from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, read_table, table_from_rows
 from f4pipe.stages import (
     BENCH_NOT_HARDWARE_REASON,
+    PREDICTED,
+    PREDICTED_NOTE,
     StageSettings,
     bench_stage,
     plan_runs,
@@ -79,13 +82,18 @@ def test_splitk_rows(manifest):
 
 
 def test_bench_never_pretends(manifest):
+    """Without hardware, bench rows are "predicted": us / tflops stay null, the cycle model's
+    us_pred is there, labelled with the model and calibration, and the reason says both."""
     cases = get_matrix("throughput")
     rows = bench_stage(HostModelDevice(), manifest, cases, StageSettings(KEYS))
-    assert {r["reason"] for r in rows} == {BENCH_NOT_HARDWARE_REASON}
-    assert all(r["us"] is None and r["tflops"] is None and r["status"] == "skipped" for r in rows)
+    assert {r["reason"] for r in rows} == {f"{BENCH_NOT_HARDWARE_REASON}; {PREDICTED_NOTE}"}
+    assert all(r["us"] is None and r["tflops"] is None and r["status"] == PREDICTED for r in rows)
+    assert all(r["us_pred"] > 0 and r["tflops_pred"] > 0 and r["bound"] for r in rows)
+    assert {r["calibration_id"] for r in rows} == {load_calibration().calibration_id}
     rows = bench_stage(None, manifest, cases, StageSettings(KEYS))
-    assert {r["reason"] for r in rows} == {"no gfx950 device"}
-    table_from_rows(rows, BENCH)
+    assert {r["reason"] for r in rows} == {f"no gfx950 device; {PREDICTED_NOTE}"}
+    table = table_from_rows(rows, BENCH)
+    assert table.num_rows == 4 and table.column("us").null_count == 4
 
 
 def test_matrices():
@@ -119,6 +127,7 @@ def test_stage_cli_without_device(f4gemm_dir, tmp_path, capsys):
     table = read_table(out, BENCH)
     assert table.num_rows == 4
     assert all(r.startswith("no gfx950 device") for r in table.column("reason").to_pylist())
+    assert table.column("us_pred").null_count == 0
     assert "no HIP runtime" in capsys.readouterr().err
 
 

@@ -71,6 +71,10 @@ def cmd_try(args: argparse.Namespace) -> int:
         print("static checks: ok")
     for run in result.runs:
         print(f"run:    {run.render()}")
+    if result.predicted is not None:
+        print(f"speed:  {result.predicted.render()}")
+    elif result.predicted_error:
+        print(f"speed:  {result.predicted_error}")
     print(result.verdict_line())
     return EXIT_OK if result.passed else EXIT_FAILED
 

@@ -84,7 +84,7 @@ def ds_write(ex: Executor, inst: Instruction, sel: Sel) -> None:
 # --- buffers -------------------------------------------------------------------------------
 
 
-def _buffer_addresses(ex: Executor, inst: Instruction, sel: Sel, ndw: int):
+def buffer_addresses(ex: Executor, inst: Instruction, sel: Sel, ndw: int):
     """(addresses int64 [n, 64, ndw], in-range-and-active bool [n, 64, ndw])."""
     vaddr, _, srsrc, soffset = inst.srcs
     rs = ex.sgpr[srsrc.index : srsrc.index + 4, sel].astype(np.int64)  # [4, n]
@@ -127,7 +127,7 @@ def _buffer_addresses(ex: Executor, inst: Instruction, sel: Sel, ndw: int):
 
 def buffer_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ndw = isa.MUBUF_DWORDS[inst.name]
-    addr, ok = _buffer_addresses(ex, inst, sel, ndw)
+    addr, ok = buffer_addresses(ex, inst, sel, ndw)
     data = np.zeros(addr.shape, dtype=U32)
     data[ok] = ex.memory.read_dwords(addr[ok], f"{inst.name} (global memory)")
     if inst.lds:
@@ -157,7 +157,7 @@ def buffer_store(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if inst.lds:
         raise ex.error(inst, sel, "buffer stores from LDS are not modelled")
     ndw = isa.MUBUF_DWORDS[inst.name]
-    addr, ok = _buffer_addresses(ex, inst, sel, ndw)
+    addr, ok = buffer_addresses(ex, inst, sel, ndw)
     data = np.stack(list(ex.vregs(inst.srcs[1], sel)), axis=-1)
     writers = np.broadcast_to(ex.wg_linear[ex.wg[sel]][:, None, None], addr.shape)
     ex.memory.write_dwords(
@@ -179,7 +179,7 @@ def buffer_atomic_pk_add_bf16(ex: Executor, inst: Instruction, sel: Sel) -> None
         raise ex.error(
             inst, sel, "returning / LDS forms of buffer_atomic_pk_add_bf16 are not modelled"
         )
-    addr, ok = _buffer_addresses(ex, inst, sel, 1)
+    addr, ok = buffer_addresses(ex, inst, sel, 1)
     data = ex.vregs(inst.srcs[1], sel)[0][..., None]  # [n, 64, 1]
     a, d = addr[ok], data[ok]
     if a.size == 0:

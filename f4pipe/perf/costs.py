@@ -128,8 +128,8 @@ class Calibration:
     clock_ghz: float  # sustained engine clock under FP4 MFMA load
     vmem_latency: float  # clk, loaded round trip of a buffer load (L2 / Infinity Cache)
     cu_vmem_bytes_per_clk: float  # a CU's vector-memory path (buffer loads, LDS DMA, stores)
-    hbm_tbps: float  # first-touch bytes from HBM, TB/s
-    fabric_tbps: float  # bytes into the XCDs' L2s (from Infinity Cache / HBM), TB/s
+    hbm_tbps: float  # bytes from HBM (first touch; L2 misses when A + B exceed the MALL), TB/s
+    l2_tbps: float  # bytes every workgroup's buffer accesses move, through the L2s, TB/s
     launch_us: float  # launch and drain overhead per kernel, us
     overlap_p: float  # p of the p-norm that joins compute and memory time (large = max)
 
@@ -165,7 +165,7 @@ DEFAULT_CALIBRATION = Calibration(
     vmem_latency=1000.0,
     cu_vmem_bytes_per_clk=128.0,
     hbm_tbps=5.6,
-    fabric_tbps=12.0,
+    l2_tbps=12.0,
     launch_us=4.0,
     overlap_p=4.0,
 )

@@ -28,6 +28,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+import numpy as np
+
 from f4pipe.emu.effects import effects_of
 from f4pipe.emu.isa import DS_DWORDS, MUBUF_DWORDS
 from f4pipe.emu.program import Program
@@ -63,6 +65,11 @@ class WorkgroupCycles:
     vmem_busy: float  # the CU's vector-memory path
     vm_wait: float  # clocks the slowest wave stalled on vmcnt
     mfma_count: int
+    lgkm_wait: float = 0.0  # the slowest wave's stalls on lgkmcnt (LDS, SMEM)
+    barrier_wait: float = 0.0  # ... at s_barrier
+    pipe_wait: float = 0.0  # ... for its SIMD's MFMA pipe
+    dep_wait: float = 0.0  # ... for an MFMA result
+    vmem_bytes: float = 0.0  # bytes all its buffer accesses move (in range)
 
 
 def decode_ops(program: Program) -> dict[int, Op]:
@@ -75,7 +82,10 @@ def decode_ops(program: Program) -> dict[int, Op]:
     ops: dict[int, Op] = {}
     pass_clk = int(COST["mfma_pass_cycles"])
     for pc, (inst, eff) in effects.items():
-        reads_acc = tuple(sorted(eff.read_regs() & acc))
+        # An MFMA accumulating onto an earlier MFMA's result (SrcC) is ordered by the pipe
+        # itself (0 wait states for an exact SrcC overlap: f4pipe.emu.waitstates, rule B3.5).
+        roles = [r for r in eff.reads if not ("mfma" in eff.tags and r == "src_c")]
+        reads_acc = tuple(sorted(eff.read_regs(*roles) & acc)) if roles else ()
         writes: tuple[int, ...] = ()
         busy = 0
         counter = {"vm": 0, "lds": 1, "smem": 1}.get(eff.counter or "", -1)
@@ -116,7 +126,18 @@ def decode_ops(program: Program) -> dict[int, Op]:
 
 
 class _Wave:
-    __slots__ = ("end", "i", "mfma_free", "returns", "t", "vm_wait")
+    __slots__ = (
+        "barrier_wait",
+        "dep_wait",
+        "end",
+        "i",
+        "lgkm_wait",
+        "mfma_free",
+        "pipe_wait",
+        "returns",
+        "t",
+        "vm_wait",
+    )
 
     def __init__(self) -> None:
         self.t = 0.0  # when the next instruction may issue
@@ -124,14 +145,25 @@ class _Wave:
         self.mfma_free = 0.0
         self.returns: tuple[list[float], list[float]] = ([], [])  # vm, lgkm (in order)
         self.vm_wait = 0.0
+        self.lgkm_wait = 0.0
+        self.barrier_wait = 0.0
+        self.pipe_wait = 0.0
+        self.dep_wait = 0.0
         self.end = 0.0
 
 
 def simulate_workgroup(
-    ops: dict[int, Op], trace: WorkgroupTrace, vmem_latency: float, vmem_bpc: float
+    ops: dict[int, Op],
+    trace: WorkgroupTrace,
+    vmem_latency: float,
+    vmem_bpc: float,
+    m_frac: float = 1.0,
+    n_frac: float = 1.0,
 ) -> WorkgroupCycles:
     """Clocks for the workgroup of `trace` to finish, given the loaded VMEM latency (clk) and
-    the CU's vector-memory bytes per clock (both calibrated: costs.Calibration)."""
+    the CU's vector-memory bytes per clock (both calibrated: costs.Calibration). m_frac /
+    n_frac: the share of the tile's rows of A / B the launch really has (M < tile_m): the
+    in-range bytes of those operands' accesses scale by it (out-of-range lanes move nothing)."""
     issue = COST["issue_cycles"]
     wait_state = COST["wait_state_cycles"]
     writeback = COST["mfma_writeback_cycles"]
@@ -143,7 +175,8 @@ def simulate_workgroup(
     waves = [_Wave() for _ in trace.waves]
     paths = [[ops[int(pc)] for pc in w.pcs] for w in trace.waves]
     lds_cyc = [w.lds_cycles.tolist() for w in trace.waves]
-    vm_bytes = [w.vmem_bytes.tolist() for w in trace.waves]
+    scale = np.array([1.0, m_frac, n_frac])
+    vm_bytes = [(w.vmem_bytes * scale[w.vmem_side]).tolist() for w in trace.waves]
     ready: list[dict[int, float]] = [{} for _ in waves]
     pair_free = [0.0, 0.0]
     bank_free = 0.0
@@ -167,9 +200,14 @@ def simulate_workgroup(
             r = ready[w]
             for reg in op.reads_acc:
                 start = max(start, r.get(reg, 0.0))
+            if start > t:  # wait for the result, then compete for shared paths in time order
+                wave.dep_wait += start - t
+                heapq.heappush(heap, (start, w))
+                continue
         kind = op.kind
         next_t = start + issue
         if kind == MFMA:
+            wave.pipe_wait += max(0.0, wave.mfma_free - start)
             start = max(start, wave.mfma_free)
             wave.mfma_free = start + op.busy
             mfma_busy[w] += op.busy
@@ -186,7 +224,9 @@ def simulate_workgroup(
                 start = max(start, vm[len(vm) - op.wait_vm - 1])
                 wave.vm_wait += start - s0
             if len(lg) > op.wait_lgkm:
+                s0 = start
                 start = max(start, lg[len(lg) - op.wait_lgkm - 1])
+                wave.lgkm_wait += start - s0
             next_t = start + issue
         elif kind == NOP:
             next_t = start + op.slots * wait_state
@@ -212,17 +252,13 @@ def simulate_workgroup(
         elif kind == BARRIER:
             arrived[w] = start
             wave.i += 1
-            live = [v for v in range(len(waves)) if waves[v].i < len(paths[v]) or v in arrived]
-            if len(arrived) == len(live):
-                release = max(arrived.values()) + barrier_cycles
-                for v in arrived:
-                    heapq.heappush(heap, (release, v))
-                arrived.clear()
+            _release_barrier(waves, paths, arrived, heap, barrier_cycles)
             continue
         elif kind == END:
             vm, lg = wave.returns
-            wave.end = max([start, *vm[-1:], *lg[-1:]])
-            wave.i += 1
+            wave.end = max([start, wave.mfma_free + writeback, *vm[-1:], *lg[-1:]])
+            wave.i = len(path)
+            _release_barrier(waves, paths, arrived, heap, barrier_cycles)
             continue
         wave.i += 1
         wave.t = next_t
@@ -235,7 +271,27 @@ def simulate_workgroup(
         vmem_busy=vmem_busy,
         vm_wait=max(w.vm_wait for w in waves),
         mfma_count=mfma_count,
+        lgkm_wait=max(w.lgkm_wait for w in waves),
+        barrier_wait=max(w.barrier_wait for w in waves),
+        pipe_wait=max(w.pipe_wait for w in waves),
+        dep_wait=max(w.dep_wait for w in waves),
+        vmem_bytes=float(sum(sum(b) for b in vm_bytes)),
     )
+
+
+def _release_barrier(waves, paths, arrived, heap, barrier_cycles: float) -> None:
+    """Release the waves waiting at s_barrier once every wave still running has arrived
+    (a wave that ended no longer holds the others)."""
+    if not arrived:
+        return
+    live = [v for v in range(len(waves)) if waves[v].i < len(paths[v]) or v in arrived]
+    if len(arrived) < len(live):
+        return
+    release = max(arrived.values()) + barrier_cycles
+    for v, when in arrived.items():
+        waves[v].barrier_wait += release - when
+        heapq.heappush(heap, (release, v))
+    arrived.clear()
 
 
 def _push_return(queue: list[float], when: float) -> None:

@@ -34,11 +34,12 @@ from f4pipe.kernarg import launch_geometry
 from f4pipe.manifest import Manifest, read_manifest
 from f4pipe.perf.costs import (
     CALIBRATION_PATH,
+    COST,
     DEFAULT_CALIBRATION,
     Calibration,
     CalibrationFile,
 )
-from f4pipe.perf.model import combine, traffic_bytes
+from f4pipe.perf.model import combine, hbm_bytes
 from f4pipe.perf.predict import MODEL_ID, Predictor
 
 #: The seed driver's MI355X table (its README: 256 CU, hipEvents, --iters 50).
@@ -50,8 +51,8 @@ SEED_MEASURED = (
 )
 MAIN_TABLE = "a4w4_blockscale_tuned_gemm.csv"
 #: The grid of the two cycle-changing constants.
-LATENCY_GRID = (400.0, 600.0, 800.0, 1000.0, 1300.0, 1700.0)
-VMEM_BPC_GRID = (64.0, 96.0, 128.0, 192.0)
+LATENCY_GRID = (600.0, 800.0, 1000.0, 1200.0, 1500.0)
+VMEM_BPC_GRID = (32.0, 40.0, 48.0, 64.0, 96.0)
 M_RANGES = (("M<=64", 1, 64), ("65-512", 65, 512), (">512", 513, 1 << 31))
 FOLDS = 5
 
@@ -92,7 +93,7 @@ class Design:
     cycles at each grid point of (latency, bytes per clock)."""
 
     rounds: np.ndarray
-    fabric: np.ndarray
+    l2: np.ndarray
     hbm: np.ndarray
     cycles: dict[tuple[float, float], np.ndarray]
 
@@ -106,33 +107,41 @@ def design(
     """The Design of `shapes` (m, n, k) with `kernels` (one .co name per row)."""
     n = len(shapes)
     rounds = np.zeros(n)
-    fabric = np.zeros(n)
+    l2 = np.zeros(n)
     hbm = np.zeros(n)
     klocal = np.zeros(n, dtype=np.int64)
+    workgroups = np.zeros(n)
+    fracs = []
     entries = [predictor.manifest.get(name) for name in kernels]
     for i, (m, nn, k, e) in enumerate(
         zip(shapes["m"], shapes["n"], shapes["k"], entries, strict=True)
     ):
         g = launch_geometry(e.tile_m, e.tile_n, int(m), int(nn), int(k))
         wgs = g.grid[0] * g.grid[1] * g.grid[2]
-        rounds[i] = -(-wgs // 256)
-        fabric[i], hbm[i] = traffic_bytes(e.tile_m, e.tile_n, int(m), int(nn), g.k_per_tg, g.grid)
+        rounds[i] = -(-wgs // int(COST["num_cu"]))
+        workgroups[i] = wgs
+        hbm[i] = hbm_bytes(e.tile_m, e.tile_n, int(m), int(nn), g.k_per_tg, g.grid)
         klocal[i] = g.k_per_tg
+        fracs.append(predictor.profile(e).row_fractions(int(m), int(nn)))
     cycles = {}
     base = predictor.calibration
     for lat, bpc in grid:
         cal = Calibration(**{**asdict(base), "vmem_latency": lat, "cu_vmem_bytes_per_clk": bpc})
-        cycles[(lat, bpc)] = np.array(
-            [
-                predictor.profile(e).cycles(int(kl), 0, cal).cycles
-                for e, kl in zip(entries, klocal, strict=True)
-            ]
-        )
-    return Design(rounds=rounds, fabric=fabric, hbm=hbm, cycles=cycles)
+        wg = [
+            predictor.profile(e).cycles(int(kl), 0, cal, fr)
+            for e, kl, fr in zip(entries, klocal, fracs, strict=True)
+        ]
+        cycles[(lat, bpc)] = np.array([w.cycles for w in wg])
+        l2 = workgroups * np.array([w.vmem_bytes for w in wg])  # the same at every point
+    return Design(rounds=rounds, l2=l2, hbm=hbm, cycles=cycles)
 
 
 #: The closed-form constants, in the order the optimizer sees them (log-transformed).
-FREE = ("clock_ghz", "hbm_tbps", "fabric_tbps", "launch_us", "overlap_p")
+FREE = ("clock_ghz", "hbm_tbps", "l2_tbps", "launch_us", "overlap_p")
+#: Bounds of the closed-form constants: physical limits, so the fit cannot buy accuracy with
+#: an impossible machine (HBM above its 8 TB/s peak, a clock above the 2.4 GHz peak: WP).
+LOWER = (0.5, 1.0, 1.0, 0.1, 0.01)
+UPPER = (2.4, 8.0, 100.0, 20.0, 50.0)
 
 
 def _calibration(x: np.ndarray, lat: float, bpc: float) -> Calibration:
@@ -143,12 +152,12 @@ def _calibration(x: np.ndarray, lat: float, bpc: float) -> Calibration:
 
 def _x0() -> np.ndarray:
     d = DEFAULT_CALIBRATION
-    return np.log([d.clock_ghz, d.hbm_tbps, d.fabric_tbps, d.launch_us, d.overlap_p - 1.0])
+    return np.log([d.clock_ghz, d.hbm_tbps, d.l2_tbps, d.launch_us, d.overlap_p - 1.0])
 
 
 def predict_design(cal: Calibration, d: Design, idx: np.ndarray | slice = slice(None)):
     cyc = d.cycles[(cal.vmem_latency, cal.cu_vmem_bytes_per_clk)][idx]
-    us, *_ = combine(cal, d.rounds[idx], cyc, d.fabric[idx], d.hbm[idx])
+    us, *_ = combine(cal, d.rounds[idx], cyc, d.l2[idx], d.hbm[idx])
     return us
 
 
@@ -162,7 +171,14 @@ def fit_constants(d: Design, measured: np.ndarray, idx: np.ndarray) -> tuple[Cal
         def resid(x, lat=lat, bpc=bpc):
             return np.log(predict_design(_calibration(x, lat, bpc), d, idx)) - y
 
-        res = least_squares(resid, _x0(), loss="soft_l1", f_scale=0.05, max_nfev=400)
+        res = least_squares(
+            resid,
+            _x0(),
+            bounds=(np.log(LOWER), np.log(UPPER)),
+            loss="soft_l1",
+            f_scale=0.05,
+            max_nfev=400,
+        )
         if best is None or res.cost < best[1]:
             best = (_calibration(res.x, lat, bpc), float(res.cost))
     assert best is not None

@@ -8,10 +8,11 @@ turn). Per shape:
 - **compute**: rounds x the workgroup's cycles at its K (cu.py on the emulator's path, traced
   at K = 256, 512, 1024, 2048 and linear in K beyond: the main loop is the same every
   iteration) / the sustained clock.
-- **memory**: bytes into the XCDs' L2s (per round and XCD, the distinct A row tiles and B
-  column tiles its workgroups read, with their scales, plus D) over the fabric bandwidth, and
-  first-touch bytes (A, B, scales, D once; every round's L2 bytes again when A and B together
-  exceed the Infinity Cache) over the HBM bandwidth.
+- **memory**: the bytes every workgroup's buffer accesses move (the trace's in-range bytes,
+  times the workgroups) over the L2 bandwidth, and the bytes HBM serves over the HBM
+  bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what the
+  L2s miss (per round and XCD, the distinct A row tiles and B column tiles its workgroups read,
+  with their scales, plus D).
 - **launch**: a fixed overhead per launch.
 
 time = launch + (compute^p + memory^p)^(1/p): p-norm of the two, p calibrated (compute and
@@ -38,7 +39,7 @@ FP4_BYTES_PER_K = 0.5
 SCALE_BYTES_PER_K = 1 / 32
 D_BYTES = 2  # bf16 output
 
-BOUNDS = ("MFMA", "LDS", "VMEM", "HBM", "fabric", "launch")
+BOUNDS = ("MFMA", "LDS", "VMEM", "L2", "HBM", "launch")
 
 
 @dataclass(frozen=True)
@@ -77,42 +78,40 @@ def interpolate_cycles(points: dict[int, float], k: int) -> float:
     return points[lo] + slope * (k - lo)
 
 
-def traffic_bytes(
+def hbm_bytes(
     tile_m: int, tile_n: int, m: int, n: int, k_local: int, grid: tuple[int, int, int]
-) -> tuple[float, float]:
-    """(bytes into the L2s over the launch, first-touch bytes from HBM)."""
+) -> float:
+    """Bytes HBM serves over the launch: first touch of A, B, scales and D when A and B fit in
+    the Infinity Cache; else every tile an XCD's L2 fetches (per round and XCD, each distinct
+    A row tile and B column tile once), plus D."""
     gdx, gdy, gdz = grid
+    row_bytes = k_local * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
+    d_bytes = m * n * D_BYTES * gdz
+    footprint = (m + n) * k_local * gdz * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
+    if footprint <= COST["mall_bytes"]:
+        return float(footprint + d_bytes)
     num_cu = int(COST["num_cu"])
     num_xcd = int(COST["num_xcd"])
-    row_bytes = k_local * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     ids = np.arange(gdx * gdy * gdz, dtype=np.int64)
     x = ids % gdx
     y = (ids // gdx) % gdy
     z = ids // (gdx * gdy)
-    rnd = ids // num_cu
-    xcd = ids % num_xcd
-    # distinct (round, xcd, z, tile) pairs: each is one tile's K-slice fetched into that L2
-    a_tiles = np.unique(((rnd * num_xcd + xcd) * gdz + z) * gdy + y).size
-    b_tiles = np.unique(((rnd * num_xcd + xcd) * gdz + z) * gdx + x).size
-    rows_m = min(tile_m, m)
-    d_bytes = m * n * D_BYTES * gdz
-    fabric = (a_tiles * rows_m + b_tiles * tile_n) * row_bytes + d_bytes
-    k_total = k_local * gdz
-    footprint = (m + n) * k_total * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
-    hbm = fabric if footprint > COST["mall_bytes"] else footprint + d_bytes
-    return float(fabric), float(hbm)
+    where = ((ids // num_cu) * num_xcd + ids % num_xcd) * gdz + z  # (round, XCD, split)
+    a_tiles = np.unique(where * gdy + y).size
+    b_tiles = np.unique(where * gdx + x).size
+    return float((a_tiles * min(tile_m, m) + b_tiles * tile_n) * row_bytes + d_bytes)
 
 
-def combine(cal: Calibration, rounds, cycles, fabric_bytes, hbm_bytes):
-    """(time, compute, fabric, HBM) in us from rounds, workgroup cycles and bytes: the one
+def combine(cal: Calibration, rounds, cycles, l2_bytes, hbm_bytes):
+    """(time, compute, L2, HBM) in us from rounds, workgroup cycles and bytes: the one
     formula, for scalars or numpy arrays alike (the fit evaluates it on every row at once)."""
     compute_us = rounds * cycles / (cal.clock_ghz * 1e3)
-    fabric_us = fabric_bytes / (cal.fabric_tbps * 1e6)
+    l2_us = l2_bytes / (cal.l2_tbps * 1e6)
     hbm_us = hbm_bytes / (cal.hbm_tbps * 1e6)
-    memory_us = np.maximum(fabric_us, hbm_us)
+    memory_us = np.maximum(l2_us, hbm_us)
     p = cal.overlap_p
     us = cal.launch_us + (compute_us**p + memory_us**p) ** (1 / p)
-    return us, compute_us, fabric_us, hbm_us
+    return us, compute_us, l2_us, hbm_us
 
 
 def kernel_time(
@@ -131,14 +130,14 @@ def kernel_time(
     gdx, gdy, gdz = geometry.grid
     workgroups = gdx * gdy * gdz
     rounds = -(-workgroups // int(COST["num_cu"]))
-    fabric, hbm = traffic_bytes(tile_m, tile_n, m, n, geometry.k_per_tg, geometry.grid)
-    us, compute_us, fabric_us, hbm_us = combine(cal, rounds, wg.cycles, fabric, hbm)
-    memory_us = max(fabric_us, hbm_us)
+    hbm = hbm_bytes(tile_m, tile_n, m, n, geometry.k_per_tg, geometry.grid)
+    us, compute_us, l2_us, hbm_us = combine(cal, rounds, wg.cycles, workgroups * wg.vmem_bytes, hbm)
+    memory_us = max(l2_us, hbm_us)
     body = us - cal.launch_us
     if cal.launch_us > body:
         bound = "launch"
     elif memory_us > compute_us:
-        bound = "HBM" if hbm_us >= fabric_us else "fabric"
+        bound = "HBM" if hbm_us >= l2_us else "L2"
     else:
         busy = {"MFMA": wg.mfma_busy, "LDS": wg.lds_busy, "VMEM": wg.vmem_busy + wg.vm_wait}
         bound = max(busy, key=lambda u: busy[u])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from f4pipe.emu.program import Program, executed_digest
+from f4pipe.kernarg import launch_geometry
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.perf import trace as tracing
 from f4pipe.perf.costs import Calibration, CalibrationFile, load_calibration
@@ -40,7 +41,7 @@ class KernelProfile:
         self.digest = executed_digest(co_path, entry.symbol)
         self._ops: dict[int, Op] | None = None
         self._traces: dict[tuple[int, int], tracing.WorkgroupTrace] = {}
-        self._cycles: dict[tuple[int, int, float, float], WorkgroupCycles] = {}
+        self._cycles: dict[tuple, WorkgroupCycles] = {}
 
     @property
     def ops(self) -> dict[int, Op]:
@@ -69,17 +70,32 @@ class KernelProfile:
             tracing.save_trace(tr, path)
         return tr
 
-    def simulated(self, k_local: int, log2_k_split: int, cal: Calibration) -> WorkgroupCycles:
-        """Simulated cycles at a traced K."""
-        key = (k_local, log2_k_split, cal.vmem_latency, cal.cu_vmem_bytes_per_clk)
+    def simulated(
+        self, k_local: int, log2_k_split: int, cal: Calibration, fracs: tuple[float, float]
+    ) -> WorkgroupCycles:
+        """Simulated cycles at a traced K, with the operands' row fractions `fracs`."""
+        key = (k_local, log2_k_split, cal.vmem_latency, cal.cu_vmem_bytes_per_clk, fracs)
         if key not in self._cycles:
             tr = self.trace(k_local, log2_k_split)
             self._cycles[key] = simulate_workgroup(
-                self.ops, tr, cal.vmem_latency, cal.cu_vmem_bytes_per_clk
+                self.ops, tr, cal.vmem_latency, cal.cu_vmem_bytes_per_clk, *fracs
             )
         return self._cycles[key]
 
-    def cycles(self, k_local: int, log2_k_split: int, cal: Calibration) -> WorkgroupCycles:
+    def row_fractions(self, m: int, n: int) -> tuple[float, float]:
+        """The share of the tile's A rows and B rows a launch of M x N really has when it is a
+        single partial tile in that dimension, rounded up to 1/FRACTION_STEPS (so a few
+        simulations serve every M); 1 otherwise."""
+        e = self.entry
+        return _fraction(m, e.tile_m), _fraction(n, e.tile_n)
+
+    def cycles(
+        self,
+        k_local: int,
+        log2_k_split: int,
+        cal: Calibration,
+        fracs: tuple[float, float] = (1.0, 1.0),
+    ) -> WorkgroupCycles:
         """Workgroup cycles at any per-workgroup K: simulated at the traced Ks around it and
         interpolated (linear in K beyond the largest: the main loop repeats)."""
         if k_local in TRACE_KS:
@@ -88,7 +104,7 @@ class KernelProfile:
             ks = [max(x for x in TRACE_KS if x < k_local), min(x for x in TRACE_KS if x > k_local)]
         else:
             ks = list(TRACE_KS[-2:])
-        points = {x: self.simulated(x, log2_k_split, cal) for x in ks}
+        points = {x: self.simulated(x, log2_k_split, cal, fracs) for x in ks}
         if k_local in points:
             return points[k_local]
         values = {}
@@ -97,6 +113,87 @@ class KernelProfile:
             values[f.name] = interpolate_cycles(series, k_local)
         values["mfma_count"] = round(values["mfma_count"])
         return WorkgroupCycles(**values)
+
+
+def predict_profile(
+    profile: KernelProfile, m: int, n: int, k: int, log2_k_split: int, cal: Calibration
+) -> Prediction:
+    """One kernel's predicted time at a shape."""
+    entry = profile.entry
+    split = log2_k_split if entry.splitk else 0
+    geometry = launch_geometry(entry.tile_m, entry.tile_n, m, n, k, split)
+    if geometry.gdz == 1:
+        split = 0  # a split that collapses runs the unsplit path
+    wg = profile.cycles(geometry.k_per_tg, split, cal, profile.row_fractions(m, n))
+    return kernel_time(entry.name, entry.tile_m, entry.tile_n, m, n, k, split, wg, cal)
+
+
+def reference_shape(entry: KernelEntry) -> tuple[int, int, int]:
+    """The shape `try` reports an edit's predicted time at: one full round of 256 workgroups
+    (16 x 16 tiles) at K = 8192, where the main loop dominates."""
+    return 16 * entry.tile_m, 16 * entry.tile_n, 8192
+
+
+@dataclass(frozen=True)
+class PredictedChange:
+    """An edit's predicted effect: cycles per 256 of K (one main-loop step of K; the slope
+    between the traced K = 1024 and 2048), the launch's time at the reference shape, and the
+    unit that bounds it; before and after."""
+
+    shape: tuple[int, int, int]
+    loop_cycles: tuple[float, float]
+    us: tuple[float, float]
+    bound: tuple[str, str]
+    calibration_id: str
+
+    def render(self) -> str:
+        (c0, c1), (u0, u1) = self.loop_cycles, self.us
+        m, n, k = self.shape
+        pct = (u1 / u0 - 1) * 100
+        return (
+            f"PREDICTED (cycle model, calibration {self.calibration_id}; not measured): "
+            f"main loop {c0:.0f} -> {c1:.0f} clk per 256 of K; "
+            f"M={m} N={n} K={k}: {u0:.1f} -> {u1:.1f} us ({pct:+.1f} %), "
+            f"bound {self.bound[0]} -> {self.bound[1]}"
+        )
+
+
+def predicted_change(
+    entry: KernelEntry, original_co: Path, edited_co: Path, cal: CalibrationFile | None = None
+) -> PredictedChange:
+    """Predict the original and the edited object of one kernel at its reference shape."""
+    calfile = cal or load_calibration()
+    c = calfile.calibration
+    shape = reference_shape(entry)
+    loops, times, bounds = [], [], []
+    for co in (original_co, edited_co):
+        profile = KernelProfile(entry, co)
+        lo, hi = TRACE_KS[-2], TRACE_KS[-1]
+        slope = (
+            profile.simulated(hi, 0, c, (1.0, 1.0)).cycles
+            - profile.simulated(lo, 0, c, (1.0, 1.0)).cycles
+        )
+        loops.append(slope * 256 / (hi - lo))
+        p = predict_profile(profile, *shape, 0, c)
+        times.append(p.us)
+        bounds.append(p.bound)
+    return PredictedChange(
+        shape=shape,
+        loop_cycles=(loops[0], loops[1]),
+        us=(times[0], times[1]),
+        bound=(bounds[0], bounds[1]),
+        calibration_id=calfile.calibration_id,
+    )
+
+
+#: Row fractions of a partial tile are rounded up to multiples of 1 / FRACTION_STEPS.
+FRACTION_STEPS = 32
+
+
+def _fraction(rows: int, tile: int) -> float:
+    if rows >= tile:
+        return 1.0
+    return min(1.0, -(-rows * FRACTION_STEPS // tile) / FRACTION_STEPS)
 
 
 @dataclass(frozen=True)
@@ -135,16 +232,7 @@ class Predictor:
     def predict(
         self, entry: KernelEntry, m: int, n: int, k: int, log2_k_split: int = 0
     ) -> Prediction:
-        from f4pipe.kernarg import launch_geometry
-
-        split = log2_k_split if entry.splitk else 0
-        geometry = launch_geometry(entry.tile_m, entry.tile_n, m, n, k, split)
-        if geometry.gdz == 1:
-            split = 0  # a split that collapses runs the unsplit path
-        wg = self.profile(entry).cycles(geometry.k_per_tg, split, self.calibration)
-        return kernel_time(
-            entry.name, entry.tile_m, entry.tile_n, m, n, k, split, wg, self.calibration
-        )
+        return predict_profile(self.profile(entry), m, n, k, log2_k_split, self.calibration)
 
     def rank(
         self,

@@ -22,27 +22,41 @@ import numpy as np
 
 from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction
+from f4pipe.emu.ops_memory import buffer_addresses
+from f4pipe.errors import EmulatorError
 from f4pipe.fsio import write_bytes
 from f4pipe.manifest import KernelEntry
+from f4pipe.perf.costs import COST
 
-#: Bytes the LDS of a CU serves per clock (64 banks x 4 B: CDNA4 whitepaper; AMD's gfx950
-#: Gluon tutorials, lds_throughput.md). A DS access is served in phases of this many bytes.
-LDS_BANKS = 64
-LDS_BYTES_PER_PHASE = LDS_BANKS * 4
+#: Bytes the LDS of a CU serves per clock (the timing table's row): a DS access is served in
+#: phases of this many bytes, one dword per bank per phase.
+LDS_BYTES_PER_PHASE = int(COST["lds_bank_bytes_per_clk"])
+LDS_BANKS = LDS_BYTES_PER_PHASE // 4
 #: Wave size.
 LANES = 64
 #: Trace format version: bump when what is recorded changes (old cache entries are ignored).
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+#: Which operand a buffer access moves, by the kernarg pointer it falls under: its bytes scale
+#: with the rows of A (A, its scales, D) or of B (B, its scales) a partial tile really has.
+SIDE_NONE, SIDE_M, SIDE_N = 0, 1, 2
+SIDE_OF_POINTER = {
+    "ptr_A": SIDE_M,
+    "ptr_ScaleA": SIDE_M,
+    "ptr_D": SIDE_M,
+    "ptr_B": SIDE_N,
+    "ptr_ScaleB": SIDE_N,
+}
 
 
 @dataclass(frozen=True)
 class WaveTrace:
     """One wave's executed path: pc per step, and per step the LDS bank cycles (DS ops) or
-    bytes moved (buffer ops); 0 elsewhere."""
+    bytes moved and the operand side (buffer ops); 0 elsewhere."""
 
     pcs: np.ndarray  # int64 [steps]
     lds_cycles: np.ndarray  # int32 [steps]
     vmem_bytes: np.ndarray  # int32 [steps]
+    vmem_side: np.ndarray  # int8 [steps]: SIDE_NONE / SIDE_M / SIDE_N
 
 
 @dataclass(frozen=True)
@@ -81,10 +95,13 @@ class PathRecorder:
         self.pcs: dict[int, list[int]] = {}
         self.lds: dict[int, list[int]] = {}
         self.vmem: dict[int, list[int]] = {}
+        self.side: dict[int, list[int]] = {}
+        self.pointers: list[tuple[int, int]] | None = None  # (address, side), descending
 
     def __call__(self, ex, inst: Instruction, sel) -> None:
         if self.executor is None:
             self.executor = ex
+            self.pointers = kernarg_pointers(ex)
         elif ex is not self.executor:
             return
         waves = np.arange(ex.W)[sel]
@@ -94,6 +111,7 @@ class PathRecorder:
         waves = sel
         lds = [0] * len(waves)
         vmem = [0] * len(waves)
+        side = [SIDE_NONE] * len(waves)
         if inst.name in isa.DS_DWORDS:
             ndw = isa.DS_DWORDS[inst.name]
             addr = np.asarray(ex.v(inst.srcs[0], sel), dtype=np.int64) + inst.offset
@@ -102,13 +120,22 @@ class PathRecorder:
             lds = [lds_bank_cycles(addr[i], mask[i], ndw) for i in range(len(waves))]
         elif inst.name in isa.MUBUF_DWORDS:
             ndw = isa.MUBUF_DWORDS[inst.name]
-            active = ex.lane_mask(sel).sum(axis=1)
-            vmem = [int(a) * ndw * 4 for a in active]
+            addr, in_range = buffer_addresses(ex, inst, sel, ndw)
+            vmem = [int(x) * 4 for x in in_range.reshape(len(waves), -1).sum(axis=1)]
+            side = [self.side_of(int(a.reshape(-1)[0])) for a in addr]
         for i, w in enumerate(waves):
             w = int(w)
             self.pcs.setdefault(w, []).append(inst.pc)
             self.lds.setdefault(w, []).append(lds[i])
             self.vmem.setdefault(w, []).append(vmem[i])
+            self.side.setdefault(w, []).append(side[i])
+
+    def side_of(self, address: int) -> int:
+        """The side of the buffer an address falls in: the nearest kernarg pointer below it."""
+        for base, side in self.pointers or ():
+            if address >= base:
+                return side
+        return SIDE_NONE
 
     def workgroup(self, k: int, log2_k_split: int) -> WorkgroupTrace:
         waves = tuple(
@@ -116,6 +143,7 @@ class PathRecorder:
                 pcs=np.asarray(self.pcs[w], dtype=np.int64),
                 lds_cycles=np.asarray(self.lds[w], dtype=np.int32),
                 vmem_bytes=np.asarray(self.vmem[w], dtype=np.int32),
+                vmem_side=np.asarray(self.side[w], dtype=np.int8),
             )
             for w in sorted(self.pcs)
         )
@@ -149,6 +177,26 @@ def record_workgroup(
     return recorder.workgroup(k, log2_k_split)
 
 
+def kernarg_pointers(ex) -> list[tuple[int, int]]:
+    """(address, side) of the operand pointers in the launch's kernarg, highest first; read
+    at the first step, when the kernarg SGPR pair still holds the kernarg's address."""
+    from f4pipe.kernarg import KERNARG_SIZE, unpack_kernarg
+
+    sgpr = ex.program.kernarg_sgpr
+    if sgpr < 0:
+        return []
+    base = int(ex.sgpr[sgpr, 0]) | (int(ex.sgpr[sgpr + 1, 0]) << 32)
+    try:
+        blob = ex.memory.array(base)[:KERNARG_SIZE].tobytes()
+    except EmulatorError:  # no f4gemm kernarg (a snippet): every access counts as is
+        return []
+    if len(blob) < KERNARG_SIZE:
+        return []
+    values = unpack_kernarg(blob)
+    pointers = [(int(values[name]), side) for name, side in SIDE_OF_POINTER.items()]
+    return sorted((p for p in pointers if p[0]), reverse=True)
+
+
 def cache_key(digest: str, k: int, log2_k_split: int) -> str:
     text = f"v{TRACE_VERSION}:{digest}:{k}:{log2_k_split}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -160,6 +208,7 @@ def save_trace(trace: WorkgroupTrace, path: Path) -> None:
         arrays[f"pcs{i}"] = w.pcs
         arrays[f"lds{i}"] = w.lds_cycles
         arrays[f"vmem{i}"] = w.vmem_bytes
+        arrays[f"side{i}"] = w.vmem_side
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     write_bytes(path, buf.getvalue())
@@ -170,7 +219,12 @@ def load_trace(path: Path) -> WorkgroupTrace:
         k, split = (int(x) for x in z["k"])
         n = sum(1 for name in z.files if name.startswith("pcs"))
         waves = tuple(
-            WaveTrace(pcs=z[f"pcs{i}"], lds_cycles=z[f"lds{i}"], vmem_bytes=z[f"vmem{i}"])
+            WaveTrace(
+                pcs=z[f"pcs{i}"],
+                lds_cycles=z[f"lds{i}"],
+                vmem_bytes=z[f"vmem{i}"],
+                vmem_side=z[f"side{i}"],
+            )
             for i in range(n)
         )
     return WorkgroupTrace(k=k, log2_k_split=split, waves=waves)

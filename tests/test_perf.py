@@ -1,0 +1,178 @@
+"""The cycle model on real kernels (f4pipe.perf): edits move its prediction the way they
+must, the committed calibration reproduces the accuracy it reports, `f4pipe predict` and the
+predicted line of `f4pipe try`. The timing table's rows are tested one by one on assembled
+snippets in test_perf_cu.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from f4pipe.assemble import assemble
+from f4pipe.cli import main
+from f4pipe.co2asm import co2asm
+from f4pipe.manifest import read_manifest
+from f4pipe.perf.costs import load_calibration
+from f4pipe.perf.fit import M_RANGES, by_range, measured_rows
+from f4pipe.perf.predict import KernelProfile, Predictor, predict_profile, predicted_change
+
+KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
+#: A shape where the 32x128 kernel's main loop dominates: 256 workgroups, K = 8192.
+SHAPE = (16 * 32, 16 * 128, 8192)
+MFMA_LINE = re.compile(r"^\tv_mfma_scale_f32_16x16x128_f8f6f4 .*$", re.M)
+
+
+@pytest.fixture(scope="module")
+def base_asm(toolchain, f4gemm_dir) -> str:
+    return co2asm(f4gemm_dir / f"{KERNEL}.co", toolchain)
+
+
+def main_loops(asm: str) -> list[tuple[int, int]]:
+    """(start, end) offsets of every main loop: a label, the backward s_branch to it, and
+    MFMAs between them."""
+    spans = []
+    for m in re.finditer(r"^(label_\w+):\n", asm, re.M):
+        back = asm.find(f"\ts_branch {m.group(1)}\n", m.end())
+        if back > 0 and MFMA_LINE.search(asm, m.end(), back):
+            spans.append((m.end(), back))
+    return spans
+
+
+def predicted_us(tmp_path: Path, toolchain, f4gemm_dir: Path, asm: str, tag: str) -> float:
+    """The edit's predicted time at SHAPE (traced on the emulator like any kernel)."""
+    src = tmp_path / f"{tag}.s"
+    src.write_text(asm)
+    co = assemble(src, tmp_path / f"{tag}.co", toolchain)
+    entry = read_manifest(f4gemm_dir).get(KERNEL)
+    return predict_profile(KernelProfile(entry, co), *SHAPE, 0, load_calibration().calibration).us
+
+
+def drop_first_loop_mfma(asm: str) -> str:
+    out = asm
+    for start, end in sorted(main_loops(asm), reverse=True):
+        m = MFMA_LINE.search(out, start, end)
+        assert m is not None
+        out = out[: m.start()] + out[m.end() + 1 :]
+    return out
+
+
+def nop_after_every_mfma(asm: str) -> str:
+    return MFMA_LINE.sub(lambda m: m.group(0) + "\n\ts_nop 7", asm)
+
+
+def loosen_loop_waits(asm: str) -> str:
+    waits = re.findall(r"\ts_waitcnt vmcnt\((\d+)\) lgkmcnt\((\d+)\)\n", asm)
+    assert waits, "the kernel's main loop waits on vmcnt"
+    return re.sub(
+        r"\ts_waitcnt vmcnt\((\d+)\) lgkmcnt\((\d+)\)\n",
+        lambda m: f"\ts_waitcnt vmcnt({int(m.group(1)) + 1}) lgkmcnt({m.group(2)})\n",
+        asm,
+    )
+
+
+def test_the_32x128_kernel_has_main_loops(base_asm):
+    assert len(main_loops(base_asm)) == 2  # the main loop, unrolled by its double buffer
+
+
+def test_edits_move_the_prediction_the_way_they_must(tmp_path, base_asm, toolchain, f4gemm_dir):
+    base = predicted_us(tmp_path, toolchain, f4gemm_dir, base_asm, "base")
+    fewer = predicted_us(tmp_path, toolchain, f4gemm_dir, drop_first_loop_mfma(base_asm), "less")
+    nops = predicted_us(tmp_path, toolchain, f4gemm_dir, nop_after_every_mfma(base_asm), "nop")
+    loose = predicted_us(tmp_path, toolchain, f4gemm_dir, loosen_loop_waits(base_asm), "loose")
+    assert fewer < base, "removing a main-loop MFMA must lower the prediction"
+    assert nops > base, "s_nop 7 after every MFMA must raise it"
+    assert loose <= base, "loosening a wait must never raise it"
+
+
+def test_try_prints_the_predicted_change(tmp_path, base_asm, toolchain, f4gemm_dir, capsys):
+    src = tmp_path / "nops.s"
+    src.write_text(nop_after_every_mfma(base_asm))
+    main(["try", str(src), "--co-dir", str(f4gemm_dir), "--device", "emulator"])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("speed:"))
+    assert "PREDICTED" in line and "not measured" in line
+    before, after = (float(x) for x in re.search(r"([\d.]+) -> ([\d.]+) us", line).groups())
+    assert after > before
+
+
+def test_predicted_change_of_an_identical_object_is_zero(f4gemm_dir):
+    entry = read_manifest(f4gemm_dir).get(KERNEL)
+    co = f4gemm_dir / f"{KERNEL}.co"
+    change = predicted_change(entry, co, co)
+    assert change.us[0] == change.us[1] and change.loop_cycles[0] == change.loop_cycles[1]
+
+
+def test_the_committed_calibration_reproduces_its_reported_accuracy(f4gemm_dir):
+    """Every in-sample figure calibration.json reports, recomputed from the rows it names with
+    the committed constants through the same Predictor users run."""
+    cal = load_calibration()
+    assert cal.calibration_id != "uncalibrated"
+    manifest = read_manifest(f4gemm_dir)
+    rows = measured_rows(f4gemm_dir, manifest)
+    assert len(rows) == cal.fitted_on["rows"]
+    predictor = Predictor(manifest, cal)
+    pred = np.array(
+        [predictor.predict(manifest.get(r.kernel), r.m, r.n, r.k).us for r in rows.itertuples()]
+    )
+    got = by_range(pred, rows)
+    for name in ["all", *(r[0] for r in M_RANGES)]:
+        for stat in ("median_pct", "p90_pct", "mean_pct"):
+            assert got[name][stat] == pytest.approx(
+                cal.accuracy["in_sample"][name][stat], abs=0.011
+            ), (name, stat)
+
+
+def test_predict_cli_ranks_safe_kernels_and_labels_every_number(f4gemm_dir, capsys):
+    assert (
+        main(
+            [
+                "predict",
+                "-m",
+                "4096",
+                "-n",
+                "4096",
+                "-k",
+                "4096",
+                "--co-dir",
+                str(f4gemm_dir),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == len(read_manifest(f4gemm_dir))
+    safe = [r for r in rows if r["safe"]]
+    assert [r["rank"] for r in safe] == list(range(1, len(safe) + 1))
+    assert [r["us_pred"] for r in safe] == sorted(r["us_pred"] for r in safe)
+    for r in rows:
+        assert {"m", "n", "k", "kernel", "us_pred", "tflops_pred", "bound", "safe"} <= set(r)
+        assert r["predicted"] is True and r["kernel"].endswith(".co")
+        assert r["tflops_pred"] == pytest.approx(2 * 4096**3 / r["us_pred"] / 1e6, rel=1e-3)
+        assert r["error_median_pct"] is not None
+
+
+def test_predict_cli_reads_a_shapes_file_and_refuses_a_bad_one(f4gemm_dir, tmp_path, capsys):
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text(f"M,N,K,kernel\n1,4096,2048,{KERNEL}\n300,2048,1024,\n")
+    assert main(["predict", "--shapes", str(shapes), "--co-dir", str(f4gemm_dir), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[0]["kernel"] == f"{KERNEL}.co" and rows[0]["m"] == 1
+    assert len(rows) == 1 + len(read_manifest(f4gemm_dir))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("M,N\n1,2\n")
+    assert main(["predict", "--shapes", str(bad), "--co-dir", str(f4gemm_dir)]) == 2
+    assert "columns K missing" in capsys.readouterr().err
+    assert main(["predict", "-m", "1", "-n", "100", "-k", "256", "--co-dir", str(f4gemm_dir)]) == 2
+    assert "N=100" in capsys.readouterr().err
+
+
+def test_predict_cli_text_says_predicted(f4gemm_dir, capsys):
+    argv = ["predict", "-m", "128", "-n", "16384", "-k", "16384", "--co-dir", str(f4gemm_dir)]
+    assert main([*argv, "--kernel", "f4gemm_bf16_per1x32Fp4_BpreShuffle_96x640"]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED" in out and "96x640" in out and "out-of-sample" in out
