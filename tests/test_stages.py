@@ -10,8 +10,8 @@ from hostmodel import HostModelDevice
 import f4pipe.device as device_module
 from f4pipe.cli import main
 from f4pipe.manifest import read_manifest
-from f4pipe.perf.costs import load_calibration
 from f4pipe.matrices import MATRICES, Case, get_matrix, kernels_that_may_run, parse_case
+from f4pipe.perf.costs import load_calibration
 from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, read_table, table_from_rows
 from f4pipe.stages import (
     BENCH_NOT_HARDWARE_REASON,
