@@ -54,8 +54,10 @@ def fuzz(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison,
     the cost of the emulator's hazard checks, the CPU seconds of the verify, splitk and safety
-    stages' own work, the command line's start-up CPU, and the main job's CPU from cold and its
-    wall time after a byte-identical aiter update (benchmarks/main_job.py, about 4 minutes)."""
+    stages' own work, the command line's start-up CPU, the cycle model's accuracy on aiter's
+    recorded MI355X timings beside Origami's (benchmarks/predict_accuracy.py), and the main
+    job's CPU from cold and its wall time after a byte-identical aiter update
+    (benchmarks/main_job.py, about 4 minutes)."""
     install(session, "test")
     session.run(
         "pytest",
@@ -72,6 +74,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/hazard_overhead.py")
     session.run("python", "benchmarks/stage_cpu.py")
     session.run("python", "benchmarks/cli_startup.py")
+    session.run("python", "benchmarks/predict_accuracy.py")
     session.run("python", "benchmarks/main_job.py")
 
 

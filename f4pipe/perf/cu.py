@@ -36,6 +36,9 @@ from f4pipe.emu.program import Program
 from f4pipe.perf.costs import COST
 from f4pipe.perf.trace import WorkgroupTrace
 
+#: Bump when the simulation's rules change (cached cycles of older versions are ignored).
+CU_MODEL_VERSION = 1
+
 # op kinds
 SCALAR, MFMA, VALU, DS, VMEM, SMEM, WAIT, BARRIER, NOP, END = range(10)
 

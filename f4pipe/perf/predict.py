@@ -9,16 +9,25 @@ or every kernel ranked with its shape-edge safety.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from f4pipe.emu.program import Program, executed_digest
+from f4pipe.fsio import sha256_file, write_text
 from f4pipe.kernarg import launch_geometry
 from f4pipe.manifest import KernelEntry, Manifest
 from f4pipe.perf import trace as tracing
-from f4pipe.perf.costs import Calibration, CalibrationFile, load_calibration
-from f4pipe.perf.cu import Op, WorkgroupCycles, decode_ops, simulate_workgroup
+from f4pipe.perf.costs import COST, Calibration, CalibrationFile, load_calibration
+from f4pipe.perf.cu import (
+    CU_MODEL_VERSION,
+    Op,
+    WorkgroupCycles,
+    decode_ops,
+    simulate_workgroup,
+)
 from f4pipe.perf.model import TRACE_KS, Prediction, interpolate_cycles, kernel_time
 from f4pipe.safety import is_safe
 from f4pipe.toolchain import cache_root
@@ -32,16 +41,38 @@ def trace_cache_dir() -> Path:
     return cache_root() / "perf" / "traces"
 
 
+def program_digest(co_path: Path, symbol: str) -> str | None:
+    """executed_digest of a code object, remembered on disk by the file's sha256 (decoding a
+    kernel to digest it costs a third of a second; hashing its file, a millisecond)."""
+    path = trace_cache_dir() / "digests.json"
+    key = f"{sha256_file(co_path)}:{symbol}"
+    try:
+        known = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return known[key]
+    digest = executed_digest(co_path, symbol)
+    if digest is not None:
+        known[key] = digest
+        try:
+            write_text(path, json.dumps(known))
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+    return digest
+
+
 class KernelProfile:
     """One kernel's paths and simulated cycles."""
 
     def __init__(self, entry: KernelEntry, co_path: Path) -> None:
         self.entry = entry
         self.co_path = Path(co_path)
-        self.digest = executed_digest(co_path, entry.symbol)
+        self.digest = program_digest(self.co_path, entry.symbol)
         self._ops: dict[int, Op] | None = None
         self._traces: dict[tuple[int, int], tracing.WorkgroupTrace] = {}
         self._cycles: dict[tuple, WorkgroupCycles] = {}
+        self._disk: dict[str, dict] | None = None
 
     @property
     def ops(self) -> dict[int, Op]:
@@ -76,11 +107,46 @@ class KernelProfile:
         """Simulated cycles at a traced K, with the operands' row fractions `fracs`."""
         key = (k_local, log2_k_split, cal.vmem_latency, cal.cu_vmem_bytes_per_clk, fracs)
         if key not in self._cycles:
-            tr = self.trace(k_local, log2_k_split)
-            self._cycles[key] = simulate_workgroup(
-                self.ops, tr, cal.vmem_latency, cal.cu_vmem_bytes_per_clk, *fracs
-            )
+            stored = self._stored_cycles().get(repr(key))
+            if stored is not None:
+                self._cycles[key] = WorkgroupCycles(**stored)
+            else:
+                tr = self.trace(k_local, log2_k_split)
+                self._cycles[key] = simulate_workgroup(
+                    self.ops, tr, cal.vmem_latency, cal.cu_vmem_bytes_per_clk, *fracs
+                )
+                self._store_cycles(repr(key), self._cycles[key])
         return self._cycles[key]
+
+    def _cycles_path(self) -> Path | None:
+        """Simulated cycles, cached on disk beside the traces: they depend only on the traced
+        path, the timing table, the CU model and the key's constants (all in the name)."""
+        if self.digest is None:
+            return None
+        table = repr(sorted(COST.items()))
+        name = hashlib.sha256(f"{self.digest}:{CU_MODEL_VERSION}:{table}".encode()).hexdigest()
+        return trace_cache_dir() / f"cycles-{name[:32]}.json"
+
+    def _stored_cycles(self) -> dict[str, dict]:
+        if self._disk is None:
+            self._disk = {}
+            path = self._cycles_path()
+            if path is not None and path.is_file():
+                try:
+                    self._disk = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    log.warning("ignoring unreadable cycle cache %s", path)
+        return self._disk
+
+    def _store_cycles(self, key: str, wg: WorkgroupCycles) -> None:
+        path = self._cycles_path()
+        if path is None:
+            return
+        self._stored_cycles()[key] = asdict(wg)
+        try:
+            write_text(path, json.dumps(self._disk))
+        except OSError as exc:  # a read-only cache only costs time
+            log.warning("cannot write the cycle cache %s: %s", path, exc)
 
     def row_fractions(self, m: int, n: int) -> tuple[float, float]:
         """The share of the tile's A rows and B rows a launch of M x N really has when it is a

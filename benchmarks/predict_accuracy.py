@@ -1,0 +1,182 @@
+"""The cycle model's accuracy and cost, measured (`nox -s bench`; `python
+benchmarks/predict_accuracy.py [--json]`).
+
+Accuracy against real MI355X times: aiter's tuned table in the pinned wheel (796 asm rows) and
+the seed driver's 4 shapes, the only data the calibration was fitted on:
+
+- in-sample, with the committed calibration (f4pipe/perf/calibration.json) through the same
+  Predictor `f4pipe predict` uses;
+- out-of-sample: k-fold over (N, K) groups and leave-one-kernel-out, the constants refitted
+  without the held-out rows (f4pipe.perf.fit);
+- median, p90 and mean absolute % error per M range and per kernel;
+- ranking: for every shape of aiter's table, all kernels safe there ranked by predicted time;
+  how often aiter's recorded (tuned, fastest measured) kernel is the predicted best or within
+  5 % of it, and in the predicted top 3; its median predicted rank and gap.
+
+Cost: CPU seconds to predict all 35 kernels at one new shape (traces cached), and of this
+whole report. Origami's figures on the same rows come from benchmarks/origami_compare.py when
+it can build Origami (it says why when it cannot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from f4pipe.manifest import read_manifest
+from f4pipe.perf import fit
+from f4pipe.perf.costs import load_calibration
+from f4pipe.perf.predict import Predictor
+from f4pipe.safety import is_safe
+
+WITHIN = 0.05  # "within 5 % of the predicted best"
+
+
+def ranking(predictor: Predictor, rows: pd.DataFrame) -> dict[str, float]:
+    """Where aiter's recorded kernel falls among the kernels safe at each of its shapes."""
+    aiter = rows[rows["source"] == "aiter"]
+    entries = list(predictor.manifest)
+    first = within = top3 = 0
+    ranks, gaps = [], []
+    for r in aiter.itertuples():
+        safe = [e for e in entries if is_safe(e, r.m, r.n, r.k)]
+        times = {e.name: predictor.predict(e, r.m, r.n, r.k).us for e in safe}
+        order = sorted(times, key=times.__getitem__)
+        rank = order.index(r.kernel) + 1 if r.kernel in times else len(order) + 1
+        best = times[order[0]]
+        gap = times.get(r.kernel, np.inf) / best - 1
+        first += rank == 1
+        within += gap <= WITHIN
+        top3 += rank <= 3
+        ranks.append(rank)
+        gaps.append(gap * 100)
+    n = len(aiter)
+    return {
+        "shapes": n,
+        "best_pct": round(100 * first / n, 1),
+        "best_or_within_5pct_pct": round(100 * within / n, 1),
+        "top3_pct": round(100 * top3 / n, 1),
+        "median_rank": float(np.median(ranks)),
+        "median_gap_pct": round(float(np.median(gaps)), 2),
+    }
+
+
+def per_kernel(pred: np.ndarray, rows: pd.DataFrame) -> dict[str, dict[str, float]]:
+    out = {}
+    for kernel, idx in rows.groupby("kernel").indices.items():
+        out[kernel] = fit.error_summary(pred[idx], rows["us"].to_numpy()[idx])
+    return out
+
+
+def origami() -> dict:
+    script = Path(__file__).with_name("origami_compare.py")
+    if not script.is_file():
+        return {"skipped": "benchmarks/origami_compare.py is not there"}
+    proc = subprocess.run(
+        [sys.executable, str(script), "--json"], capture_output=True, text=True, check=False
+    )
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"skipped": f"origami_compare.py failed: {proc.stderr.strip()[-300:]}"}
+
+
+def measure(with_origami: bool) -> dict:
+    t0 = time.process_time()
+    f4gemm_dir = fit.default_f4gemm_dir()
+    manifest = read_manifest(f4gemm_dir)
+    rows = fit.measured_rows(f4gemm_dir, manifest)
+    cal = load_calibration()
+    predictor = Predictor(manifest, cal)
+    pred = np.array(
+        [predictor.predict(manifest.get(r.kernel), r.m, r.n, r.k).us for r in rows.itertuples()]
+    )
+    # one new shape, every kernel, traces and the recorded kernels' cycles already cached
+    t1 = time.process_time()
+    for e in manifest:
+        predictor.predict(e, 3000, 7168, 6144)
+    one_shape_cpu = time.process_time() - t1
+    t2 = time.process_time()
+    for e in manifest:
+        predictor.predict(e, 3000, 7168, 6144)
+    one_shape_warm_cpu = time.process_time() - t2
+    rank = ranking(predictor, rows)
+    design = fit.design(predictor, rows, list(rows["kernel"]), fit.grid_points())
+    kfold = fit.cross_validated(design, rows, fit.nk_folds(rows))
+    loko = fit.cross_validated(design, rows, rows["kernel"].to_numpy())
+    seed = rows["source"] == "seed"
+    report = {
+        "calibration_id": cal.calibration_id,
+        "constants": cal.calibration.__dict__,
+        "in_sample": fit.by_range(pred, rows),
+        "kfold_nk": fit.by_range(kfold, rows),
+        "leave_one_kernel_out": fit.by_range(loko, rows),
+        "seed": [
+            {
+                "shape": f"{r.m}x{r.n}x{r.k}",
+                "kernel": r.kernel,
+                "measured_us": r.us,
+                "predicted_us": round(float(p), 2),
+                "error_pct": round(float((p / r.us - 1) * 100), 1),
+            }
+            for r, p in zip(rows[seed].itertuples(), pred[seed.to_numpy()], strict=True)
+        ],
+        "per_kernel_in_sample": per_kernel(pred, rows),
+        "ranking": rank,
+        "cost_cpu_s": {
+            "all_35_kernels_one_new_shape": round(one_shape_cpu, 3),
+            "all_35_kernels_same_shape_again": round(one_shape_warm_cpu, 4),
+        },
+    }
+    if with_origami:
+        report["origami"] = origami()
+    report["cost_cpu_s"]["whole_report"] = round(time.process_time() - t0, 1)
+    return report
+
+
+def print_report(r: dict) -> None:
+    print(f"cycle model, calibration {r['calibration_id']}: {r['constants']}")
+    print(f"{'':24}{'all':>16}{'M<=64':>16}{'65-512':>16}{'>512':>16}   (median / p90 / mean %)")
+    for name in ("in_sample", "kfold_nk", "leave_one_kernel_out"):
+        cells = "".join(
+            f"{r[name][g]['median_pct']:>5.1f}/{r[name][g]['p90_pct']:>4.1f}/"
+            f"{r[name][g]['mean_pct']:>4.1f} "
+            for g in ("all", "M<=64", "65-512", ">512")
+        )
+        print(f"{name:<24}{cells}")
+    for s in r["seed"]:
+        print(
+            f"seed {s['shape']:>18} {s['kernel'][-7:]:>8}: measured {s['measured_us']:7.1f} us, "
+            f"predicted {s['predicted_us']:7.1f} us ({s['error_pct']:+.1f} %)"
+        )
+    print("ranking (aiter's recorded kernel among the kernels safe at its shape):", r["ranking"])
+    print("per kernel (in-sample median / p90 %, rows):")
+    for k, v in sorted(r["per_kernel_in_sample"].items()):
+        print(f"  {k[-20:]:>20}: {v['median_pct']:5.1f} / {v['p90_pct']:5.1f}  ({v['rows']})")
+    if "origami" in r:
+        print("origami on the same rows:", json.dumps(r["origami"]))
+    print("cost (CPU s):", r["cost_cpu_s"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    parser.add_argument("--no-origami", action="store_true", help="skip Origami's figures")
+    args = parser.parse_args()
+    report = measure(not args.no_origami)
+    if args.json:
+        print(json.dumps(report, default=float))
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
