@@ -62,10 +62,15 @@ def test_report_of_a_real_set(result_sets, tmp_path):
     assert '<img src="splitk.png"' in page
     assert all(f"{v} %" in summary for v in SEED_SPLITK_ERR_PCT.values())
 
-    # bench rows exist but the emulator cannot time: a panel, no number, no plot
+    # bench rows exist but the emulator cannot time: no measured number; the cycle model's
+    # predictions, labelled so, in their own columns and a plot titled as a prediction
     bench = sections["bench"]
-    assert bench.verdict == NOT_MEASURED and bench.table is None and bench.plot is None
-    assert NOT_MEASURED in page and not (report.directory / "throughput.png").exists()
+    assert bench.verdict.startswith(NOT_MEASURED) and "PREDICTED" in bench.verdict
+    assert not any(c.endswith((" us", " tflops")) for c in bench.table.columns)
+    assert (bench.table["original us_pred"] > 0).all()
+    assert any("no evidence that the rebuilt object runs as fast" in n for n in bench.notes)
+    assert bench.plot == "throughput.png"
+    assert (report.directory / "throughput.png").read_bytes().startswith(PNG)
 
     # provenance
     rs = ResultSet.load(set_a)

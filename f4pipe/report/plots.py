@@ -94,3 +94,38 @@ def plot_bench(table: pd.DataFrame, path: Path) -> str:
         ax2.set_xticks(range(len(table)), labels, fontsize=7)
         ax2.set_ylabel("rebuilt / original")
     return save_figure(fig, path)
+
+
+def plot_predicted(table: pd.DataFrame, path: Path) -> str:
+    """Predicted TFLOP/s per (kernel, shape), with the seed driver's MI355X measurement as a
+    marker where there is one; titled as a prediction."""
+    plt = pyplot()
+    labels = [f"{r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()]
+    col = next((c for c in (f"{v} tflops_pred" for v in BASE_VARIANTS) if c in table), None)
+    fig, ax = plt.subplots(figsize=(11, 4.2), layout="constrained")
+    xs = list(range(len(table)))
+    if col is not None:
+        ax.bar(xs, table[col].fillna(0), 0.6, label="predicted (cycle model)", color="tab:gray")
+    measured = table.get("seed measured us (MI355X)")
+    if measured is not None:
+        flops = [
+            2 * float(m) * float(n) * float(k) / (us * 1e6) if us == us and us else None
+            for (m, n, k), us in zip(
+                (s.split()[0].split("x") for s in table["shape (MxNxK /split)"]),
+                measured.astype(float),
+                strict=True,
+            )
+        ]
+        pts = [(x, f) for x, f in zip(xs, flops, strict=True) if f]
+        if pts:
+            ax.scatter(
+                *zip(*pts, strict=True),
+                color="tab:red",
+                zorder=3,
+                label="seed driver, measured on MI355X",
+            )
+    ax.set_xticks(xs, labels, fontsize=7)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title("PREDICTED throughput (no gfx950 device: not measured)")
+    ax.legend()
+    return save_figure(fig, path)

@@ -16,7 +16,7 @@ from f4pipe.layout import (
     SEED_SPLITK_ERR_PCT,
     SEED_SPLITK_SHAPE,
 )
-from f4pipe.report.plots import plot_bench, plot_splitk
+from f4pipe.report.plots import plot_bench, plot_predicted, plot_splitk
 from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
 from f4pipe.report.reuse import reuse_section
 from f4pipe.resultset import ResultSet
@@ -239,6 +239,7 @@ def bench_section(rs: ResultSet, out_dir: Path | None) -> Section:
         devices = ", ".join(sorted(set(df["device_id"])))
         sec.notes.append(f"{len(df)} bench rows on device {devices}, none measured")
         sec.notes.extend(f"reason: {r}" for r in sorted(set(df["reason"])))
+        _predicted_view(sec, df, out_dir)
         return sec
     table = _side_by_side(measured, ("us", "tflops"))
     if "original tflops" in table and "rebuilt tflops" in table:
@@ -255,6 +256,42 @@ def bench_section(rs: ResultSet, out_dir: Path | None) -> Section:
     if out_dir is not None:
         sec.plot = plot_bench(table, out_dir / "throughput.png")
     return sec
+
+
+def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> None:
+    """Without measurements: the cycle model's predictions, labelled, beside the seed driver's
+    MI355X measurements where the shape is one of the seed's."""
+    if "us_pred" not in df or df["us_pred"].isna().all():
+        return
+    from f4pipe.perf.costs import load_calibration
+    from f4pipe.perf.fit import SEED_MEASURED
+
+    table = _side_by_side(df, ("us_pred", "tflops_pred", "bound"))
+    seed = {(m, n, k, kern): us for m, n, k, kern, us in SEED_MEASURED}
+    keyed = df.drop_duplicates(["kernel", "m", "n", "k", "log2_k_split"]).sort_values(
+        ["m", "n", "k", "log2_k_split", "kernel"]
+    )
+    table["seed measured us (MI355X)"] = [
+        seed.get((r.m, r.n, r.k, r.kernel)) if r.log2_k_split == 0 else None
+        for r in keyed.itertuples()
+    ]
+    sec.table = table
+    sec.state = "info"
+    ids = ", ".join(sorted(set(df["calibration_id"].dropna())))
+    acc = load_calibration().accuracy.get("kfold_nk", {}).get("all", {})
+    sec.verdict = (
+        f"{NOT_MEASURED}; PREDICTED by the cycle model (calibration {ids}; out-of-sample "
+        f"median error {acc.get('median_pct', 'n/a')} %, p90 {acc.get('p90_pct', 'n/a')} %)"
+    )
+    variants = set(df["variant"])
+    if {"original", "rebuilt"} <= variants:
+        sec.notes.append(
+            "original and rebuilt predictions agree wherever the two decode to the same "
+            "program: the model reads only the decoded instructions, so this is no evidence "
+            "that the rebuilt object runs as fast (only hardware can show that)"
+        )
+    if out_dir is not None:
+        sec.plot = plot_predicted(table, out_dir / "throughput.png")
 
 
 VERDICT_RANK = {"safe": 0, "race": 1, "wrong": 2, "fault": 3}
