@@ -118,7 +118,8 @@ def test_measured_throughput_bars_and_ratio(result_sets, capsys):
 
 def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
     """A machine with neither GPU nor emulator: the stages record skipped rows, the report
-    says so and draws no measured line (the splitK plot holds the seed's reference only)."""
+    says so and draws no measured line (the splitK plot holds the seed's reference only; the
+    throughput plot, from the result set's bench rows, shows predictions titled as such)."""
     no_device = shutil.copytree(result_sets["A"], tmp_path / "no-device")
     rs = ResultSet.load(no_device)
     keys = ArtifactKeys(rs.aiter_id, rs.toolchain_id, "none")
@@ -135,5 +136,8 @@ def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
         assert sections[key].state == "none"
         assert sections[key].verdict.startswith(f"no {key} run completed: ")
         assert f"reason: {NO_DEVICE_REASON}" in sections[key].notes
-    assert [p.name for p in report.plots] == ["splitk.png"]
+    assert [p.name for p in report.plots] == ["splitk.png", "throughput.png"]
+    assert sections["bench"].verdict.startswith(NOT_MEASURED) and "PREDICTED" in (
+        sections["bench"].verdict
+    )
     assert f"reason: {NO_DEVICE_REASON}" in report.index.read_text()

@@ -63,7 +63,12 @@ FIDELITY: tuple[tuple[str, str, str], ...] = (
         "statically over every path",
     ),
     ("stores of two workgroups to one address", "checked", "recorded as races per launch"),
-    ("cycles, throughput", "not modelled", "times come only from gfx950 hardware"),
+    (
+        "cycles, throughput",
+        "predicted, not measured",
+        'the cycle model ("Predicted throughput") replays the emulated path; measured times '
+        "come only from gfx950 hardware",
+    ),
     (
         "scratch, FLAT/global, DPP/SDWA, partial-EXEC MFMA, fp8/fp6 MFMA, cache-policy bits",
         "refused",
