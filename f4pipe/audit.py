@@ -26,7 +26,7 @@ import io
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -51,9 +51,13 @@ from f4pipe.safety import (
     Violation,
     edge_rule,
     reproducer,
+    short_name,
     violations,
 )
 from f4pipe.schemas import ArtifactKeys
+
+if TYPE_CHECKING:
+    from f4pipe.perf.predict import Predictor
 
 TUNED_COLUMNS = ("cu_num", "M", "N", "K", "splitK", "kernelName")
 #: aiter's own measurements of a row (its tuner, on hardware), kept beside f4pipe's verdict.
@@ -263,7 +267,44 @@ def _row(keys: ArtifactKeys, name: str, r: pd.Series, gfx: str) -> dict[str, Any
         **{ours: _recorded(r, theirs) for theirs, ours in RECORDED_COLUMNS.items()},
         REUSED_FROM: None,
         REUSE_KEY: None,
+        "us_pred": None,
+        "best_kernel_pred": None,
+        "best_us_pred": None,
+        "gain_pct_pred": None,
+        "suspect": None,
     }
+
+
+def retune_fields(predictor: Predictor, entry: KernelEntry, row: dict[str, Any]) -> dict[str, Any]:
+    """The cycle model's view of one tuned row: the recorded kernel's predicted time, the
+    predicted best kernel safe at the shape and the predicted gain of switching to it, and
+    whether aiter's recorded time is suspect (off the prediction by more than the model's
+    out-of-sample p90 error, in either direction)."""
+    m, n, k, split = row["m"], row["n"], row["k"], row["log2_k_split"]
+    try:
+        ranked = predictor.rank(m, n, k, split)
+    except ShapeError:  # a shape the kernels refuse: the shape rule reports it
+        return {}
+    mine = next(r.prediction for r in ranked if r.prediction.kernel == entry.name)
+    best = next((r.prediction for r in ranked if r.safe), None)
+    out: dict[str, Any] = {"us_pred": mine.us}
+    if best is not None:
+        out.update(
+            best_kernel_pred=best.kernel,
+            best_us_pred=best.us,
+            gain_pct_pred=(mine.us / best.us - 1) * 100,
+        )
+    recorded = row.get("aiter_us")
+    p90 = predictor.calibration_file.accuracy.get("kfold_nk", {}).get("all", {}).get("p90_pct")
+    if recorded and p90:
+        off = (recorded / mine.us - 1) * 100
+        if abs(off) > p90:
+            side = "slower" if off > 0 else "faster"
+            out["suspect"] = (
+                f"aiter recorded {recorded:.1f} us, {abs(off):.0f} % {side} than predicted "
+                f"({mine.us:.1f} us; the model's p90 error is {p90:.0f} %)"
+            )
+    return out
 
 
 def _check(row: dict[str, Any], entry: KernelEntry) -> list[Violation]:
@@ -296,9 +337,11 @@ def audit_tuned(
     co_dir_hint: str | None = None,
     name: str | None = None,
     store: ResultStore | None = None,
+    predictor: Predictor | None = None,
 ) -> list[dict[str, Any]]:
     """AUDIT rows, one per asm row of the tuned CSV (`name`, default its file name); an
-    emulation `store` holds (f4pipe.resultstore) is not run again."""
+    emulation `store` holds (f4pipe.resultstore) is not run again. With a `predictor` (the
+    cycle model), each row of a known kernel also gets its re-tune columns (retune_fields)."""
     df = read_tuned(csv_path)
     asm = df[df["kernelName"].astype(str).str.startswith(ASM_PREFIX)]
     by_symbol = {e.symbol: e for e in manifest}
@@ -316,6 +359,8 @@ def audit_tuned(
             row.update(status="unknown-kernel", reason="symbol not in the f4gemm manifest")
         else:
             row["kernel"] = entry.name
+            if predictor is not None:
+                row.update(retune_fields(predictor, entry, row))
             if _check(row, entry) and emulate:
                 shape = _emulation_shape(entry, row["m"], row["n"], row["k"])
                 emu, reuse = _stored_emulation(
@@ -346,6 +391,7 @@ def audit_tables(
     orders: Sequence[str] = DEFAULT_ORDERS,
     co_dir_hint: str | None = None,
     store: ResultStore | None = None,
+    predictor: Predictor | None = None,
 ) -> list[dict[str, Any]]:
     """AUDIT rows of every table ({name, e.g. its path below aiter/configs: file})."""
     rows: list[dict[str, Any]] = []
@@ -359,8 +405,23 @@ def audit_tables(
             co_dir_hint=co_dir_hint,
             name=name,
             store=store,
+            predictor=predictor,
         )
     return rows
+
+
+def retune_candidates(rows: Sequence[dict[str, Any]], top: int = 20) -> list[str]:
+    """The rows where re-tuning is predicted to gain most, largest gain first (one line
+    each), from rows that carry predictions."""
+    have = [r for r in rows if r.get("gain_pct_pred") and r["gain_pct_pred"] > 0]
+    have.sort(key=lambda r: -r["gain_pct_pred"])
+    return [
+        f"{r['csv']}:{r['line']} M={r['m']} N={r['n']} K={r['k']}: aiter runs "
+        f"{short_name(r['kernel'])} (recorded {r['aiter_us'] or float('nan'):.1f} us, predicted "
+        f"{r['us_pred']:.1f} us); predicted best {short_name(r['best_kernel_pred'])} "
+        f"{r['best_us_pred']:.1f} us (PREDICTED gain {r['gain_pct_pred']:.0f} %)"
+        for r in have[:top]
+    ]
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> str:

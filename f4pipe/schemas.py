@@ -311,6 +311,15 @@ AUDIT = with_keys(
     pa.field("aiter_tflops", pa.float64()),
     pa.field("aiter_err_ratio", pa.float64()),
     *_REUSE_FIELDS,  # of the row's emulation (null: not emulated)
+    # The cycle model (f4pipe.perf; audit-tuned --predict, else null): the recorded kernel's
+    # predicted time, the predicted best kernel safe at the shape, and the predicted gain of
+    # re-tuning to it; `suspect` when aiter's recorded time and the prediction disagree by more
+    # than the model's p90 error.
+    pa.field("us_pred", pa.float64()),
+    pa.field("best_kernel_pred", pa.string()),
+    pa.field("best_us_pred", pa.float64()),
+    pa.field("gain_pct_pred", pa.float64()),
+    pa.field("suspect", pa.string()),
 )
 #: Columns added to a table after its first release: an older file lacking them reads with
 #: nulls there, so an archived set stays comparable with a new one.
@@ -324,7 +333,13 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
         "aiter_err_ratio",
         "reused_from",
         "reuse_key",
+        "us_pred",
+        "best_kernel_pred",
+        "best_us_pred",
+        "gain_pct_pred",
+        "suspect",
     ),
+    "bench": ("us_pred", "tflops_pred", "bound", "model_id", "calibration_id"),
     "roundtrip": ("hazards", "hazard_detail"),
     "verify": ("hazards", "advisories", "reused_from", "reuse_key"),
     "splitk": ("hazards", "advisories", "reused_from", "reuse_key"),

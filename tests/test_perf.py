@@ -176,3 +176,36 @@ def test_predict_cli_text_says_predicted(f4gemm_dir, capsys):
     assert main([*argv, "--kernel", "f4gemm_bf16_per1x32Fp4_BpreShuffle_96x640"]) == 0
     out = capsys.readouterr().out
     assert "PREDICTED" in out and "96x640" in out and "out-of-sample" in out
+
+
+def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
+    """Two rows of the wheel's tuned table: M=1 with 64x128 (8.6 us) and M=16 with 192x256
+    (21.3 us, at the same N and K). The re-tune columns name a predicted faster safe kernel for
+    the second, with a positive gain, and the table stays valid against its schema."""
+    from f4pipe.audit import audit_tuned, retune_candidates
+    from f4pipe.schemas import AUDIT, ArtifactKeys, table_from_rows
+
+    header = "cu_num,M,N,K,kernelId,splitK,us,kernelName,tflops,bw,errRatio\n"
+    csv = tmp_path / "tuned.csv"
+    csv.write_text(
+        header + "256,1,800,5120,29,0,8.5995,_ZN5aiter41f4gemm_bf16_per1x32Fp4_BpreShuffle_64x128E,"
+        "0.95,238.64,0.0\n"
+        + "256,16,800,5120,3,0,21.2953,_ZN5aiter42f4gemm_bf16_per1x32Fp4_BpreShuffle_192x256E,"
+        "6.15,97.3,0.0\n"
+    )
+    manifest = read_manifest(f4gemm_dir)
+    predictor = Predictor(manifest)
+    rows = audit_tuned(
+        csv, manifest, ArtifactKeys("a", "t", "emulator"), emulate=False, predictor=predictor
+    )
+    table_from_rows(rows, AUDIT)
+    small, big = rows
+    for r in rows:
+        assert r["best_us_pred"] <= r["us_pred"] and r["gain_pct_pred"] >= 0
+        assert (
+            r["us_pred"] == predictor.predict(manifest.get(r["kernel"]), r["m"], r["n"], r["k"]).us
+        )
+    assert big["gain_pct_pred"] > 50 and big["best_kernel_pred"] != big["kernel"]
+    assert big["us_pred"] > small["us_pred"]
+    lines = retune_candidates(rows)
+    assert lines and "PREDICTED gain" in lines[0] and "M=16" in lines[0]

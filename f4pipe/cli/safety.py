@@ -114,7 +114,7 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from f4pipe.audit import audit_tables, format_finding, summarize
+    from f4pipe.audit import audit_tables, format_finding, retune_candidates, summarize
     from f4pipe.locate import locate_co_dir
     from f4pipe.schemas import AUDIT
 
@@ -124,8 +124,19 @@ def run_audit(args: argparse.Namespace) -> int:
     hint = args.co_dir_hint or (str(located.co_dir) if not args.co_dir else args.co_dir)
     store = open_store(args.store)
     keys = _keys(args, located)
+    predictor = None
+    if args.predict:
+        from f4pipe.perf.predict import Predictor
+
+        predictor = Predictor(manifest)
     rows = audit_tables(
-        tables, manifest, keys, emulate=not args.no_emulate, co_dir_hint=hint, store=store
+        tables,
+        manifest,
+        keys,
+        emulate=not args.no_emulate,
+        co_dir_hint=hint,
+        store=store,
+        predictor=predictor,
     )
     written = write_if_asked(args.output, rows, AUDIT)
     print(
@@ -139,6 +150,16 @@ def run_audit(args: argparse.Namespace) -> int:
     unsafe = [r for r in rows if r["status"] == "unsafe"]
     for r in unsafe:
         print(format_finding(r))
+    if predictor is not None:
+        lines = retune_candidates(rows, args.top)
+        suspect = sum(1 for r in rows if r["suspect"])
+        print(
+            f"f4pipe audit-tuned: re-tune candidates, PREDICTED by the cycle model (calibration "
+            f"{predictor.calibration_id}; not measured), {len(lines)} shown; {suspect} row(s) "
+            "whose recorded time is suspect (column `suspect`):"
+        )
+        for line in lines:
+            print(f"  {line}")
     return EXIT_OK if args.record or not unsafe else EXIT_FAILED
 
 
@@ -227,6 +248,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="only this fetched table (its path below aiter/configs; repeatable)",
     )
     p.add_argument("--no-emulate", action="store_true", help="rules only, no emulator runs")
+    p.add_argument(
+        "--predict",
+        action="store_true",
+        help="add the cycle model's re-tune columns per row (predicted time of the recorded "
+        "kernel, the predicted best safe kernel and gain, suspect recorded times) and list the "
+        "largest predicted gains; the first run traces every kernel (about 2 CPU-minutes, "
+        "cached after)",
+    )
+    p.add_argument("--top", type=int, default=20, help="re-tune candidates listed (default 20)")
     add_store(p)
     p.add_argument(
         "--co-dir-hint",

@@ -227,9 +227,13 @@ def is_audit_active():
 
 
 def get_audit_table_args(wildcards):
-    """`--table` options for the tables the config names; none means every fetched table."""
+    """`--table` options for the tables the config names (none means every fetched table),
+    and `--predict` when the config asks for the cycle model's re-tune columns."""
     tables = config["audit_tuned"].get("tables", [])
-    return " ".join(f"--table {json.dumps(str(t))}" for t in tables)
+    args = [f"--table {json.dumps(str(t))}" for t in tables]
+    if config["audit_tuned"].get("predict", False):
+        args.append("--predict")  # the cycle model's re-tune columns
+    return " ".join(args)
 
 
 def get_report_inputs(wildcards):
