@@ -209,3 +209,14 @@ def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
     assert big["us_pred"] > small["us_pred"]
     lines = retune_candidates(rows)
     assert lines and "PREDICTED gain" in lines[0] and "M=16" in lines[0]
+    # the report's audit section shows them, labelled, with the predicted-vs-recorded plot
+    import pandas as pd
+
+    from f4pipe.report.render import Section
+    from f4pipe.report.sections import _retune_view
+
+    sec = Section("audit", "audit", "", "ok")
+    _retune_view(sec, pd.DataFrame(rows), tmp_path)
+    assert any("PREDICTED, not measured" in n for n in sec.notes)
+    assert sec.code["Re-tune candidates (PREDICTED gains, largest first)"] == lines
+    assert (tmp_path / sec.plot).read_bytes().startswith(b"\x89PNG")

@@ -129,3 +129,36 @@ def plot_predicted(table: pd.DataFrame, path: Path) -> str:
     ax.set_title("PREDICTED throughput (no gfx950 device: not measured)")
     ax.legend()
     return save_figure(fig, path)
+
+
+def plot_predicted_vs_recorded(rows: pd.DataFrame, path: Path) -> str:
+    """Log-log: the cycle model's predicted time against aiter's recorded MI355X time for
+    every tuned row, one colour per kernel, with the diagonal and a +-20 % band."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 6.5), layout="constrained")
+    colours = plt.get_cmap("tab10").colors
+    for i, (kernel, part) in enumerate(rows.groupby("kernel", sort=True)):
+        ax.scatter(
+            part["aiter_us"],
+            part["us_pred"],
+            s=12,
+            color=colours[i % 10],
+            marker="os^Dv<>"[i // 10 % 7],  # a distinct (colour, marker) per kernel
+            label=short_kernel_label(kernel),
+        )
+    lo = float(min(rows["aiter_us"].min(), rows["us_pred"].min())) * 0.8
+    hi = float(max(rows["aiter_us"].max(), rows["us_pred"].max())) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    for f in (0.8, 1.2):
+        ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("aiter's recorded time on MI355X (us)")
+    ax.set_ylabel("PREDICTED time, cycle model (us)")
+    ax.set_title("Cycle model vs aiter's recorded times (dotted: +-20 %)")
+    ax.legend(fontsize=6, ncol=2, markerscale=1.5)
+    return save_figure(fig, path)
+
+
+def short_kernel_label(kernel: str) -> str:
+    return kernel.rsplit("_", 1)[-1] if "_" in kernel else kernel

@@ -16,7 +16,12 @@ from f4pipe.layout import (
     SEED_SPLITK_ERR_PCT,
     SEED_SPLITK_SHAPE,
 )
-from f4pipe.report.plots import plot_bench, plot_predicted, plot_splitk
+from f4pipe.report.plots import (
+    plot_bench,
+    plot_predicted,
+    plot_predicted_vs_recorded,
+    plot_splitk,
+)
 from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
 from f4pipe.report.reuse import reuse_section
 from f4pipe.resultset import ResultSet
@@ -432,7 +437,41 @@ def audit_section(rs: ResultSet, out_dir: Path | None) -> Section:
             sec.code[f"Findings in {name} (aiter's record beside f4pipe's verdict)"] = [
                 line for _, r in t.iterrows() for line in format_finding(r.to_dict()).splitlines()
             ]
+    _retune_view(sec, df, out_dir)
     return sec
+
+
+def _retune_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> None:
+    """With the cycle model's re-tune columns (audit-tuned --predict): predicted against
+    aiter's recorded time for every row, the error per kernel, and the re-tune candidates;
+    every number labelled predicted."""
+    if "us_pred" not in df:
+        return
+    have = df[df["us_pred"].notna() & df["aiter_us"].notna()]
+    if not len(have):
+        return
+    from f4pipe.audit import retune_candidates
+
+    err = (have["aiter_us"] / have["us_pred"] - 1).abs() * 100
+    sec.notes.append(
+        f"cycle model (PREDICTED, not measured): {len(have)} rows, predicted vs aiter's "
+        f"recorded time median {err.median():.1f} %, p90 {err.quantile(0.9):.1f} %; "
+        f"{int(have['suspect'].notna().sum())} row(s) marked suspect"
+    )
+    per_kernel = (
+        have.assign(err=err, kernel=have["kernel"].map(short_kernel))
+        .groupby("kernel")["err"]
+        .agg(["count", "median", "max"])
+    )
+    sec.code["Cycle model error per kernel (|aiter us / predicted us - 1| %)"] = [
+        f"{k:>28}: {int(r['count']):4d} rows, median {r['median']:5.1f} %, max {r['max']:6.1f} %"
+        for k, r in per_kernel.iterrows()
+    ]
+    sec.code["Re-tune candidates (PREDICTED gains, largest first)"] = retune_candidates(
+        have.to_dict("records")
+    )
+    if out_dir is not None:
+        sec.plot = plot_predicted_vs_recorded(have, out_dir / "predicted_vs_recorded.png")
 
 
 def fidelity_section(rs: ResultSet, out_dir: Path | None) -> Section:
