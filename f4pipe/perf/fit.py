@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from f4pipe.audit import read_tuned
 from f4pipe.kernarg import launch_geometry
@@ -164,6 +163,8 @@ def predict_design(cal: Calibration, d: Design, idx: np.ndarray | slice = slice(
 def fit_constants(d: Design, measured: np.ndarray, idx: np.ndarray) -> tuple[Calibration, float]:
     """The best constants on rows `idx`: every grid point, closed-form constants by robust
     least squares on log error; the grid point with the lowest robust cost wins."""
+    from scipy.optimize import least_squares
+
     best: tuple[Calibration, float] | None = None
     y = np.log(measured[idx])
     for lat, bpc in d.cycles:
