@@ -126,3 +126,30 @@ def test_every_operation_has_exactly_one_handler_and_every_kernel_runs_on_them(
         used |= {i.name for i in decode_all(co.section_bytes(".text"))}
     assert used <= set(HANDLERS), sorted(used - set(HANDLERS))
     assert len(used) == 63  # of 66 mnemonics: the _e32 and _e64 forms share a handler
+
+
+@pytest.mark.parametrize(
+    ("cbsz", "blgp", "a", "b", "a_regs", "b_regs"),
+    [
+        (4, 4, "v[0:3]", "v[8:11]", 4, 4),  # FP4 x FP4 (the f4gemm kernels)
+        (0, 0, "v[0:7]", "v[8:15]", 8, 8),  # FP8 x FP8
+        (2, 4, "v[0:5]", "v[8:11]", 6, 4),  # FP6 x FP4
+    ],
+)
+def test_scaled_mfma_operand_widths_follow_the_formats(
+    toolchain, cbsz, blgp, a, b, a_regs, b_regs
+) -> None:
+    """An FP8 scaled MFMA reads 8 registers of A and B, FP6 6, FP4 4: the static checks see
+    the upper halves (the emulator still refuses to execute anything but FP4)."""
+    from emu_snippets import assemble
+
+    from f4pipe.emu.program import Program
+
+    code = assemble(
+        toolchain,
+        f"v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], {a}, {b}, a[0:3], v20, v21 "
+        f"cbsz:{cbsz} blgp:{blgp}",
+    )
+    inst = Program.from_code(code).instructions()[0]
+    assert (inst.cbsz, inst.blgp) == (cbsz, blgp)
+    assert (inst.srcs[0].count, inst.srcs[1].count) == (a_regs, b_regs)

@@ -138,6 +138,30 @@ def test_scalar_loads_are_trusted_only_after_lgkmcnt_0(toolchain) -> None:
     assert rules_of(done) == []
 
 
+def test_a_ds_result_is_not_trusted_at_lgkmcnt_n_while_a_scalar_load_may_have_returned(
+    toolchain,
+) -> None:
+    """s_load; ds_read v2; lgkmcnt(1): the count may have dropped because the scalar load
+    returned first, so v2 is not yet proven (LLVM forces lgkmcnt(0) here). With two DS reads
+    older than the scalar load, lgkmcnt(1) does prove the oldest one back."""
+    mem = GlobalMemory()
+    addr = mem.alloc(64)
+    base = f"""
+    s_mov_b32 s20, {addr & 0xFFFFFFFF}
+    s_mov_b32 s21, {addr >> 32}
+    v_mov_b32 v1, 0
+    """
+    one = base + "s_load_dword s4, s[20:21], 0x0\nds_read_b32 v2, v1\ns_waitcnt lgkmcnt(1)\n"
+    report = run_timed(toolchain, one + "v_add_u32 v3, v2, v2\n", memory=mem)
+    assert rules_of(report) == ["lgkmcnt"]
+    two = base + (
+        "ds_read_b32 v2, v1\nds_read_b32 v5, v1 offset:4\ns_load_dword s4, s[20:21], 0x0\n"
+        "s_waitcnt lgkmcnt(1)\n"
+    )
+    assert rules_of(run_timed(toolchain, two + "v_add_u32 v3, v2, v2\n", memory=mem)) == []
+    assert rules_of(run_timed(toolchain, two + "v_add_u32 v3, v5, v5\n", memory=mem)) == ["lgkmcnt"]
+
+
 def test_a_full_counter_stalls_issue_so_the_oldest_has_retired(toolchain) -> None:
     """lgkmcnt holds 15: the 16th DS read issues only once the first has returned."""
     reads = "\n".join(f"ds_read_b32 v{10 + i}, v1 offset:{4 * i}" for i in range(16))

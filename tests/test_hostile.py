@@ -221,8 +221,9 @@ def test_kernels_list_of_the_wrong_shape(co_bytes, tmp_path):
 @pytest.mark.parametrize(
     ("offset", "mask", "message"),
     [
-        (48, 0x3F, "granule of 0"),  # compute_pgm_rsrc1 VGPR granule -> 0
-        (48, 0x3C0, "granule of 0"),  # SGPR granule -> 0
+        # a granule of 0 is legal, but the f4gemm kernel does not fit in it
+        (48, 0x3F, "allocates 8 VGPRs"),  # compute_pgm_rsrc1 VGPR granule -> 0
+        (48, 0x3C0, "SGPRs but the metadata says"),  # SGPR granule -> 0
         (48, 1 << 22, "must-be-zero bits"),  # rsrc1 DEBUG_MODE
         (52, 1 << 6, "must-be-zero bits"),  # rsrc2 ENABLE_TRAP_HANDLER
         (44, 1 << 20, "must-be-zero bits"),  # rsrc3 reserved
@@ -242,6 +243,20 @@ def test_emulator_refuses_a_corrupt_descriptor(
     code, err = run(capsys, "gemm", "--co-dir", co_dir, "--kernel", KERNEL, *SMALL)
     assert code == EXIT_ERROR
     one_error_line(err, message)
+
+
+def test_a_granule_of_0_is_the_legal_minimum(co_bytes):
+    """Granule 0 allocates 8 VGPRs (and the SGPR minimum): a small kernel that fits is valid;
+    one whose metadata uses a register more is refused."""
+    from f4pipe.emu.program import check_descriptor
+
+    kd_at = descriptor_offset(co_bytes)
+    kd = bytearray(co_bytes[kd_at : kd_at + 64])
+    rsrc1 = struct.unpack_from("<I", kd, 48)[0] & ~0x3FF  # both granules 0
+    struct.pack_into("<I", kd, 48, rsrc1)
+    check_descriptor(bytes(kd), {".vgpr_count": 8, ".sgpr_count": 8}, "small")
+    with pytest.raises(EmulatorError, match="allocates 8 VGPRs"):
+        check_descriptor(bytes(kd), {".vgpr_count": 9, ".sgpr_count": 8}, "small")
 
 
 def test_descriptor_smaller_than_the_metadata_says(f4gemm_dir, co_bytes, tmp_path):

@@ -353,8 +353,13 @@ def _scaled_mfma(scale: Fields, site: _Site) -> Instruction:
     scale0 = _vsrc(scale["src0"], 1, None)
     scale1 = _vsrc(scale["src1"], 1, None)
     acc_cd = bool(mai["acc_cd"])
-    a = _vsrc(mai["src0"], 4, None, acc=bool(mai["acc"] & 1))
-    b = _vsrc(mai["src1"], 4, None, acc=bool(mai["acc"] & 2))
+    a_regs = isa.F8F6F4_REGS.get(mai["cbsz"])
+    b_regs = isa.F8F6F4_REGS.get(mai["blgp"])
+    if a_regs is None or b_regs is None:  # a reserved format code
+        return _unknown(site.pc, 16, "VOP3P_SCALE_FORMAT", op)
+    # the operand widths follow the formats: an FP8 MFMA reads 8 registers of A, not 4
+    a = _vsrc(mai["src0"], a_regs, None, acc=bool(mai["acc"] & 1))
+    b = _vsrc(mai["src1"], b_regs, None, acc=bool(mai["acc"] & 2))
     c_code = mai["src2"]
     c = _vsrc(c_code, 4, None, acc=acc_cd) if c_code >= isa.VGPR_BASE else _vsrc(c_code, 1, None)
     if any(o.is_literal for o in (scale0, scale1, a, b, c)):

@@ -124,6 +124,10 @@ VOP3_VOP1_BASE = 0x140
 VOP3P = {0x58: "v_accvgpr_read_b32", 0x59: "v_accvgpr_write_b32"}
 VOP3P_LD_SCALE = 0x2C
 VOP3P_SCALED_MFMA = {0x2D: "v_mfma_scale_f32_16x16x128_f8f6f4"}
+#: Registers per lane of a scaled MFMA's A (by cbsz) or B (by blgp) operand: the format code
+#: picks FP8 (0) / BF8 (1) 8 registers, FP6 (2) / BF6 (3) 6, FP4 (4) 4 (CDNA4 ISA, the
+#: f8f6f4 MFMAs; 16x16x128 and 32x32x64 alike). Codes 5..7 are reserved.
+F8F6F4_REGS = {0: 8, 1: 8, 2: 6, 3: 6, 4: 4}
 
 DS = {
     0x0D: "ds_write_b32",

@@ -215,8 +215,9 @@ def kernel_metadata(meta: object, symbol: str, co_path: Path) -> dict[str, int]:
 
 def check_descriptor(kd: bytes, meta: dict[str, int], where: str) -> None:
     """Refuse a descriptor the hardware would reject or that contradicts the metadata: reserved
-    bits or bytes set, a VGPR/SGPR granule of 0 or smaller than the registers the metadata
-    says the kernel uses, LDS beyond gfx950's, or a kernarg size beyond any real one."""
+    bits or bytes set, a VGPR/SGPR allocation smaller than the registers the metadata says the
+    kernel uses, LDS beyond gfx950's, or a kernarg size beyond any real one. A granule of 0 is
+    legal (the minimum allocation: 8 VGPRs), so a small kernel that fits in it loads."""
     f = descriptor_fields(kd)
     for lo, hi in KD_RESERVED:
         if any(kd[lo:hi]):
@@ -233,12 +234,6 @@ def check_descriptor(kd: bytes, meta: dict[str, int], where: str) -> None:
                 f"{f[name] & mask:#x} (AMDGPUUsage, GFX9)"
             )
     vgpr_granule, sgpr_granule = f["compute_pgm_rsrc1"] & 0x3F, (f["compute_pgm_rsrc1"] >> 6) & 0xF
-    if vgpr_granule == 0 or sgpr_granule == 0:
-        raise EmulatorError(
-            f"{where}: GRANULATED_WORKITEM_VGPR_COUNT {vgpr_granule} / "
-            f"GRANULATED_WAVEFRONT_SGPR_COUNT {sgpr_granule}: a granule of 0 allocates the "
-            "minimum registers, which no GEMM kernel fits in; the descriptor is corrupt"
-        )
     vgprs, sgprs = (vgpr_granule + 1) * VGPR_GRANULE, (sgpr_granule + 1) * SGPR_GRANULE
     used_v = max(meta.get(".vgpr_count", 0), meta.get(".agpr_count", 0))  # gfx90a+: total
     if used_v > vgprs or meta.get(".sgpr_count", 0) > sgprs:

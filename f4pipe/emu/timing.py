@@ -6,8 +6,10 @@ on hardware, at the latest point the ISA allows (shared/reference/hazards.md, se
 
 - **Counters, per wave.** Buffer loads/stores/atomics and LDS DMA count in vmcnt and retire in
   issue order; DS ops count in lgkmcnt in order; SMEM counts in lgkmcnt but returns out of
-  order, so its results are trusted only after lgkmcnt(0) (hazards.md C9). `s_waitcnt` retires
-  the oldest ops down to its limits; `s_barrier` retires nothing; `s_endpgm` retires all.
+  order, so its results are trusted only after lgkmcnt(0) (hazards.md C9), and while one is
+  outstanding lgkmcnt(N > 0) proves back only the DS ops beyond the newest N (the scalar load
+  may be what returned). `s_waitcnt` retires the oldest ops down to its limits; `s_barrier`
+  retires nothing; `s_endpgm` retires all.
   Reading a register a load has not yet provably written, or overwriting it (except with a
   younger load on the same in-order counter), is a hazard.
 - **LDS between waves.** A word written by another wave (ds_write, or LDS DMA) is visible only
@@ -224,7 +226,10 @@ class TimingModel:
             if lgkm_limit == 0:
                 retire_lds, smem = len(lds), ()
             else:
-                retire_lds = min(len(lds), max(0, len(lds) + len(smem) - lgkm_limit))
+                # SMEM returns out of order with DS, so an outstanding scalar load may be what
+                # brought the count down: only the DS ops beyond the limit are sure to be back
+                # (LLVM's SIInsertWaitcnts forces lgkmcnt(0) in this case: counterOutOfOrder).
+                retire_lds = max(0, len(lds) - lgkm_limit)
         elif "endpgm" in e.tags:
             retire_vm, retire_lds, smem = len(vm), len(lds), ()
         vm, lds = vm[retire_vm:], lds[retire_lds:]
@@ -237,8 +242,8 @@ class TimingModel:
             vm, retire_vm = vm[full:], retire_vm + full
         elif e.counter == "lds":
             lds = (*lds, op)
-            full = max(0, len(lds) + len(smem) - LGKM_MAX)
-            lds, retire_lds = lds[full:], retire_lds + min(full, len(lds))
+            full = max(0, len(lds) - LGKM_MAX)  # as for a wait: SMEM may be what returned
+            lds, retire_lds = lds[full:], retire_lds + full
         elif e.counter == "smem":
             smem = (*smem, op)
         if (vm, lds, smem) == (s.vm, s.lds, s.smem):
