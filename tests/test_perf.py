@@ -220,3 +220,16 @@ def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
     assert any("PREDICTED, not measured" in n for n in sec.notes)
     assert sec.code["Re-tune candidates (PREDICTED gains, largest first)"] == lines
     assert (tmp_path / sec.plot).read_bytes().startswith(b"\x89PNG")
+
+
+def test_predict_lists_a_kernel_unsafe_at_the_traced_k_unranked(f4gemm_dir, capsys):
+    """At K=256 noBpreShuffle_256x256 is unsafe (its prefetch reads past B): it is still
+    traced (on padded buffers, the same instructions) and listed after the ranked kernels,
+    rank 0, so a table row with K=256 gets its predictions."""
+    argv = ["predict", "-m", "256", "-n", "7168", "-k", "256", "--co-dir", str(f4gemm_dir)]
+    assert main([*argv, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    unsafe = [r for r in rows if not r["safe"]]
+    assert "f4gemm_bf16_per1x32Fp4_noBpreShuffle_256x256.co" in {r["kernel"] for r in unsafe}
+    assert all(r["rank"] == 0 and r["us_pred"] > 0 for r in unsafe)
+    assert rows[: len(rows) - len(unsafe)] == [r for r in rows if r["safe"]]
