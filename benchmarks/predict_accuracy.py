@@ -34,7 +34,6 @@ from f4pipe.manifest import read_manifest
 from f4pipe.perf import fit
 from f4pipe.perf.costs import load_calibration
 from f4pipe.perf.predict import Predictor
-from f4pipe.safety import is_safe
 
 WITHIN = 0.05  # "within 5 % of the predicted best"
 
@@ -42,16 +41,13 @@ WITHIN = 0.05  # "within 5 % of the predicted best"
 def ranking(predictor: Predictor, rows: pd.DataFrame) -> dict[str, float]:
     """Where aiter's recorded kernel falls among the kernels safe at each of its shapes."""
     aiter = rows[rows["source"] == "aiter"]
-    entries = list(predictor.manifest)
     first = within = top3 = 0
     ranks, gaps = [], []
     for r in aiter.itertuples():
-        safe = [e for e in entries if is_safe(e, r.m, r.n, r.k)]
-        times = {e.name: predictor.predict(e, r.m, r.n, r.k).us for e in safe}
-        order = sorted(times, key=times.__getitem__)
-        rank = order.index(r.kernel) + 1 if r.kernel in times else len(order) + 1
-        best = times[order[0]]
-        gap = times.get(r.kernel, np.inf) / best - 1
+        safe = [x for x in predictor.rank(r.m, r.n, r.k) if x.safe]  # fastest first
+        mine = next((x for x in safe if x.prediction.kernel == r.kernel), None)
+        rank = mine.rank if mine is not None else len(safe) + 1
+        gap = mine.prediction.us / safe[0].prediction.us - 1 if mine is not None else np.inf
         first += rank == 1
         within += gap <= WITHIN
         top3 += rank <= 3

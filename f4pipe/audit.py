@@ -295,7 +295,7 @@ def retune_fields(predictor: Predictor, entry: KernelEntry, row: dict[str, Any])
             gain_pct_pred=(mine.us / best.us - 1) * 100,
         )
     recorded = row.get("aiter_us")
-    p90 = predictor.calibration_file.accuracy.get("kfold_nk", {}).get("all", {}).get("p90_pct")
+    _, p90 = predictor.calibration_file.error_band()
     if recorded and p90:
         off = (recorded / mine.us - 1) * 100
         if abs(off) > p90:

@@ -57,20 +57,9 @@ def read_shapes(path: Path) -> list[tuple[int, int, int, str | None]]:
     return out
 
 
-def error_band(predictor: Predictor, m: int) -> tuple[float | None, float | None]:
-    """(median, p90) absolute % error of the model out-of-sample for M's range."""
-    from f4pipe.perf.fit import M_RANGES
-
-    acc = predictor.calibration_file.accuracy.get("kfold_nk", {})
-    for name, lo, hi in M_RANGES:
-        if lo <= m <= hi and name in acc:
-            return acc[name].get("median_pct"), acc[name].get("p90_pct")
-    return None, None
-
-
 def record(predictor: Predictor, r: Ranked) -> dict[str, Any]:
     p = r.prediction
-    med, p90 = error_band(predictor, p.m)
+    med, p90 = predictor.calibration_file.error_band(p.m)
     return {
         "m": p.m,
         "n": p.n,
@@ -116,7 +105,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def print_table(predictor: Predictor, m: int, n: int, k: int, rows: list[dict[str, Any]]) -> None:
-    med, p90 = error_band(predictor, m)
+    med, p90 = predictor.calibration_file.error_band(m)
     band = (
         f"measured error for this M range: median {med:.1f} %, p90 {p90:.1f} % (out-of-sample)"
         if med is not None

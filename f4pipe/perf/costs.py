@@ -22,13 +22,17 @@ and the command that fitted them (`python -m f4pipe.perf.fit`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 #: Where the fitted constants live (one file; `python -m f4pipe.perf.fit` rewrites it).
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
+#: The M ranges the accuracy is reported in: (name, lowest M, highest M).
+M_RANGES = (("M<=64", 1, 64), ("65-512", 65, 512), (">512", 513, 1 << 31))
+#: The accuracy figures users are shown: out-of-sample, k-fold over (N, K).
+ERROR_BAND = "kfold_nk"
 
 
 @dataclass(frozen=True)
@@ -133,10 +137,6 @@ class Calibration:
     launch_us: float  # launch and drain overhead per kernel, us
     overlap_p: float  # p of the p-norm that joins compute and memory time (large = max)
 
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
 
 @dataclass(frozen=True)
 class CalibrationFile:
@@ -147,6 +147,16 @@ class CalibrationFile:
     fitted_on: dict[str, Any]
     command: str
     accuracy: dict[str, Any]
+
+    def error_band(self, m: int | None = None) -> tuple[float | None, float | None]:
+        """(median, p90) absolute % error measured out-of-sample for M's range, or over all
+        rows when M is None; (None, None) for an uncalibrated model."""
+        acc = self.accuracy.get(ERROR_BAND, {})
+        name = "all"
+        if m is not None:
+            name = next((r for r, lo, hi in M_RANGES if lo <= m <= hi), "all")
+        row = acc.get(name, {})
+        return row.get("median_pct"), row.get("p90_pct")
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -50,7 +50,6 @@ class Op:
     kind: int
     slots: int  # issue slots the wave spends (s_nop: its wait states)
     busy: int  # MFMA: pipe clocks
-    counter: int  # 0 = vmcnt, 1 = lgkmcnt, -1 = none
     wait_vm: int
     wait_lgkm: int
     reads_acc: tuple[int, ...]  # registers it reads that some MFMA writes
@@ -91,7 +90,6 @@ def decode_ops(program: Program) -> dict[int, Op]:
         reads_acc = tuple(sorted(eff.read_regs(*roles) & acc)) if roles else ()
         writes: tuple[int, ...] = ()
         busy = 0
-        counter = {"vm": 0, "lds": 1, "smem": 1}.get(eff.counter or "", -1)
         wait_vm, wait_lgkm = eff.wait if eff.wait is not None else (63, 15)
         dwords = DS_DWORDS.get(inst.name) or MUBUF_DWORDS.get(inst.name) or 0
         if "mfma" in eff.tags:
@@ -118,7 +116,6 @@ def decode_ops(program: Program) -> dict[int, Op]:
             kind=kind,
             slots=eff.wait_states if kind == NOP else 1,
             busy=busy,
-            counter=counter,
             wait_vm=wait_vm,
             wait_lgkm=wait_lgkm,
             reads_acc=reads_acc,
@@ -138,12 +135,10 @@ class _Wave:
         "mfma_free",
         "pipe_wait",
         "returns",
-        "t",
         "vm_wait",
     )
 
     def __init__(self) -> None:
-        self.t = 0.0  # when the next instruction may issue
         self.i = 0  # index into the trace
         self.mfma_free = 0.0
         self.returns: tuple[list[float], list[float]] = ([], [])  # vm, lgkm (in order)
@@ -264,7 +259,6 @@ def simulate_workgroup(
             _release_barrier(waves, paths, arrived, heap, barrier_cycles)
             continue
         wave.i += 1
-        wave.t = next_t
         heapq.heappush(heap, (next_t, w))
     cycles = max(w.end for w in waves)
     return WorkgroupCycles(

@@ -33,12 +33,13 @@ from f4pipe.kernarg import launch_geometry
 from f4pipe.manifest import Manifest, read_manifest
 from f4pipe.perf.costs import (
     CALIBRATION_PATH,
-    COST,
     DEFAULT_CALIBRATION,
+    ERROR_BAND,
+    M_RANGES,
     Calibration,
     CalibrationFile,
 )
-from f4pipe.perf.model import combine, hbm_bytes
+from f4pipe.perf.model import combine, hbm_bytes, workgroups_and_rounds
 from f4pipe.perf.predict import MODEL_ID, Predictor
 
 #: The seed driver's MI355X table (its README: 256 CU, hipEvents, --iters 50).
@@ -52,7 +53,6 @@ MAIN_TABLE = "a4w4_blockscale_tuned_gemm.csv"
 #: The grid of the two cycle-changing constants.
 LATENCY_GRID = (600.0, 800.0, 1000.0, 1200.0, 1500.0)
 VMEM_BPC_GRID = (32.0, 40.0, 48.0, 64.0, 96.0)
-M_RANGES = (("M<=64", 1, 64), ("65-512", 65, 512), (">512", 513, 1 << 31))
 FOLDS = 5
 
 
@@ -116,9 +116,7 @@ def design(
         zip(shapes["m"], shapes["n"], shapes["k"], entries, strict=True)
     ):
         g = launch_geometry(e.tile_m, e.tile_n, int(m), int(nn), int(k))
-        wgs = g.grid[0] * g.grid[1] * g.grid[2]
-        rounds[i] = -(-wgs // int(COST["num_cu"]))
-        workgroups[i] = wgs
+        workgroups[i], rounds[i] = workgroups_and_rounds(g)
         hbm[i] = hbm_bytes(e.tile_m, e.tile_n, int(m), int(nn), g.k_per_tg, g.grid)
         klocal[i] = g.k_per_tg
         fracs.append(predictor.profile(e).row_fractions(int(m), int(nn)))
@@ -237,7 +235,7 @@ def run_fit(f4gemm_dir: Path, write: bool = True) -> CalibrationFile:
     pred = predict_design(cal, d)
     accuracy = {
         "in_sample": by_range(pred, rows),
-        "kfold_nk": by_range(cross_validated(d, rows, nk_folds(rows)), rows),
+        ERROR_BAND: by_range(cross_validated(d, rows, nk_folds(rows)), rows),
         "leave_one_kernel_out": by_range(cross_validated(d, rows, rows["kernel"].to_numpy()), rows),
         "seed": [
             {

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from f4pipe.kernarg import launch_geometry
+from f4pipe.gemm import tflops
+from f4pipe.kernarg import LaunchGeometry
+from f4pipe.manifest import KernelEntry
 from f4pipe.perf.costs import COST, Calibration
 from f4pipe.perf.cu import WorkgroupCycles
 
@@ -38,8 +40,6 @@ TRACE_KS = (256, 512, 1024, 2048)
 FP4_BYTES_PER_K = 0.5
 SCALE_BYTES_PER_K = 1 / 32
 D_BYTES = 2  # bf16 output
-
-BOUNDS = ("MFMA", "LDS", "VMEM", "L2", "HBM", "launch")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Prediction:
     log2_k_split: int
     us: float
     tflops: float
-    bound: str
+    bound: str  # MFMA | LDS | VMEM | L2 | HBM | launch
     compute_us: float
     memory_us: float
     rounds: int
@@ -102,6 +102,13 @@ def hbm_bytes(
     return float((a_tiles * min(tile_m, m) + b_tiles * tile_n) * row_bytes + d_bytes)
 
 
+def workgroups_and_rounds(geometry: LaunchGeometry) -> tuple[int, int]:
+    """A launch's workgroups, and the rounds it takes with one workgroup per CU."""
+    gdx, gdy, gdz = geometry.grid
+    workgroups = gdx * gdy * gdz
+    return workgroups, -(-workgroups // int(COST["num_cu"]))
+
+
 def combine(cal: Calibration, rounds, cycles, l2_bytes, hbm_bytes):
     """(time, compute, L2, HBM) in us from rounds, workgroup cycles and bytes: the one
     formula, for scalars or numpy arrays alike (the fit evaluates it on every row at once)."""
@@ -115,22 +122,19 @@ def combine(cal: Calibration, rounds, cycles, l2_bytes, hbm_bytes):
 
 
 def kernel_time(
-    kernel: str,
-    tile_m: int,
-    tile_n: int,
+    entry: KernelEntry,
     m: int,
     n: int,
     k: int,
     log2_k_split: int,
+    geometry: LaunchGeometry,
     wg: WorkgroupCycles,
     cal: Calibration,
 ) -> Prediction:
-    """Predicted time of one launch, given the workgroup's simulated cycles at its K."""
-    geometry = launch_geometry(tile_m, tile_n, m, n, k, log2_k_split)
-    gdx, gdy, gdz = geometry.grid
-    workgroups = gdx * gdy * gdz
-    rounds = -(-workgroups // int(COST["num_cu"]))
-    hbm = hbm_bytes(tile_m, tile_n, m, n, geometry.k_per_tg, geometry.grid)
+    """Predicted time of one launch (its `geometry`), given the workgroup's simulated cycles
+    at its K."""
+    workgroups, rounds = workgroups_and_rounds(geometry)
+    hbm = hbm_bytes(entry.tile_m, entry.tile_n, m, n, geometry.k_per_tg, geometry.grid)
     us, compute_us, l2_us, hbm_us = combine(cal, rounds, wg.cycles, workgroups * wg.vmem_bytes, hbm)
     memory_us = max(l2_us, hbm_us)
     body = us - cal.launch_us
@@ -142,13 +146,13 @@ def kernel_time(
         busy = {"MFMA": wg.mfma_busy, "LDS": wg.lds_busy, "VMEM": wg.vmem_busy + wg.vm_wait}
         bound = max(busy, key=lambda u: busy[u])
     return Prediction(
-        kernel=kernel,
+        kernel=entry.name,
         m=m,
         n=n,
         k=k,
         log2_k_split=log2_k_split,
         us=us,
-        tflops=2.0 * m * n * k / (us * 1e-6) / 1e12,
+        tflops=tflops(m, n, k, us),
         bound=bound,
         compute_us=compute_us,
         memory_us=memory_us,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from f4pipe.emu.program import Program, executed_digest
@@ -191,7 +191,7 @@ def predict_profile(
     if geometry.gdz == 1:
         split = 0  # a split that collapses runs the unsplit path
     wg = profile.cycles(geometry.k_per_tg, split, cal, profile.row_fractions(m, n))
-    return kernel_time(entry.name, entry.tile_m, entry.tile_n, m, n, k, split, wg, cal)
+    return kernel_time(entry, m, n, k, split, geometry, wg, cal)
 
 
 def reference_shape(entry: KernelEntry) -> tuple[int, int, int]:
@@ -283,12 +283,6 @@ class Predictor:
     @property
     def calibration_id(self) -> str:
         return self.calibration_file.calibration_id
-
-    def with_constants(self, cal: Calibration) -> Predictor:
-        """The same profiles (traces and cycle caches shared) under other constants."""
-        other = Predictor(self.manifest, replace(self.calibration_file, calibration=cal))
-        other.profiles = self.profiles
-        return other
 
     def profile(self, entry: KernelEntry) -> KernelProfile:
         if entry.name not in self.profiles:

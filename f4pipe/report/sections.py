@@ -283,10 +283,11 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
     sec.table = table
     sec.state = "info"
     ids = ", ".join(sorted(set(df["calibration_id"].dropna())))
-    acc = load_calibration().accuracy.get("kfold_nk", {}).get("all", {})
+    med, p90 = load_calibration().error_band()
     sec.verdict = (
         f"{NOT_MEASURED}; PREDICTED by the cycle model (calibration {ids}; out-of-sample "
-        f"median error {acc.get('median_pct', 'n/a')} %, p90 {acc.get('p90_pct', 'n/a')} %)"
+        f"median error {med if med is not None else 'n/a'} %, "
+        f"p90 {p90 if p90 is not None else 'n/a'} %)"
     )
     variants = set(df["variant"])
     if {"original", "rebuilt"} <= variants:
