@@ -233,3 +233,21 @@ def test_predict_lists_a_kernel_unsafe_at_the_traced_k_unranked(f4gemm_dir, caps
     assert "f4gemm_bf16_per1x32Fp4_noBpreShuffle_256x256.co" in {r["kernel"] for r in unsafe}
     assert all(r["rank"] == 0 and r["us_pred"] > 0 for r in unsafe)
     assert rows[: len(rows) - len(unsafe)] == [r for r in rows if r["safe"]]
+
+
+def test_a_partial_last_round_runs_at_a_higher_clock_than_full_rounds():
+    """Full rounds at the full-load clock; a last round with few busy CUs faster, linearly in
+    the busy share; a whole launch of full rounds never sees the light-load clock."""
+    from f4pipe.perf.costs import DEFAULT_CALIBRATION as cal
+    from f4pipe.perf.model import combine, round_clocks
+
+    full, rest, clock = round_clocks(cal, np.array([512, 300, 1]))
+    assert full.tolist() == [2, 1, 0] and rest.tolist() == [0, 44, 1]
+    light, loaded = cal.clock_light_ghz, cal.clock_ghz
+    assert clock[1] == pytest.approx(light - (light - loaded) * 44 / 256)
+    assert loaded < clock[1] < clock[2] < light
+    cycles = 10_000.0
+    _, compute_512, _, _ = combine(cal, 512, cycles, 0.0, 0.0)
+    _, compute_1, _, _ = combine(cal, 1, cycles, 0.0, 0.0)
+    assert compute_512 == pytest.approx(2 * cycles / (loaded * 1e3))
+    assert compute_1 == pytest.approx(cycles / (clock[2] * 1e3))

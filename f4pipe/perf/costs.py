@@ -22,7 +22,7 @@ and the command that fitted them (`python -m f4pipe.perf.fit`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -129,7 +129,8 @@ COST: dict[str, float] = {c.name: c.value for c in TABLE}
 class Calibration:
     """The model's fitted global constants (none per kernel, none per shape)."""
 
-    clock_ghz: float  # sustained engine clock under FP4 MFMA load
+    clock_ghz: float  # sustained engine clock under FP4 MFMA load with every CU busy
+    clock_light_ghz: float  # ... with (almost) no other CU busy; linear in the busy share between
     vmem_latency: float  # clk, loaded round trip of a buffer load (L2 / Infinity Cache)
     cu_vmem_bytes_per_clk: float  # a CU's vector-memory path (buffer loads, LDS DMA, stores)
     hbm_tbps: float  # bytes from HBM (first touch; L2 misses when A + B exceed the MALL), TB/s
@@ -168,10 +169,12 @@ class CalibrationFile:
         }
 
 
-#: Before any fit: figures from the sources (about 1.36 GHz sustained under FP4 load; GT's
-#: ~1,000 clk round trip; one 128 B L1 line per clk per CU; 8 TB/s peak HBM at ~70 %).
+#: Before any fit: figures from the sources (about 1.36 GHz sustained under full FP4 load, the
+#: 2.4 GHz peak not quite held at light load; GT's ~1,000 clk round trip; one 128 B L1 line per
+#: clk per CU; 8 TB/s peak HBM at ~70 %).
 DEFAULT_CALIBRATION = Calibration(
     clock_ghz=1.36,
+    clock_light_ghz=2.1,
     vmem_latency=1000.0,
     cu_vmem_bytes_per_clk=128.0,
     hbm_tbps=5.6,
@@ -187,6 +190,9 @@ def load_calibration(path: Path = CALIBRATION_PATH) -> CalibrationFile:
     if not path.is_file():
         return CalibrationFile(DEFAULT_CALIBRATION, "uncalibrated", {}, "", {})
     raw = json.loads(path.read_text())
+    if set(raw["constants"]) != {f.name for f in fields(Calibration)}:
+        # fitted for another version of the model: its constants mean other things
+        return CalibrationFile(DEFAULT_CALIBRATION, "uncalibrated", {}, "", {})
     return CalibrationFile(
         calibration=Calibration(**raw["constants"]),
         calibration_id=raw["calibration_id"],

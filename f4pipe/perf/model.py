@@ -5,9 +5,10 @@ fills a CU: 256 threads, 512 VGPRs, 160 KiB LDS), in the order the hardware disp
 (linear id = x + gdx * (y + gdy * z), x over N tiles; consecutive ids go to the 8 XCDs in
 turn). Per shape:
 
-- **compute**: rounds x the workgroup's cycles at its K (cu.py on the emulator's path, traced
+- **compute**: per round, the workgroup's cycles at its K (cu.py on the emulator's path, traced
   at K = 256, 512, 1024, 2048 and linear in K beyond: the main loop is the same every
-  iteration) / the sustained clock.
+  iteration) / the clock that round sustains: full rounds at the clock of a fully loaded part,
+  a last partial round faster, as fewer busy CUs draw less power (round_clocks).
 - **memory**: the bytes every workgroup's buffer accesses move (the trace's in-range bytes,
   times the workgroups) over the L2 bandwidth, and the bytes HBM serves over the HBM
   bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what the
@@ -109,10 +110,25 @@ def workgroups_and_rounds(geometry: LaunchGeometry) -> tuple[int, int]:
     return workgroups, -(-workgroups // int(COST["num_cu"]))
 
 
-def combine(cal: Calibration, rounds, cycles, l2_bytes, hbm_bytes):
-    """(time, compute, L2, HBM) in us from rounds, workgroup cycles and bytes: the one
+def round_clocks(cal: Calibration, workgroups):
+    """(full rounds, workgroups of the last partial round, its clock in GHz). MI355X's clock
+    falls with power: under FP4 MFMA load on every CU it sustains cal.clock_ghz; a round that
+    keeps fewer CUs busy runs faster, linearly towards cal.clock_light_ghz as the busy share
+    goes to 0 (AMD does not publish the curve; both ends are calibrated, the line is assumed)."""
+    num_cu = COST["num_cu"]
+    full = np.floor_divide(workgroups, num_cu)
+    rest = workgroups - full * num_cu
+    light = np.maximum(cal.clock_light_ghz, cal.clock_ghz)
+    clock = light - (light - cal.clock_ghz) * (rest / num_cu)
+    return full, rest, clock
+
+
+def combine(cal: Calibration, workgroups, cycles, l2_bytes, hbm_bytes):
+    """(time, compute, L2, HBM) in us from workgroups, workgroup cycles and bytes: the one
     formula, for scalars or numpy arrays alike (the fit evaluates it on every row at once)."""
-    compute_us = rounds * cycles / (cal.clock_ghz * 1e3)
+    full, rest, light_clock = round_clocks(cal, workgroups)
+    compute_us = full * cycles / (cal.clock_ghz * 1e3)
+    compute_us = compute_us + np.where(rest > 0, cycles / (light_clock * 1e3), 0.0)
     l2_us = l2_bytes / (cal.l2_tbps * 1e6)
     hbm_us = hbm_bytes / (cal.hbm_tbps * 1e6)
     memory_us = np.maximum(l2_us, hbm_us)
@@ -135,7 +151,9 @@ def kernel_time(
     at its K."""
     workgroups, rounds = workgroups_and_rounds(geometry)
     hbm = hbm_bytes(entry.tile_m, entry.tile_n, m, n, geometry.k_per_tg, geometry.grid)
-    us, compute_us, l2_us, hbm_us = combine(cal, rounds, wg.cycles, workgroups * wg.vmem_bytes, hbm)
+    us, compute_us, l2_us, hbm_us = combine(
+        cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm
+    )
     memory_us = max(l2_us, hbm_us)
     body = us - cal.launch_us
     if cal.launch_us > body:

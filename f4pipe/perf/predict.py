@@ -34,7 +34,7 @@ from f4pipe.toolchain import cache_root
 
 log = logging.getLogger(__name__)
 
-MODEL_ID = "f4pipe-cu-1"  # bump when the model's structure changes
+MODEL_ID = "f4pipe-cu-2"  # bump when the model's structure changes
 
 
 def trace_cache_dir() -> Path:
