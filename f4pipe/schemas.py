@@ -321,6 +321,35 @@ AUDIT = with_keys(
     pa.field("gain_pct_pred", pa.float64()),
     pa.field("suspect", pa.string()),
 )
+# --- traffic coverage (f4pipe.traffic; `audit-tuned --shapes`): one row per group of M values
+# of a shape that aiter serves alike. outcome: hit | miss | error; `candidates` (comma-separated
+# .co names) is every kernel aiter's fallback may pick; safe is null for a CK kernel or when
+# nothing runs. The *_pred columns are the cycle model's (--predict), null otherwise.
+COVERAGE = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("m_lo", pa.int64(), nullable=False),
+        pa.field("m_hi", pa.int64(), nullable=False),
+        pa.field("n", pa.int64(), nullable=False),
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("cu_num", pa.int64(), nullable=False),
+        pa.field("gfx", pa.string(), nullable=False),
+        pa.field("outcome", pa.string(), nullable=False),
+        pa.field("how", pa.string(), nullable=False),
+        pa.field("padded_m", pa.int64()),
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("line", pa.int64()),
+        pa.field("kernel", pa.string(), nullable=False),
+        pa.field("candidates", pa.string(), nullable=False),
+        pa.field("unsafe_candidates", pa.string(), nullable=False),  # the unsafe ones of them
+        pa.field("log2_k_split", pa.int32(), nullable=False),
+        pa.field("safe", pa.bool_()),
+        pa.field("us_pred", pa.float64()),
+        pa.field("best_kernel_pred", pa.string(), nullable=False),
+        pa.field("best_us_pred", pa.float64()),
+        pa.field("gain_pct_pred", pa.float64()),
+    ]
+)
 #: Columns added to a table after its first release: an older file lacking them reads with
 #: nulls there, so an archived set stays comparable with a new one.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {

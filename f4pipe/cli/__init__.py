@@ -58,7 +58,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "safety": ("safety", "shape-edge sweep of the kernels on the emulator (the safety table)"),
     "audit-tuned": (
         "safety",
-        "check aiter's tuned GEMM tables against the safety rules, emulating unsafe rows",
+        "check aiter's tuned GEMM tables against the safety rules (emulating unsafe rows), or "
+        "with --shapes say which kernel aiter runs for each shape of a model",
     ),
     "tuned-csv": ("safety", "copy one of aiter's tuned GEMM tables out of any aiter source"),
     "report": ("reports", "HTML + markdown report of one result set"),

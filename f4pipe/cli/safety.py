@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ from f4pipe.errors import InputError
 from f4pipe.fetch import extract_wheel_file, fetch_aiter, tuned_tables
 from f4pipe.fsio import write_bytes
 from f4pipe.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
-from f4pipe.manifest import read_manifest
+from f4pipe.manifest import Manifest, read_manifest
 from f4pipe.resultstore import open_store, reuse_line
 from f4pipe.tables import CONFIGS_PATH
 
@@ -113,6 +114,65 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
     return tables
 
 
+def run_coverage(
+    args: argparse.Namespace, manifest: Manifest, tables: dict[str, Path], how: str
+) -> int:
+    """`audit-tuned --shapes/--shape`: what aiter runs for each shape, and the tables' key
+    findings. Exit 1 if a shape runs an unsafe kernel or makes aiter raise."""
+    from f4pipe.audit import read_tuned
+    from f4pipe.lookup import build_index, key_findings
+    from f4pipe.schemas import COVERAGE
+    from f4pipe.traffic import coverage_row, format_row, groups, parse_shape, read_shapes
+
+    specs = [s for path in args.shapes for s in read_shapes(path)]
+    specs += [parse_shape(text) for text in args.shape]
+    index = build_index({name: read_tuned(path) for name, path in tables.items()})
+    predictor = None
+    if args.predict:
+        from f4pipe.perf.predict import Predictor
+
+        predictor = Predictor(manifest)
+    rows = [
+        coverage_row(g, predictor)
+        for spec in specs
+        for g in groups(index, manifest, spec, cu_num=args.cu_num, gfx=args.gfx)
+    ]
+    written = write_if_asked(args.output, rows, COVERAGE)
+    findings = key_findings(index)
+    kinds = Counter(f.kind for f in findings)
+    print(
+        f"f4pipe audit-tuned: {len(tables)} table(s) ({', '.join(tables) or 'none'}) with the "
+        f"kernels of {how}, looked up as {index.rules.name} does on {args.gfx} with "
+        f"{args.cu_num} CUs"
+    )
+    if index.error:
+        print(f"f4pipe audit-tuned: aiter would not load these tables: {index.error}")
+    print(
+        "f4pipe audit-tuned: key findings: "
+        + (", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none")
+    )
+    for f in findings if args.findings else []:
+        print(f"  {f.kind}: {f.row.where()} M={f.row.m} N={f.row.n} K={f.row.k}: {f.detail}")
+        print(f"    reproduce: {f.reproducer}")
+    bad = [r for r in rows if r["outcome"] == "error" or r["safe"] is False]
+    points = Counter()
+    for r in rows:
+        points[r["outcome"]] += r["m_hi"] - r["m_lo"] + 1
+    print(
+        f"f4pipe audit-tuned: {len(specs)} shape(s), {points.total()} (M, N, K) point(s): "
+        f"{points['hit']} hit a tuned row, {points['miss']} fall through to the heuristic, "
+        f"{points['error']} make aiter raise; {len(bad)} group(s) unsafe or failing{written}"
+    )
+    if predictor is not None:
+        print(
+            "f4pipe audit-tuned: times are PREDICTED by the cycle model (calibration "
+            f"{predictor.calibration_id}; not measured), at each group's largest M"
+        )
+    for r in rows:
+        print(f"  {format_row(r)}")
+    return EXIT_FAILED if bad and not args.record else EXIT_OK
+
+
 def run_audit(args: argparse.Namespace) -> int:
     from f4pipe.audit import audit_tables, format_finding, retune_candidates, summarize
     from f4pipe.locate import locate_co_dir
@@ -121,6 +181,8 @@ def run_audit(args: argparse.Namespace) -> int:
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     tables = _audit_inputs(args, located)
+    if args.shapes or args.shape:
+        return run_coverage(args, manifest, tables, located.how)
     hint = args.co_dir_hint or (str(located.co_dir) if not args.co_dir else args.co_dir)
     store = open_store(args.store)
     keys = _keys(args, located)
@@ -257,6 +319,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "cached after)",
     )
     p.add_argument("--top", type=int, default=20, help="re-tune candidates listed (default 20)")
+    p.add_argument(
+        "--shapes",
+        type=Path,
+        action="append",
+        default=[],
+        help="a shape list (CSV: M, N, K[, name]; M may be a range such as 1-8192): instead "
+        "of auditing rows, say for each shape which row aiter's lookup hits (after padding M) "
+        "or which kernels its fallback may run, and whether that is safe; with --predict, the "
+        "predicted time against the predicted best safe kernel. Examples in config/shapes/. "
+        "Exit 1 if a shape runs an unsafe kernel or makes aiter raise",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="M,N,K",
+        help="one shape, as --shapes (repeatable; M may be a range)",
+    )
+    p.add_argument(
+        "--cu-num", type=int, default=256, help="the device's CU count for --shapes (default 256)"
+    )
+    p.add_argument(
+        "--gfx", default="gfx950", help="the device's arch for --shapes (default gfx950)"
+    )
+    p.add_argument(
+        "--findings",
+        action="store_true",
+        help="with --shapes: list every key finding with its reproducer, not only the counts",
+    )
     add_store(p)
     p.add_argument(
         "--co-dir-hint",
