@@ -272,6 +272,8 @@ def _row(keys: ArtifactKeys, name: str, r: pd.Series, gfx: str) -> dict[str, Any
         "best_us_pred": None,
         "gain_pct_pred": None,
         "suspect": None,
+        "reached_by_m": None,
+        "lookup_finding": "",
     }
 
 
@@ -393,7 +395,8 @@ def audit_tables(
     store: ResultStore | None = None,
     predictor: Predictor | None = None,
 ) -> list[dict[str, Any]]:
-    """AUDIT rows of every table ({name, e.g. its path below aiter/configs: file})."""
+    """AUDIT rows of every table ({name, e.g. its path below aiter/configs: file}), each with
+    what aiter's lookup makes of it (lookup_fields)."""
     rows: list[dict[str, Any]] = []
     for name, path in sorted(tables.items()):
         rows += audit_tuned(
@@ -407,7 +410,27 @@ def audit_tables(
             store=store,
             predictor=predictor,
         )
+    lookup_fields(rows, {name: read_tuned(path) for name, path in sorted(tables.items())})
     return rows
+
+
+def lookup_fields(rows: Sequence[dict[str, Any]], frames: Mapping[str, pd.DataFrame]) -> None:
+    """Add to each audit row how many M values reach it through aiter's lookup
+    (`reached_by_m`: 0 when a merge drops it or a duplicate key breaks the table) and the key
+    findings about it (`lookup_finding`, f4pipe.lookup.key_findings kinds)."""
+    from f4pipe.lookup import build_index, catchment, key_findings
+
+    index = build_index(frames)
+    reached = {}
+    for key, n in catchment(index).items():
+        reached[(index.rows[key].table, index.rows[key].line)] = n
+    kinds: dict[tuple[str, int], list[str]] = {}
+    for f in key_findings(index):
+        kinds.setdefault((f.row.table, f.row.line), []).append(f.kind)
+    for row in rows:
+        where = (row["csv"], row["line"])
+        row["reached_by_m"] = 0 if index.error else reached.get(where, 0)
+        row["lookup_finding"] = ",".join(sorted(set(kinds.get(where, []))))
 
 
 def retune_candidates(rows: Sequence[dict[str, Any]], top: int = 20) -> list[str]:

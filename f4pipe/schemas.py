@@ -320,6 +320,11 @@ AUDIT = with_keys(
     pa.field("best_us_pred", pa.float64()),
     pa.field("gain_pct_pred", pa.float64()),
     pa.field("suspect", pa.string()),
+    # aiter's lookup (f4pipe.lookup): how many M in 1..65536 reach the row (0: a merge drops it
+    # or a duplicate key breaks the table), and the key findings about it (comma-separated:
+    # duplicate, lost-in-merge, no-part, unsupported-arch, exact-only; "" none).
+    pa.field("reached_by_m", pa.int64()),
+    pa.field("lookup_finding", pa.string()),
 )
 # --- traffic coverage (f4pipe.traffic; `audit-tuned --shapes`): one row per group of M values
 # of a shape that aiter serves alike. outcome: hit | miss | error; `candidates` (comma-separated
@@ -367,6 +372,8 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
         "best_us_pred",
         "gain_pct_pred",
         "suspect",
+        "reached_by_m",
+        "lookup_finding",
     ),
     "bench": ("us_pred", "tflops_pred", "bound", "model_id", "calibration_id"),
     "roundtrip": ("hazards", "hazard_detail"),

@@ -369,3 +369,24 @@ def test_a_git_source_with_2026_tables_is_looked_up_by_gfx_and_its_merge_refused
     assert "looked up as aiter 2026 (gfx-keyed) does" in text
     assert "update_config_files raises RuntimeError" in text
     assert "key findings: 1 duplicate" in text
+
+
+def test_audit_rows_carry_what_the_lookup_makes_of_them(f4gemm_dir, tmp_path, capsys):
+    """The wheel's asm rows at M=4 and M=8 are reached only by their own M (M=3 pads to 16,
+    M=5-7 to 16 as well); the report lists them per table."""
+    from f4pipe.report.sections import Section, _lookup_counts, _lookup_view
+    from f4pipe.schemas import AUDIT
+
+    out = tmp_path / "audit.parquet"
+    main(["audit-tuned", "--co-dir", str(f4gemm_dir), "--no-emulate", "-o", str(out)])
+    capsys.readouterr()
+    df = read_table(out, AUDIT).to_pandas()
+    exact = df[df["lookup_finding"] == "exact-only"]
+    assert len(exact) and set(exact["reached_by_m"]) == {1}
+    assert {4, 8} <= set(exact["m"])
+    assert (df["reached_by_m"] >= 1).all()
+    assert _lookup_counts(df) == f", key findings of aiter's lookup: {len(exact)} exact-only"
+    sec = Section("audit", "t", "", "")
+    _lookup_view(sec, df)
+    (lines,) = sec.code.values()
+    assert len(lines) == len(exact) and "exact-only (reached by 1 M value(s))" in lines[0]

@@ -321,7 +321,9 @@ def _audit_state(r: pd.Series, side: str) -> str:
     state = f"{short_kernel(str(r[f'kernel {side}']) or str(r[f'symbol {side}']))} "
     state += f"splitK={fmt_value(r[f'log2_k_split {side}'])} {r[f'status {side}']}"
     emulated = r[f"emulated {side}"]
-    return state + (f" ({emulated})" if isinstance(emulated, str) and emulated else "")
+    state += f" ({emulated})" if isinstance(emulated, str) and emulated else ""
+    finding = r.get(f"lookup_finding {side}")
+    return state + (f" [{finding}]" if isinstance(finding, str) and finding else "")
 
 
 def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
@@ -332,6 +334,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     if ta is None or tb is None:
         return None
     cols = [*AUDIT_KEY, "line", "kernel", "symbol", "log2_k_split", "status", "emulated"]
+    cols += ["lookup_finding"]  # null in sets written before the lookup model
     fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", TARGET_ARCH)) for t in (ta, tb))
     m = merge_sets(fa.drop_duplicates(AUDIT_KEY), fb.drop_duplicates(AUDIT_KEY), AUDIT_KEY)
     rows = []

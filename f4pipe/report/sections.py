@@ -412,6 +412,7 @@ def audit_section(rs: ResultSet, out_dir: Path | None) -> Section:
                 else ""
             )
             + (f", {other} rows for other archs skipped" if other else "")
+            + _lookup_counts(t)
         )
     unknown = int((df["status"] == "unknown-kernel").sum())
     sec.verdict = "; ".join(parts) + (
@@ -438,8 +439,37 @@ def audit_section(rs: ResultSet, out_dir: Path | None) -> Section:
             sec.code[f"Findings in {name} (aiter's record beside f4pipe's verdict)"] = [
                 line for _, r in t.iterrows() for line in format_finding(r.to_dict()).splitlines()
             ]
+    _lookup_view(sec, df)
     _retune_view(sec, df, out_dir)
     return sec
+
+
+def _lookup_counts(t: pd.DataFrame) -> str:
+    """', key findings of aiter's lookup: 3 exact-only' for one table's rows ('' if none)."""
+    if "lookup_finding" not in t.columns:
+        return ""
+    kinds = [k for v in t["lookup_finding"].dropna() for k in str(v).split(",") if k]
+    if not kinds:
+        return ""
+    counts = pd.Series(kinds).value_counts().sort_index()
+    return ", key findings of aiter's lookup: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+
+
+def _lookup_view(sec: Section, df: pd.DataFrame) -> None:
+    """Rows aiter's lookup cannot use as written (f4pipe.lookup.key_findings), per table."""
+    if "lookup_finding" not in df.columns:
+        return
+    found = df[df["lookup_finding"].fillna("") != ""]
+    for name, t in found.groupby("csv", sort=True):
+        sec.code[f"Key findings in {name} (aiter's lookup: `f4pipe audit-tuned --shapes`)"] = [
+            f"{name}:{r['line']} M={r['m']} N={r['n']} K={r['k']}: {r['lookup_finding']} "
+            f"(reached by {fmt_reached(r['reached_by_m'])} M value(s))"
+            for _, r in t.iterrows()
+        ]
+
+
+def fmt_reached(value: object) -> str:
+    return "?" if value is None or pd.isna(value) else str(int(value))
 
 
 def _retune_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> None:
