@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "emu",
         "static timing check of a gfx950 code object (s_waitcnt counters, wait states)",
     ),
+    "waits": (
+        "waits",
+        "the loosest correct s_waitcnt at every wait, and the waits and s_nop a kernel lacks",
+    ),
     "kernels": ("spine", "manifest + code object headers -> kernels.parquet"),
     "gemm": ("gemm", "run one MXFP4 GEMM like the seed driver (verify, time on hardware)"),
     "verify": ("gemm", "check kernels against the CPU reference over a shape matrix"),

@@ -199,6 +199,10 @@ class TimingModel:
             self._memo[key] = t
         return t
 
+    def retag(self, pc: int, vm: tuple, lds: tuple, smem: tuple) -> tuple[tuple, tuple, tuple]:
+        """The queues after `pc`'s retirements (f4pipe.emu.waits marks ops here)."""
+        return vm, lds, smem
+
     def _intern(self, state: State) -> int:
         sid = self._ids.get(state)
         if sid is None:
@@ -233,6 +237,7 @@ class TimingModel:
         elif "endpgm" in e.tags:
             retire_vm, retire_lds, smem = len(vm), len(lds), ()
         vm, lds = vm[retire_vm:], lds[retire_lds:]
+        vm, lds, smem = self.retag(pc, vm, lds, smem)
         # Ops that write no register are kept anonymous (-1): only their count matters here
         # (LDS DMA is tracked by sequence number in TimingRun), so loops of stores converge.
         op = pc if e.load_dest else -1

@@ -1,0 +1,215 @@
+"""`f4pipe waits X.co | X.s`: the loosest correct s_waitcnt at every wait, the waits and s_nop a
+kernel lacks, and the bookkeeping behind them (f4pipe.emu.waits)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
+from f4pipe.cli.args import add_co_dir, add_json_flag, add_toolchain_args, toolchain_from_args
+from f4pipe.errors import InputError
+
+
+def _program(args: argparse.Namespace, tmp: Path):
+    """The kernel to analyse (an .s is assembled first) and the code object it lives in."""
+    from f4pipe.codeobject import CodeObject
+    from f4pipe.emu.program import Program
+
+    path = Path(args.kernel_file)
+    if path.suffix == ".s":
+        from f4pipe.assemble import assemble
+
+        path = assemble(path, tmp / f"{path.stem}.co", toolchain_from_args(args))
+    symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
+    if args.kernel:
+        symbols = [s for s in symbols if args.kernel in s]
+    if len(symbols) != 1:
+        raise InputError(
+            f"{args.kernel_file}: {len(symbols)} kernels match ({', '.join(symbols) or 'none'}); "
+            "pick one with --kernel"
+        )
+    return Program.load(path, symbols[0]), path
+
+
+def _manifest_entry(args: argparse.Namespace, symbol: str):
+    """The f4gemm manifest row of `symbol` (needed to launch it), or an InputError."""
+    from f4pipe.locate import locate_co_dir
+    from f4pipe.manifest import read_manifest
+
+    manifest = read_manifest(locate_co_dir(args.co_dir).co_dir)
+    entry = next((e for e in manifest if e.symbol == symbol), None)
+    if entry is None:
+        raise InputError(
+            f"--verify launches the kernel through the f4gemm host code, and {symbol} is not in "
+            f"the manifest of {manifest.csv_path}: pass --co-dir with its f4gemm directory"
+        )
+    return entry
+
+
+def _repairs(program) -> tuple[list[str], list[dict]]:
+    """What the kernel lacks today: a wait before each consumer of an unretired load, an
+    s_nop before each consumer too close to its producer (lines, JSON rows)."""
+    from f4pipe.emu.hazards import analyse
+
+    report = analyse(program)
+    lines, rows = [], []
+    for f in report.counters:
+        h = f.hazard
+        lines.append(f"MISSING WAIT before pc {h.consumer_pc:#x}: {h.message}")
+        rows.append({"kind": "wait", "before_pc": h.consumer_pc, "message": h.message})
+    for f in report.wait_states:
+        h = f.hazard
+        nop = (f.required or 0) - (f.actual or 0) - 1
+        fix = f"s_nop {nop}" if nop >= 0 else "nothing"
+        where = f"before pc {h.consumer_pc:#x}"
+        lines.append(f"MISSING WAIT STATES {where} (insert {fix}): {h.message}")
+        rows.append(
+            {"kind": "s_nop", "before_pc": h.consumer_pc, "s_nop": nop, "message": h.message}
+        )
+    return lines, rows
+
+
+def _explain(program, pc: int) -> list[str]:
+    """The in-order bookkeeping at one pc: outstanding ops per counter in every state a path
+    reaches it in, oldest first, and (at an s_waitcnt) which later instruction needs which."""
+    from f4pipe.emu.hazards import build_cfg
+    from f4pipe.emu.waits import advise_wait, states_by_pc
+
+    cfg = build_cfg(program)
+    if pc not in cfg.succ:
+        raise InputError(f"--explain {pc:#x}: no reachable instruction starts there")
+    model, at = states_by_pc(program, cfg)
+    lines = [f"pc {pc:#x} `{model.text(pc)}`: reached in {len(at[pc])} state(s)"]
+    for n, sid in enumerate(sorted(at[pc]), start=1):
+        s = model.states[sid]
+        lines.append(f"  state {n}:")
+        for name, queue in (("vmcnt", s.vm), ("lgkmcnt (DS)", s.lds), ("lgkmcnt (SMEM)", s.smem)):
+            if not queue:
+                continue
+            lines.append(f"    {name}: {len(queue)} outstanding, oldest first")
+            for i, op in enumerate(queue):
+                what = "a store" if op < 0 else f"pc {op & 0xFFFFFFFF:#x} `{model.text(op)}`"
+                lines.append(f"      [{len(queue) - 1 - i} younger] {what}")
+    if model.effects(pc).wait is not None:
+        advice = advise_wait(program, cfg, pc, (model, at))
+        lines.append(f"  {advice.render()}")
+        for need in sorted(set(advice.needs), key=lambda x: (x.counter, x.younger)):
+            lines.append(
+                f"    {need.counter}: pc {need.consumer_pc:#x} `{model.text(need.consumer_pc)}` "
+                f"needs pc {need.op_pc:#x} `{model.text(need.op_pc)}` ({need.younger} younger "
+                "at this wait)"
+            )
+    return lines
+
+
+def cmd_waits(args: argparse.Namespace) -> int:
+    from f4pipe.emu.waits import advise
+
+    with tempfile.TemporaryDirectory(prefix="f4pipe-waits-") as tmp:
+        program, co_path = _program(args, Path(tmp))
+        if args.explain is not None:
+            print("\n".join(_explain(program, int(args.explain, 0))))
+            return EXIT_OK
+        missing, missing_rows = _repairs(program)
+        advice = advise(program) if not missing else []
+        verified = {}
+        if args.verify and advice:
+            from f4pipe.emu.waits import verify_loosening
+            from f4pipe.trykernel import open_devices, quick_cases
+
+            entry = _manifest_entry(args, program.symbol)
+            (device,) = open_devices("emulator", True)
+            try:
+                for v in verify_loosening(entry, co_path, advice, device, quick_cases(entry)):
+                    verified[v.pc] = v
+            finally:
+                device.close()
+    if args.json:
+        print(json.dumps(_json(program.symbol, missing_rows, advice, verified), indent=1))
+    else:
+        _print(program.symbol, missing, advice, verified, args.verify)
+    return EXIT_FAILED if missing else EXIT_OK
+
+
+def _json(symbol, missing_rows, advice, verified) -> dict:
+    return {
+        "kernel": symbol,
+        "missing": missing_rows,
+        "waits": [
+            {
+                "pc": a.pc,
+                "text": a.text,
+                "vmcnt": a.actual[0],
+                "lgkmcnt": a.actual[1],
+                "loosest_vmcnt": a.loosest[0],
+                "loosest_lgkmcnt": a.loosest[1],
+                "lds_dma_released": a.dma_released,
+                "verified_vmcnt": verified[a.pc].confirmed[0] if a.pc in verified else None,
+                "verified_lgkmcnt": verified[a.pc].confirmed[1] if a.pc in verified else None,
+                "refused": verified[a.pc].refused if a.pc in verified else "",
+            }
+            for a in advice
+        ],
+    }
+
+
+def _print(symbol, missing, advice, verified, verify: bool) -> None:
+    stricter = [a for a in advice if a.stricter]
+    print(
+        f"f4pipe waits: {symbol}: {len(missing)} missing wait(s) or wait state(s); "
+        f"{len(advice)} s_waitcnt, {len(stricter)} stricter than the registers need"
+    )
+    for line in missing:
+        print(f"  {line}")
+    for a in advice:
+        print(f"  {a.render()}")
+        v = verified.get(a.pc)
+        if v is not None:
+            looser = v.confirmed != v.actual
+            what = (
+                f"emulated: vmcnt({v.confirmed[0]}) lgkmcnt({v.confirmed[1]}) runs clean"
+                if looser
+                else "emulated: no looser wait runs clean"
+            )
+            print(f"    {what}" + (f"; looser: {v.refused}" if v.refused else ""))
+    if stricter and not verify:
+        print(
+            "f4pipe waits: the advice covers registers on every path; LDS written by LDS DMA "
+            "and ds_write is read by other waves at addresses that are data: --verify runs "
+            "each loosening on the emulator"
+        )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "waits",
+        help=command_help("waits"),
+        description="For every s_waitcnt of a gfx950 kernel, the loosest vmcnt and lgkmcnt "
+        "that keep every later read (or overwrite) of a load's registers correct on every path "
+        "(counters retire in order; loops iterated to a fixed point; the kernel's other waits "
+        "as they are), beside the actual counts; every wait and s_nop the kernel lacks. "
+        "--verify runs each loosening on the emulator (f4gemm kernels), which also checks LDS "
+        "between waves; --explain PC writes out the bookkeeping at one instruction. Exit 0 "
+        "nothing missing, 1 a wait or wait state missing, 2 error.",
+    )
+    p.add_argument("kernel_file", help="a gfx950 code object (.co) or assembly (.s)")
+    p.add_argument("--kernel", help="the kernel whose symbol contains this (several in one file)")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="launch each loosening alone on the emulator at `try`'s quick shapes and keep the "
+        "loosest that runs clean (needs the kernel's f4gemm manifest: --co-dir)",
+    )
+    p.add_argument(
+        "--explain",
+        metavar="PC",
+        help="the outstanding ops at PC (hex or decimal), oldest first, in every state a path "
+        "reaches it in, and at an s_waitcnt which later instruction needs which op",
+    )
+    add_co_dir(p)
+    add_toolchain_args(p)
+    add_json_flag(p, "the advice")
+    p.set_defaults(func=cmd_waits)

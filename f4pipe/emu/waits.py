@@ -1,0 +1,329 @@
+"""Waits computed, not remembered: the loosest correct count at every `s_waitcnt` of a kernel.
+
+A wait W exists to retire memory ops that some later instruction reads (or overwrites) before
+any later wait would retire them. Counters retire in issue order (f4pipe.emu.timing), so W
+with limit L retires every outstanding op that has at least L younger ops on its counter.
+The loosest correct L is therefore the smallest "younger count at W" over the ops W must
+retire, taken over every state in which any path reaches W.
+
+Which ops W must retire is found by running the static counter exploration
+(f4pipe.emu.hazards) once per wait with that wait disabled, and with every op outstanding at W
+tagged by its younger count there: every hazard the exploration then finds names a tagged op
+that W (and nothing after it) had to retire. Because a later `s_waitcnt vmcnt(N)` retires all
+but the newest N ops whatever W left behind, ops W need not retire stay harmless at any
+looser L; the answer is exact for the paths the exploration covers (every edge taken both
+ways), with the kernel's other waits as they are. Loosening several waits at once is not the
+same question: apply them one at a time (`loosen_all`), re-checking after each.
+
+Scalar loads return out of order, so an SMEM op W must retire forces lgkmcnt(0).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from f4pipe.emu.effects import NO_OFFSETS, Effects
+from f4pipe.emu.hazards import Cfg, build_cfg, counter_findings
+from f4pipe.emu.program import Program
+from f4pipe.emu.timing import LGKM_MAX, VM_MAX, TimingModel
+
+if TYPE_CHECKING:
+    from f4pipe.device import Device
+    from f4pipe.manifest import KernelEntry
+
+#: A tagged op is pc | (younger count at W + 1) << TAG_SHIFT (pcs are below 2**32).
+TAG_SHIFT = 32
+PC_MASK = (1 << TAG_SHIFT) - 1
+#: The limits of an s_waitcnt that waits for nothing on a counter.
+NO_WAIT = (VM_MAX, LGKM_MAX)
+
+
+#: A pseudo-register for "this wave's LDS DMA data": written by every LDS DMA op, read by the
+#: wave's own DS loads and by s_barrier (after it, other waves may read what the DMA wrote; which
+#: words they read is data, so every outstanding DMA counts).
+LDS_DMA_REG = 1 << 20
+
+
+class _Tagged(TimingModel):
+    """The static timing model, reading tagged op ids (pc | tag << TAG_SHIFT) as their pc."""
+
+    def effects(self, pc: int, offsets: tuple[int, int, int, int] = NO_OFFSETS) -> Effects:
+        return super().effects(pc & PC_MASK, offsets)
+
+    def text(self, pc: int) -> str:
+        return super().text(pc & PC_MASK)
+
+
+class LdsModel(_Tagged):
+    """The static timing model with LDS DMA ops named (they write a pseudo-register that DS
+    loads and s_barrier read): their place in the queues, not a verdict on them."""
+
+    def effects(self, pc: int, offsets: tuple[int, int, int, int] = NO_OFFSETS) -> Effects:
+        e = super().effects(pc, offsets)
+        if "lds_dma" in e.tags:
+            return replace(e, load_dest=e.load_dest | {LDS_DMA_REG})
+        if (e.unit == "ds" and e.load_dest) or "barrier" in e.tags:
+            return replace(e, reads={**e.reads, "lds_dma": frozenset({LDS_DMA_REG})})
+        return e
+
+
+class _WaitProbe(_Tagged):
+    """The timing model with one wait disabled and the ops outstanding there tagged."""
+
+    def __init__(self, program: Program, wait_pc: int) -> None:
+        super().__init__(program, frozenset())
+        self.wait_pc = wait_pc
+
+    def effects(self, pc: int, offsets: tuple[int, int, int, int] = NO_OFFSETS) -> Effects:
+        e = super().effects(pc, offsets)
+        if pc == self.wait_pc and e.wait is not None:
+            return replace(e, wait=NO_WAIT)
+        return e
+
+    def retag(self, pc: int, vm: tuple, lds: tuple, smem: tuple) -> tuple[tuple, tuple, tuple]:
+        if pc != self.wait_pc:
+            return vm, lds, smem
+        return _tag(vm), _tag(lds), tuple(_tagged(op, 0) for op in smem)
+
+
+def _tagged(op: int, younger: int) -> int:
+    return op if op < 0 else (op & PC_MASK) | ((younger + 1) << TAG_SHIFT)
+
+
+def _tag(queue: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(_tagged(op, len(queue) - 1 - i) for i, op in enumerate(queue))
+
+
+def _younger(op: int) -> int | None:
+    tag = op >> TAG_SHIFT
+    return tag - 1 if tag else None
+
+
+@dataclass(frozen=True)
+class Need:
+    """One op a wait must retire: the load, who reads (or overwrites) its registers, and how
+    many younger ops on its counter were outstanding at the wait."""
+
+    counter: str  # vmcnt | lgkmcnt
+    op_pc: int
+    consumer_pc: int
+    younger: int
+    message: str
+
+
+@dataclass(frozen=True)
+class WaitAdvice:
+    """An s_waitcnt: its counts, the loosest correct ones for registers, and the ops that bind
+    them. `dma_released`: LDS DMA ops the loosened vmcnt would no longer retire here; other
+    waves read what they write after a barrier, at addresses that are data, so only an
+    emulated launch (`f4pipe waits --verify`) can clear them."""
+
+    pc: int
+    text: str
+    actual: tuple[int, int]
+    loosest: tuple[int, int]
+    needs: tuple[Need, ...]
+    dma_released: int = 0
+
+    @property
+    def stricter(self) -> bool:
+        return self.loosest != self.actual and all(
+            lo >= a for lo, a in zip(self.loosest, self.actual, strict=True)
+        )
+
+    def render(self) -> str:
+        parts = []
+        for name, a, lo, cap in zip(
+            ("vmcnt", "lgkmcnt"), self.actual, self.loosest, NO_WAIT, strict=True
+        ):
+            if a >= cap:
+                continue
+            if lo == a:
+                parts.append(f"{name}({a}) is needed")
+            elif lo >= cap:
+                parts.append(f"{name}({a}) waits for nothing any path needs: drop it")
+            else:
+                parts.append(f"{name}({a}) could be {name}({lo})")
+        if self.dma_released:
+            parts.append(
+                f"loosening leaves {self.dma_released} LDS DMA load(s) in flight past here: "
+                "confirm with --verify"
+            )
+        return f"pc {self.pc:#x} `{self.text}`: " + "; ".join(parts)
+
+
+def _limit(needs: list[Need], counter: str, cap: int) -> int:
+    younger = [n.younger for n in needs if n.counter == counter]
+    return min(younger) if younger else cap
+
+
+def states_by_pc(program: Program, cfg: Cfg) -> tuple[LdsModel, dict[int, set[int]]]:
+    """Every abstract state (outstanding ops, LDS DMA named) in which some path reaches each
+    pc, as ids of the returned model."""
+    model = LdsModel(program, frozenset())
+    at: dict[int, set[int]] = {}
+    work = [(program.entry, 0)]
+    while work:
+        pc, sid = work.pop()
+        seen = at.setdefault(pc, set())
+        if sid in seen:
+            continue
+        seen.add(sid)
+        t = model.transition(sid, pc)
+        work.extend((s, t.next) for s in cfg.succ[pc])
+    return model, at
+
+
+def _dma_released(model: LdsModel, sids: set[int], actual: int, loosest: int) -> int:
+    """LDS DMA ops a vmcnt of `loosest` instead of `actual` leaves outstanding (most over the
+    states)."""
+    most = 0
+    for sid in sids:
+        vm = model.states[sid].vm
+        released = [
+            op
+            for i, op in enumerate(vm)
+            if op >= 0
+            and actual <= len(vm) - 1 - i < loosest
+            and "lds_dma" in model.effects(op).tags
+        ]
+        most = max(most, len(released))
+    return most
+
+
+def advise_wait(
+    program: Program, cfg: Cfg, wait_pc: int, states: tuple[LdsModel, dict[int, set[int]]]
+) -> WaitAdvice:
+    """The loosest (vmcnt, lgkmcnt) of the s_waitcnt at `wait_pc`, other waits as they are."""
+    probe = _WaitProbe(program, wait_pc)
+    needs = []
+    for f in counter_findings(probe, cfg):
+        h = f.hazard
+        younger = _younger(h.producer_pc)
+        if younger is None:
+            continue  # an op issued after the wait: not this wait's business
+        counter = "vmcnt" if h.rule == "vmcnt" else "lgkmcnt"
+        needs.append(Need(counter, h.producer_pc & PC_MASK, h.consumer_pc, younger, h.message))
+    base = TimingModel(program, frozenset())
+    actual = base.effects(wait_pc).wait
+    assert actual is not None
+    loosest = (_limit(needs, "vmcnt", VM_MAX), _limit(needs, "lgkmcnt", LGKM_MAX))
+    model, at = states
+    dma = _dma_released(model, at.get(wait_pc, set()), actual[0], loosest[0])
+    return WaitAdvice(wait_pc, base.text(wait_pc), actual, loosest, tuple(needs), dma)
+
+
+def wait_pcs(program: Program, cfg: Cfg) -> list[int]:
+    model = TimingModel(program, frozenset())
+    return [pc for pc in cfg.order if model.effects(pc).wait is not None]
+
+
+def advise(program: Program) -> list[WaitAdvice]:
+    """Advice for every s_waitcnt reachable in the kernel."""
+    cfg = build_cfg(program)
+    states = states_by_pc(program, cfg)
+    return [advise_wait(program, cfg, pc, states) for pc in wait_pcs(program, cfg)]
+
+
+def encode_waitcnt(simm16: int, vmcnt: int, lgkmcnt: int) -> int:
+    """The s_waitcnt immediate with new vmcnt (bits 3:0 and 15:14) and lgkmcnt (bits 11:8),
+    expcnt and the other bits kept."""
+    if not (0 <= vmcnt <= VM_MAX and 0 <= lgkmcnt <= LGKM_MAX):
+        raise ValueError(f"vmcnt {vmcnt} / lgkmcnt {lgkmcnt} out of range")
+    keep = simm16 & ~(0xF | 0xC000 | 0xF00) & 0xFFFF
+    return keep | (vmcnt & 0xF) | ((vmcnt >> 4) & 0x3) << 14 | (lgkmcnt & 0xF) << 8
+
+
+def patch_waits(co_path: Path, out: Path, limits: dict[int, tuple[int, int]]) -> None:
+    """Write `co_path` to `out` with the s_waitcnt at each pc given new (vmcnt, lgkmcnt): the
+    instruction keeps its size, so nothing else moves."""
+    from f4pipe.codeobject import CodeObject
+    from f4pipe.fsio import write_bytes
+
+    co = CodeObject.read(co_path)
+    text = co.sections[".text"]
+    data = bytearray(co.data)
+    for pc, (vm, lgkm) in limits.items():
+        at = text.offset + (pc - text.addr)
+        word = int.from_bytes(data[at : at + 4], "little")
+        if word >> 16 != SOPP_WAITCNT:
+            raise ValueError(f"{co_path}: pc {pc:#x} is not an s_waitcnt")
+        word = (word & 0xFFFF0000) | encode_waitcnt(word & 0xFFFF, vm, lgkm)
+        data[at : at + 4] = word.to_bytes(4, "little")
+    write_bytes(out, bytes(data))
+
+
+#: The upper half of an s_waitcnt word (SOPP encoding 0b101111111, opcode 12).
+SOPP_WAITCNT = 0xBF8C
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A wait's loosening as emulated launches confirmed it: the limits that ran clean, and
+    why a looser one did not (the first hazard or wrong result, "" if none was refused)."""
+
+    pc: int
+    actual: tuple[int, int]
+    confirmed: tuple[int, int]
+    refused: str = ""
+
+
+def verify_loosening(
+    entry: KernelEntry, co_path: Path, advice: list[WaitAdvice], device: Device, cases
+) -> list[Verified]:
+    """Each looser wait alone, on emulated launches of `cases` (f4pipe.trykernel.Case): the
+    static limits when they run clean, else the loosest clean ones found by bisection on each
+    counter (the emulator also checks LDS between waves, which the static analysis cannot)."""
+    out = []
+    tries = iter(range(1 << 30))
+    with tempfile.TemporaryDirectory(prefix="f4pipe-waits-") as tmp:
+        for a in advice:
+            if a.loosest == a.actual or not a.stricter:
+                continue
+
+            def runs_clean(limits: tuple[int, int], a=a) -> str:
+                # a new file each time: devices cache loaded kernels by path
+                patched = Path(tmp) / f"{next(tries)}-{co_path.name}"
+                patch_waits(co_path, patched, {a.pc: limits})
+                return _first_problem(device, entry, patched, cases)
+
+            vm, lgkm = a.loosest
+            why = runs_clean((vm, lgkm))
+            if not why:
+                out.append(Verified(a.pc, a.actual, a.loosest))
+                continue
+            vm = _bisect(a.actual[0], vm, lambda v, a=a: not runs_clean((v, a.actual[1])))
+            lgkm = _bisect(a.actual[1], lgkm, lambda g, vm=vm: not runs_clean((vm, g)))
+            out.append(Verified(a.pc, a.actual, (vm, lgkm), why))
+    return out
+
+
+def _bisect(lo: int, hi: int, clean) -> int:
+    """The largest value in [lo, hi] for which clean() holds (clean(lo) is assumed)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if clean(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _first_problem(device: Device, entry: KernelEntry, co_path: Path, cases) -> str:
+    from f4pipe.errors import DeviceError
+    from f4pipe.gemm import GemmRequest, run_gemm
+
+    for case in cases:
+        request = GemmRequest(case.m, case.n, case.k, case.log2_k_split, edge_policy="pad")
+        try:
+            result = run_gemm(device, entry, co_path, request)
+        except DeviceError as exc:
+            return f"M={case.m} N={case.n} K={case.k}: fault: {exc}"
+        if result.hazards:
+            return f"M={case.m} N={case.n} K={case.k}: {result.hazard_summary}"
+        if result.verification is not None and not result.verification.passed:
+            return f"M={case.m} N={case.n} K={case.k}: D is wrong"
+    return ""
