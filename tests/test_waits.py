@@ -15,6 +15,7 @@ from f4pipe.emu.hazards import build_cfg
 from f4pipe.emu.program import Program
 from f4pipe.emu.waits import advise, encode_waitcnt, patch_waits, states_by_pc, verify_loosening
 from f4pipe.manifest import read_manifest
+from f4pipe.perf.predict import KernelProfile, wait_change_cycles
 from f4pipe.trykernel import open_devices, quick_cases
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
@@ -146,6 +147,10 @@ def test_the_shipped_kernel_misses_no_wait_and_its_vmcnt_lore_is_exactly_tight(s
         assert v.confirmed == (12, 5) and "lds-visibility" in v.refused
     looser = {v.actual: v.confirmed for v in verified.values() if v.confirmed != v.actual}
     assert looser == {(63, 0): (63, 2), (0, 0): (63, 15)}
+    profile = KernelProfile(entry, co)
+    for v in verified.values():
+        before, after = wait_change_cycles(profile, {v.pc: v.confirmed})
+        assert after <= before  # a looser wait never costs cycles in the model
 
 
 def test_a_loosened_needed_wait_is_reported_missing(shipped, tmp_path, capsys):

@@ -115,7 +115,8 @@ def cmd_waits(args: argparse.Namespace) -> int:
             return EXIT_OK
         missing, missing_rows = _repairs(program)
         advice = advise(program) if not missing else []
-        verified = {}
+        verified: dict = {}
+        predicted: dict = {}
         if args.verify and advice:
             from f4pipe.emu.waits import verify_loosening
             from f4pipe.trykernel import open_devices, quick_cases
@@ -127,14 +128,30 @@ def cmd_waits(args: argparse.Namespace) -> int:
                     verified[v.pc] = v
             finally:
                 device.close()
+            predicted = _predicted_savings(entry, co_path, verified)
     if args.json:
-        print(json.dumps(_json(program.symbol, missing_rows, advice, verified), indent=1))
+        print(
+            json.dumps(_json(program.symbol, missing_rows, advice, verified, predicted), indent=1)
+        )
     else:
-        _print(program.symbol, missing, advice, verified, args.verify)
+        _print(program.symbol, missing, advice, verified, predicted, args.verify)
     return EXIT_FAILED if missing else EXIT_OK
 
 
-def _json(symbol, missing_rows, advice, verified) -> dict:
+def _predicted_savings(entry, co_path: Path, verified: dict) -> dict[int, tuple[float, float]]:
+    """Per confirmed loosening, the cycle model's workgroup cycles at K=2048 before and after
+    (f4pipe.perf; PREDICTED)."""
+    from f4pipe.perf.predict import KernelProfile, wait_change_cycles
+
+    profile = KernelProfile(entry, co_path)
+    return {
+        pc: wait_change_cycles(profile, {pc: v.confirmed})
+        for pc, v in verified.items()
+        if v.confirmed != v.actual
+    }
+
+
+def _json(symbol, missing_rows, advice, verified, predicted) -> dict:
     return {
         "kernel": symbol,
         "missing": missing_rows,
@@ -150,13 +167,14 @@ def _json(symbol, missing_rows, advice, verified) -> dict:
                 "verified_vmcnt": verified[a.pc].confirmed[0] if a.pc in verified else None,
                 "verified_lgkmcnt": verified[a.pc].confirmed[1] if a.pc in verified else None,
                 "refused": verified[a.pc].refused if a.pc in verified else "",
+                "predicted_cycles_k2048": list(predicted[a.pc]) if a.pc in predicted else None,
             }
             for a in advice
         ],
     }
 
 
-def _print(symbol, missing, advice, verified, verify: bool) -> None:
+def _print(symbol, missing, advice, verified, predicted, verify: bool) -> None:
     stricter = [a for a in advice if a.stricter]
     print(
         f"f4pipe waits: {symbol}: {len(missing)} missing wait(s) or wait state(s); "
@@ -175,6 +193,12 @@ def _print(symbol, missing, advice, verified, verify: bool) -> None:
                 else "emulated: no looser wait runs clean"
             )
             print(f"    {what}" + (f"; looser: {v.refused}" if v.refused else ""))
+        if a.pc in predicted:
+            before, after = predicted[a.pc]
+            print(
+                f"    PREDICTED (cycle model, not measured): {before:.0f} -> {after:.0f} clk per "
+                f"workgroup at K=2048 ({(after / before - 1) * 100:+.2f} %)"
+            )
     if stricter and not verify:
         print(
             "f4pipe waits: the advice covers registers on every path; LDS written by LDS DMA "

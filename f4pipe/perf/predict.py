@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from f4pipe.emu.program import Program, executed_digest
@@ -250,6 +250,25 @@ def predicted_change(
         bound=(bounds[0], bounds[1]),
         calibration_id=calfile.calibration_id,
     )
+
+
+def wait_change_cycles(
+    profile: KernelProfile,
+    limits: dict[int, tuple[int, int]],
+    cal: Calibration | None = None,
+    k_local: int = TRACE_KS[-1],
+) -> tuple[float, float]:
+    """A full-tile workgroup's predicted cycles at `k_local` before and after the s_waitcnt at
+    each pc takes new (vmcnt, lgkmcnt) limits: same path (a wait changes no branch), same
+    timing table; only when each wait releases the wave changes."""
+    c = cal or load_calibration().calibration
+    before = profile.simulated(k_local, 0, c, (1.0, 1.0)).cycles
+    ops = dict(profile.ops)
+    for pc, (vm, lgkm) in limits.items():
+        ops[pc] = replace(ops[pc], wait_vm=vm, wait_lgkm=lgkm)
+    trace = profile.trace(k_local)
+    after = simulate_workgroup(ops, trace, c.vmem_latency, c.cu_vmem_bytes_per_clk).cycles
+    return before, after
 
 
 #: Row fractions of a partial tile are rounded up to multiples of 1 / FRACTION_STEPS.
