@@ -178,3 +178,75 @@ def test_explain_lists_the_outstanding_ops_oldest_first(shipped, capsys):
     assert f"reached in {len(at[pc])} state(s)" in text
     assert "vmcnt: " in text and "[0 younger]" in text
     assert "lgkmcnt: pc" in text and "needs pc" in text  # who needs which DS read
+
+
+@pytest.fixture(scope="module")
+def shipped_asm(shipped, toolchain) -> list[str]:
+    from f4pipe.co2asm import co2asm
+
+    return co2asm(shipped[1], toolchain).splitlines()
+
+
+def first(lines: list[str], text: str) -> int:
+    return next(i for i, line in enumerate(lines) if line.strip() == text)
+
+
+def broken_variants(asm: list[str]) -> dict[str, tuple[list[str], str]]:
+    """Edits that break the kernel, and the line --apply must insert to repair each."""
+    wait = first(asm, "s_waitcnt lgkmcnt(0)")  # retires the prologue's scalar loads
+    nop = first(asm, "s_nop 1")  # VALU writes VCC, then v_cndmask reads it (rule B1.4)
+    dropped = asm[:wait] + asm[wait + 1 :]
+    short = [*asm[:nop], "\ts_nop 0", *asm[nop + 1 :]]
+    moved = [*asm[:wait], asm[wait + 1], asm[wait], *asm[wait + 2 :]]
+    return {
+        "dropped wait": (dropped, "s_waitcnt lgkmcnt(0)"),
+        "shortened s_nop": (short, "s_nop 0"),
+        "wait moved below its reader": (moved, "s_waitcnt lgkmcnt(0)"),
+    }
+
+
+@pytest.mark.parametrize("case", ["dropped wait", "shortened s_nop", "wait moved below its reader"])
+def test_apply_repairs_a_broken_edit_with_one_inserted_line(
+    shipped_asm, f4gemm_dir, tmp_path, case, capsys
+):
+    """Minimal: the repaired file is the broken one plus exactly one commented line, right
+    before the instruction that needed it; it has 0 static findings and runs clean on the
+    emulator (--apply checks both before it writes)."""
+    lines, inserted = broken_variants(shipped_asm)[case]
+    broken, fixed = tmp_path / "broken.s", tmp_path / "fixed.s"
+    broken.write_text("\n".join(lines) + "\n")
+    assert main(["waits", str(broken)]) == 1  # reported missing first
+    capsys.readouterr()
+    apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed)]
+    assert main(["waits", str(broken), *apply]) == 0
+    assert "0 static findings; the emulator runs it clean" in capsys.readouterr().out
+    out = fixed.read_text().splitlines()
+    assert len(out) == len(lines) + 1
+    (at,) = [i for i, (a, b) in enumerate(zip(out, [*lines, ""], strict=True)) if a != b][:1]
+    assert out[at].split("//")[0].strip() == inserted and "// f4pipe waits: inserted" in out[at]
+    assert out[:at] + out[at + 1 :] == lines
+
+
+def test_apply_on_a_correct_kernel_changes_nothing(shipped, f4gemm_dir, tmp_path, capsys):
+    _, co = shipped
+    out = tmp_path / "same.s"
+    assert main(["waits", str(co), "--co-dir", str(f4gemm_dir), "--apply", "-o", str(out)]) == 0
+    assert "0 change(s)" in capsys.readouterr().out
+    assert "f4pipe waits:" not in out.read_text()
+
+
+def test_loosen_relaxes_only_the_waits_the_emulator_confirms(
+    shipped, shipped_asm, f4gemm_dir, tmp_path, capsys
+):
+    _, co = shipped
+    out = tmp_path / "loose.s"
+    args = ["waits", str(co), "--co-dir", str(f4gemm_dir), "--apply", "--loosen", "-o", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    new = out.read_text().splitlines()
+    pairs = zip(shipped_asm, new, strict=True)
+    changed = [(a.strip(), b.split("//")[0].strip()) for a, b in pairs if a != b]
+    assert changed == [
+        ("s_waitcnt lgkmcnt(0)", "s_waitcnt lgkmcnt(2)"),
+        ("s_waitcnt vmcnt(0) expcnt(0) lgkmcnt(0)", "s_waitcnt expcnt(0)"),
+    ]

@@ -50,25 +50,36 @@ def _manifest_entry(args: argparse.Namespace, symbol: str):
 
 
 def _repairs(program) -> tuple[list[str], list[dict]]:
-    """What the kernel lacks today: a wait before each consumer of an unretired load, an
-    s_nop before each consumer too close to its producer (lines, JSON rows)."""
-    from f4pipe.emu.hazards import analyse
+    """What the kernel lacks today, as the fewest insertions (f4pipe.emu.waits.repairs): a wait
+    before the first reader of each unretired load on each path, an s_nop before each
+    instruction too close to its producer (lines, JSON rows)."""
+    from f4pipe.edits.waitfix import nops, waitcnt_text
+    from f4pipe.emu.waits import repairs
 
-    report = analyse(program)
     lines, rows = [], []
-    for f in report.counters:
-        h = f.hazard
-        lines.append(f"MISSING WAIT before pc {h.consumer_pc:#x}: {h.message}")
-        rows.append({"kind": "wait", "before_pc": h.consumer_pc, "message": h.message})
-    for f in report.wait_states:
-        h = f.hazard
-        nop = (f.required or 0) - (f.actual or 0) - 1
-        fix = f"s_nop {nop}" if nop >= 0 else "nothing"
-        where = f"before pc {h.consumer_pc:#x}"
-        lines.append(f"MISSING WAIT STATES {where} (insert {fix}): {h.message}")
-        rows.append(
-            {"kind": "s_nop", "before_pc": h.consumer_pc, "s_nop": nop, "message": h.message}
-        )
+    for r in repairs(program):
+        if r.wait is not None:
+            text = waitcnt_text(*r.wait)
+            lines.append(f"MISSING `{text}` before pc {r.before_pc:#x}: {r.why[0]}")
+            rows.append(
+                {
+                    "kind": "wait",
+                    "before_pc": r.before_pc,
+                    "insert": text,
+                    "findings": list(r.why),
+                }
+            )
+        if r.wait_states:
+            text = "; ".join(nops(r.wait_states))
+            lines.append(f"MISSING `{text}` before pc {r.before_pc:#x}: {r.why_states[0]}")
+            rows.append(
+                {
+                    "kind": "s_nop",
+                    "before_pc": r.before_pc,
+                    "insert": text,
+                    "findings": list(r.why_states),
+                }
+            )
     return lines, rows
 
 
@@ -105,11 +116,88 @@ def _explain(program, pc: int) -> list[str]:
     return lines
 
 
+def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> int:
+    """--apply -o Y.s: write the repaired (and with --loosen, loosened) assembly, then prove it:
+    the static check finds nothing, and for an f4gemm kernel the emulator runs it clean."""
+    from f4pipe.co2asm import co2asm
+    from f4pipe.edits.waitfix import apply_repairs
+    from f4pipe.emu.hazards import analyse
+    from f4pipe.emu.program import Program
+    from f4pipe.emu.waits import _first_problem, loosen_in_turn, repairs
+    from f4pipe.fsio import write_text
+
+    if args.output is None:
+        raise InputError("--apply writes a new assembly file: give -o Y.s")
+    tc = toolchain_from_args(args)
+    source = Path(args.kernel_file)
+    asm = source.read_text() if source.suffix == ".s" else co2asm(co_path, tc)
+    fixes = repairs(program)
+    entry = _manifest_entry(args, program.symbol) if args.loosen else _maybe_entry(args, program)
+    loosened: dict = {}
+    if args.loosen:
+        if fixes:
+            raise InputError(
+                "--loosen starts from a kernel that misses nothing: run --apply without "
+                "--loosen first, then --loosen on its output"
+            )
+        from f4pipe.trykernel import open_devices, quick_cases
+
+        (device,) = open_devices("emulator", True)
+        try:
+            loosened, _ = loosen_in_turn(entry, co_path, device, quick_cases(entry), tmp)
+        finally:
+            device.close()
+    lines, changes = apply_repairs(asm.splitlines(), program, fixes, loosened)
+    text = "\n".join(lines) + "\n"
+    check = assemble_text(text, tmp / "applied.s", tc)
+    left = analyse(Program.load(check, program.symbol))
+    ran = ""
+    if entry is not None:
+        from f4pipe.trykernel import open_devices, quick_cases
+
+        (device,) = open_devices("emulator", True)
+        try:
+            ran = _first_problem(device, entry, check, quick_cases(entry))
+        finally:
+            device.close()
+    if left.count or ran:
+        problem = left.wait_states + left.counters
+        why = problem[0].hazard.message if problem else ran
+        print(f"f4pipe waits: the repaired kernel still fails ({why}); nothing written")
+        return EXIT_FAILED
+    write_text(args.output, text)
+    for c in changes:
+        print(f"  {c}")
+    runs = "; the emulator runs it clean at try's shapes" if entry is not None else ""
+    print(
+        f"f4pipe waits: {len(changes)} change(s) -> {args.output}: 0 static findings{runs}"
+        + ("" if changes else " (nothing to change)")
+    )
+    return EXIT_OK
+
+
+def assemble_text(text: str, path: Path, tc) -> Path:
+    from f4pipe.assemble import assemble
+
+    path.write_text(text)
+    return assemble(path, path.with_suffix(".co"), tc)
+
+
+def _maybe_entry(args: argparse.Namespace, program):
+    """The manifest row when the kernel is an f4gemm one the located manifest knows."""
+    try:
+        return _manifest_entry(args, program.symbol)
+    except InputError:  # not in a manifest, or none found: checked statically only
+        return None
+
+
 def cmd_waits(args: argparse.Namespace) -> int:
     from f4pipe.emu.waits import advise
 
     with tempfile.TemporaryDirectory(prefix="f4pipe-waits-") as tmp:
         program, co_path = _program(args, Path(tmp))
+        if args.apply or args.loosen:
+            return cmd_apply(args, program, co_path, Path(tmp))
         if args.explain is not None:
             print("\n".join(_explain(program, int(args.explain, 0))))
             return EXIT_OK
@@ -233,6 +321,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the outstanding ops at PC (hex or decimal), oldest first, in every state a path "
         "reaches it in, and at an s_waitcnt which later instruction needs which op",
     )
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="write the kernel (-o Y.s) with every missing wait and wait state inserted right "
+        "before the instruction that needs it (loosest counts, fewest s_nop; each line "
+        "commented); it must pass the static check, and an f4gemm kernel the emulator too, or "
+        "nothing is written",
+    )
+    p.add_argument(
+        "--loosen",
+        action="store_true",
+        help="with --apply: also relax every wait, one at a time, to the loosest the emulator "
+        "confirms (needs the f4gemm manifest: --co-dir)",
+    )
+    p.add_argument("-o", "--output", type=Path, help="the .s --apply writes")
     add_co_dir(p)
     add_toolchain_args(p)
     add_json_flag(p, "the advice")

@@ -327,3 +327,136 @@ def _first_problem(device: Device, entry: KernelEntry, co_path: Path, cases) -> 
         if result.verification is not None and not result.verification.passed:
             return f"M={case.m} N={case.n} K={case.k}: D is wrong"
     return ""
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What to insert before one instruction so that no path breaks a rule there: a wait with
+    the loosest counts that retire every op it reads or overwrites too early (63 / 15 = no
+    wait on that counter), and the fewest extra wait states (an s_nop supplies N+1)."""
+
+    before_pc: int
+    wait: tuple[int, int] | None
+    wait_states: int
+    why: tuple[str, ...]  # the counter findings the wait fixes
+    why_states: tuple[str, ...] = ()  # the wait-state findings the s_nop fix
+
+
+def repairs(program: Program) -> list[Repair]:
+    """The insertions that fix every counter and wait-state finding of the static check, one
+    place each: immediately before the consumer (nothing else moves)."""
+    from f4pipe.emu.hazards import wait_state_findings
+
+    cfg = build_cfg(program)
+    waits = _unretired_reads(program, cfg)
+    states: dict[int, int] = {}
+    why_states: dict[int, list[str]] = {}
+    for f in wait_state_findings(TimingModel(program, frozenset()), cfg):
+        pc = f.hazard.consumer_pc
+        states[pc] = max(states.get(pc, 0), (f.required or 0) - (f.actual or 0))
+        why_states.setdefault(pc, []).append(f.hazard.message)
+    return [
+        Repair(
+            pc,
+            waits[pc][0] if pc in waits else None,
+            states.get(pc, 0),
+            tuple(waits[pc][1]) if pc in waits else (),
+            tuple(why_states.get(pc, [])),
+        )
+        for pc in sorted(set(waits) | set(states))
+    ]
+
+
+#: The pc of a wait the repair inserts before `pc` is pc | VIRTUAL (no real pc has the bit).
+VIRTUAL = 1 << 40
+
+
+class _RepairModel(TimingModel):
+    """The static model with a wait inserted before some pcs (at pc | VIRTUAL)."""
+
+    def __init__(self, program: Program, inserted: dict[int, tuple[int, int]]) -> None:
+        super().__init__(program, frozenset())
+        self.inserted = inserted
+
+    def effects(self, pc: int, offsets: tuple[int, int, int, int] = NO_OFFSETS) -> Effects:
+        if pc & VIRTUAL:
+            return Effects("s_waitcnt", "sopp", wait=self.inserted[pc & ~VIRTUAL])
+        return super().effects(pc, offsets)
+
+
+def _unretired_reads(program: Program, cfg: Cfg) -> dict[int, tuple[tuple[int, int], list[str]]]:
+    """Waits to insert: explored in path order, a consumer of an op no wait retires in time
+    gets a wait right before it with the loosest counts that retire every such op in every
+    state reaching it; the exploration then goes on past that wait, so later readers of the
+    same load on that path need nothing more (one missing wait, one insertion). Restarted
+    whenever an insertion changes, until none does."""
+    inserted: dict[int, tuple[int, int]] = {}
+    messages: dict[int, list[str]] = {}
+    while True:
+        changed = _explore_once(program, cfg, inserted, messages)
+        if not changed:
+            return {pc: (limits, messages[pc]) for pc, limits in inserted.items()}
+
+
+def _explore_once(program, cfg, inserted, messages) -> bool:
+    model = _RepairModel(program, inserted)
+    seen: set[tuple[int, int]] = set()
+    work = [(program.entry, 0)]
+    while work:
+        pc, sid = work.pop()
+        if (pc, sid) in seen:
+            continue
+        seen.add((pc, sid))
+        if pc in inserted:
+            sid = model.transition(sid, pc | VIRTUAL).next
+        t = model.transition(sid, pc)
+        if t.hazards:
+            need = _limits_needed(model, sid, pc)
+            old = inserted.get(pc, NO_WAIT)
+            inserted[pc] = (min(old[0], need[0]), min(old[1], need[1]))
+            found = messages.setdefault(pc, [])
+            found += [h.message for h in t.hazards if h.message not in found]
+            return True
+        work.extend((nxt, t.next) for nxt in cfg.succ[pc])
+    return False
+
+
+def _limits_needed(model: TimingModel, sid: int, pc: int) -> tuple[int, int]:
+    """The loosest (vmcnt, lgkmcnt) that retires every op the instruction at `pc` reads or
+    overwrites too early in state `sid`."""
+    limits = [VM_MAX, LGKM_MAX]
+    s, e = model.states[sid], model.effects(pc)
+    reads, writes = e.read_regs(), e.writes | e.load_dest
+    for counter, queue, name in ((0, s.vm, "vm"), (1, s.lds, "lds"), (1, s.smem, "")):
+        # a younger load on the same in-order counter may overwrite (timing.py)
+        in_order = bool(name) and e.counter == name
+        for i, op in enumerate(queue):
+            dest = model.effects(op).load_dest if op >= 0 else frozenset()
+            waw = dest & writes
+            if not (dest & reads) and (not waw or (in_order and waw <= e.load_dest)):
+                continue
+            younger = len(queue) - 1 - i if name else 0
+            limits[counter] = min(limits[counter], younger)
+    return limits[0], limits[1]
+
+
+def loosen_in_turn(
+    entry: KernelEntry, co_path: Path, device: Device, cases, work_dir: Path
+) -> tuple[dict[int, tuple[int, int]], Path]:
+    """Every wait loosened as far as the emulator confirms, one at a time in pc order, each
+    on top of the ones before (loosening two waits at once is another question than loosening
+    each): the new limits by pc, and the code object with all of them."""
+    current = co_path
+    done: dict[int, tuple[int, int]] = {}
+    program = Program.load(current, entry.symbol)
+    cfg = build_cfg(program)
+    for step, pc in enumerate(wait_pcs(program, cfg)):
+        program = Program.load(current, entry.symbol)
+        advice = advise_wait(program, cfg, pc, states_by_pc(program, cfg))
+        (v,) = verify_loosening(entry, current, [advice], device, cases) or [None]
+        if v is None or v.confirmed == v.actual:
+            continue
+        nxt = work_dir / f"loosened-{step}-{co_path.name}"
+        patch_waits(current, nxt, {pc: v.confirmed})
+        current, done[pc] = nxt, v.confirmed
+    return done, current
