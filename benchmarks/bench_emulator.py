@@ -1,7 +1,7 @@
 """The gfx950 emulator's speed (`nox -s bench`): one kernel at a small shape, and the whole
 35-kernel matrix at the seed's M=300 N=2048 K=1024, with the dynamic instruction rate.
 
-Targets (issue 4): BpreShuffle_256x256 at 256x256x1024 in <= 2 s; all 35 kernels in <= 3 min
+Targets: BpreShuffle_256x256 at 256x256x1024 in <= 2 s; all 35 kernels in <= 3 min
 on a 2-core machine. Timings cover the emulated launch (LaunchStats) and the whole run_gemm
 (operands, reference, verification) that the benchmark fixture measures.
 """

@@ -2,7 +2,7 @@
 of `f4pipe --help` and of `f4pipe CMD --help` for every command, best of a few runs. Every
 pipeline job pays this once.
 
-Target (issue 14, "Start-up"): at most 0.2 s CPU each. tests/test_cli_startup.py guards the
+Target: at most 0.2 s CPU each. tests/test_cli_startup.py guards the
 cause (no numpy, pandas, pyarrow or matplotlib at argument parsing); this measures the effect.
 Run: `nox -s bench` (or `python benchmarks/cli_startup.py [--runs N]`).
 """

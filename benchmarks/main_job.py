@@ -1,4 +1,4 @@
-"""The main job's two figures, measured the way issue 14 defines them, in a fresh clone:
+"""The main job's two figures, measured in a fresh clone:
 
 1. cold: `snakemake --cores N all` on the default configuration with empty results (the aiter
    wheel and LLVM come from the user's cache: run the main job once before);

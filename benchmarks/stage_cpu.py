@@ -2,7 +2,7 @@
 the seed matrix's verify for one variant (51 checks), the splitk matrix, and the shape-edge
 safety sweep of all 35 kernels. Process start-up (one per job in the pipeline) is not in here.
 
-Target (issue 14): the cold main job within 4 CPU-minutes with the seed matrix, original and
+Target: the cold main job within 4 CPU-minutes with the seed matrix, original and
 rebuilt, safety sweep and audit on. Figures before and after the issue's work are in the
 README ("The two commands").
 Run: `nox -s bench` (or `python benchmarks/stage_cpu.py [--stage verify] [--kernels N]`).

@@ -1,11 +1,12 @@
 """Tile selection: which manifest kernel (and split) aiter would pick for a shape.
 
-A port of the logic of aiter HEAD's get_heuristic_kernel (facts.md, "Tile heuristic"), not of
-the 0.1.7 wheel's older C++ (which always preshuffles and has no efficiency update). For each
-candidate kernel and split it counts workgroups tg = ceil(M/tM) * ceil(N/tN) * split and rounds
-= ceil(tg / num_cu); a candidate replaces the current choice when it needs fewer rounds, or the
-same rounds with fewer idle CUs or a better compute-to-memory ratio tM*tN/(tM+tN) (an integer
-division in aiter: kept, because it decides ties). aiter walks an unordered_map; we walk the
+A port of the logic of aiter HEAD's get_heuristic_kernel (docs/reference/aiter.md, "Tile
+heuristic"), not of the 0.1.7 wheel's older C++ (which always preshuffles and has no efficiency
+update). For each candidate kernel and split it counts workgroups
+tg = ceil(M/tM) * ceil(N/tN) * split and rounds = ceil(tg / num_cu); a candidate replaces the
+current choice when it needs fewer rounds, or the same rounds with fewer idle CUs or a better
+compute-to-memory ratio tM*tN/(tM+tN) (an integer division in aiter: kept, because it decides
+ties). aiter walks an unordered_map; we walk the
 manifest in file order, so the choice is stable.
 
 Unlike aiter, kernels that f4pipe.safety marks unsafe at the shape (an N, M or K edge their

@@ -2,7 +2,7 @@
 
 KERNARG_FIELDS is the one declarative table of the 0x174-byte block (every argument in its own
 16-byte slot; offsets from the code objects' metadata notes). Packing, unpacking, the emulator
-and the reports all read it. Facts worth knowing (seed README, facts.md):
+and the reports all read it. Facts worth knowing (seed README, docs/reference/aiter.md):
 - A/B strides are in fp4 elements (= K), not bytes; the kernel halves them itself.
 - stride_D0 is dead: the kernel stores D with stride_C0, so stride_C0 = N.
 - ptr_C and beta are loaded but never used (no bias path).

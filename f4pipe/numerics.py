@@ -25,7 +25,7 @@ SCALE_BLOCK = 32
 SCALE_ROW_ALIGN = 256
 SCALE_COL_ALIGN = 8
 #: The pad byte of the scale buffers: E8M0 0x7F = 2^0, so an edge tile never meets a NaN scale
-#: (the seed driver's choice; see facts.md for aiter's 127 / 0).
+#: (the seed driver's choice; see docs/reference/aiter.md for aiter's 127 / 0).
 SCALE_PAD = 0x7F
 #: The B pre-shuffle's tile: 16 rows x 16 bytes (32 fp4 elements) transposed per tile.
 B_SHUFFLE_ROWS = 16

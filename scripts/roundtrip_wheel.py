@@ -1,6 +1,6 @@
 """Round-trip every code object in the pinned amd-aiter wheel and count the verdicts.
 
-Not part of the pipeline: a measurement for the equivalence checker (issue 13). Every `.co`
+Not part of the pipeline: a measurement for the equivalence checker. Every `.co`
 in the wheel (gfx942 and gfx950, about 2,500) goes through `f4pipe.roundtrip`; each verdict
 and its problems/explanations are written as one JSON line, then grouped by reason.
 

@@ -1,5 +1,5 @@
 """The command line loads only what a command runs: `f4pipe --help` and every command's
-argument parsing (`f4pipe CMD --help`) import no numpy, pandas, pyarrow or matplotlib (issue 14:
+argument parsing (`f4pipe CMD --help`) import no numpy, pandas, pyarrow or matplotlib (a
 start-up cost on every pipeline job; the CPU figures are in benchmarks/cli_startup.py), and the
 command table that makes this possible agrees with what the modules register."""
 

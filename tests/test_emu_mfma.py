@@ -1,5 +1,6 @@
 """v_mfma_scale_f32_16x16x128_f8f6f4 (FP4 x FP4, E8M0 scales) against a scalar model written
-straight from the register maps in gfx950.md: lane by lane, nibble by nibble, exact sums."""
+straight from the register maps in docs/reference/gfx950.md: lane by lane, nibble by nibble,
+exact sums."""
 
 from __future__ import annotations
 

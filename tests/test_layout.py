@@ -1,4 +1,4 @@
-"""One definition per fact (issue 15): the workflow, the config schema and the code take the
+"""One definition per fact: the workflow, the config schema and the code take the
 result-set layout, the stages, the variants, the edit-name rule, the device kinds and the shape
 matrices from f4pipe.layout and f4pipe.matrices; these tests fail when one of them drifts."""
 

@@ -24,7 +24,7 @@ def rules_text() -> str:
     lines.append(
         "counters: vmcnt (buffer loads/stores/atomics, LDS DMA; in order), lgkmcnt (DS in "
         "order; SMEM out of order: only lgkmcnt(0) covers it); s_barrier waits for nothing; "
-        "s_endpgm retires all (shared/reference/hazards.md A1-A4)"
+        "s_endpgm retires all (docs/reference/timing.md A1-A4)"
     )
     return "\n".join(lines)
 

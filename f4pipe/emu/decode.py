@@ -342,7 +342,7 @@ def _vop3p(fmt: isa.Format, f: Fields, site: _Site) -> Instruction:
 
 def _scaled_mfma(scale: Fields, site: _Site) -> Instruction:
     """The 16-byte scaled MFMA: a load-scale VOP3P pair (`scale`), then the MFMA pair in the
-    VOP3P-MAI layout (gfx950.md)."""
+    VOP3P-MAI layout (docs/reference/gfx950.md)."""
     mai_fmt = isa.VOP3P_MAI_FORMAT
     raw = site.dwords(2, 2)
     mai = _MAI.fields(raw)

@@ -7,7 +7,7 @@ numbers share one integer space: 0..511 is the vector file as the executor holds
 then a0..a255 at isa.AGPR_BASE), SGPR_BASE + code is a scalar operand code (s0..s101, vcc, m0,
 exec).
 
-Timing facts used here (shared/reference/hazards.md, section A): buffer loads, stores, atomics
+Timing facts used here (docs/reference/timing.md, section A): buffer loads, stores, atomics
 and LDS DMA count in vmcnt; DS instructions and SMEM in lgkmcnt; a load's destination registers
 are written when its data returns, everything else writes at issue; `s_nop N` fills N+1 wait
 states and every other instruction 1.
@@ -28,7 +28,7 @@ M0 = frozenset({SGPR_BASE + isa.M0})
 NO_REGS: frozenset[int] = frozenset()
 NO_OFFSETS = (0, 0, 0, 0)
 
-#: Transcendental VALU ops (LLVM `isTransOp`, hazards.md B1 #9).
+#: Transcendental VALU ops (LLVM `isTransOp`, docs/reference/timing.md B1 #9).
 TRANS_PREFIXES = (
     "v_exp_",
     "v_log_",
@@ -104,16 +104,17 @@ def reg_name(r: int) -> str:
 
 
 def decode_waitcnt(simm16: int) -> tuple[int, int]:
-    """(vmcnt, lgkmcnt) of an s_waitcnt immediate (hazards.md A2: vmcnt bits 3:0 and 15:14,
-    lgkmcnt bits 11:8; an all-ones field does not wait)."""
+    """(vmcnt, lgkmcnt) of an s_waitcnt immediate (docs/reference/timing.md A2: vmcnt bits 3:0
+    and 15:14, lgkmcnt bits 11:8; an all-ones field does not wait)."""
     vm = (simm16 & 0xF) | ((simm16 >> 14) & 0x3) << 4
     lgkm = (simm16 >> 8) & 0xF
     return vm, lgkm
 
 
 def mfma_passes(inst: Instruction) -> int:
-    """Passes of an MFMA on gfx950 (hazards.md B2). Only the opcodes the decoder knows (and a
-    test's hand-built instructions) reach here; an unknown MFMA is refused, not guessed."""
+    """Passes of an MFMA on gfx950 (docs/reference/timing.md B2). Only the opcodes the decoder
+    knows (and a test's hand-built instructions) reach here; an unknown MFMA is refused, not
+    guessed."""
     if inst.name == "v_mfma_scale_f32_16x16x128_f8f6f4":
         return 8 if min(inst.cbsz, inst.blgp) <= 1 else 4
     if inst.name == "v_mfma_scale_f32_32x32x64_f8f6f4":

@@ -300,7 +300,8 @@ VOP3P_FORMAT = Format(
     VOP3P,
 )
 #: VOP3P-MAI: the same encoding as VOP3P with the matrix fields; here only the second half of
-#: the 16-byte scaled MFMA, selected by the VOP3P_LD_SCALE opcode before it (gfx950.md).
+#: the 16-byte scaled MFMA, selected by the VOP3P_LD_SCALE opcode before it
+#: (docs/reference/gfx950.md).
 VOP3P_MAI_FORMAT = Format(
     "VOP3P",
     23,

@@ -1,15 +1,16 @@
 """v_mfma_scale_f32_16x16x128_f8f6f4 with FP4 (e2m1) operands and E8M0 block scales.
 
-Register maps (gfx950.md, from the CDNA4 manual §7.1.4 and composable_kernel's probes): lane
-l = 16g + r; src0 holds row r, k = 32g + t with item t in v[a + t//8] bits [4*(t%8)+3 : 4*(t%8)];
-src1 holds column r the same way; the scale of row r / k-block g is byte (op_sel + 2*op_sel_hi)
-of the scale source in lane 16g + r; D[i][j] sits in register d + i%4 of lane j + 16*(i//4).
+Register maps (docs/reference/gfx950.md, from the CDNA4 manual §7.1.4 and composable_kernel's
+probes): lane l = 16g + r; src0 holds row r, k = 32g + t with item t in v[a + t//8]
+bits [4*(t%8)+3 : 4*(t%8)]; src1 holds column r the same way; the scale of row r / k-block g
+is byte (op_sel + 2*op_sel_hi) of the scale source in lane 16g + r; D[i][j] sits in register
+d + i%4 of lane j + 16*(i//4).
 
 Arithmetic: each 32-term FP4 block dot product is exact in float32 (multiples of 1/4 below
 2^11), the four scaled partials and C are summed exactly and rounded once to f32 (RNE). The
-hardware's combination order is not documented; the exact-sum model is what gfx950.md asks
-for, and the end-to-end tests measure it against the float64 reference. MFMA ignores MODE
-(no denormal flush).
+hardware's combination order is not documented; the exact-sum model is what
+docs/reference/gfx950.md asks for, and the end-to-end tests measure it against the float64
+reference. MFMA ignores MODE (no denormal flush).
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ def v_cvt_pk_bf16_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
 
 
 def v_permlane16_swap_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
-    """Per 32-lane half: swap vsrc lanes 0..15 with vdst lanes 16..31 (gfx950.md)."""
+    """Per 32-lane half: swap vsrc lanes 0..15 with vdst lanes 16..31 (docs/reference/gfx950.md)."""
     if ex.gpr_index(inst, sel) is not None:
         raise ex.error(inst, sel, "v_permlane16_swap_b32 under GPR indexing is not modelled")
     if not ex.exec_full:

@@ -2,14 +2,14 @@
 
 The emulator computes values with memory completing at issue. This module checks that the
 kernel never depends on that: every read of a result must come after the wait that retires it
-on hardware, at the latest point the ISA allows (shared/reference/hazards.md, section A):
+on hardware, at the latest point the ISA allows (docs/reference/timing.md, section A):
 
 - **Counters, per wave.** Buffer loads/stores/atomics and LDS DMA count in vmcnt and retire in
   issue order; DS ops count in lgkmcnt in order; SMEM counts in lgkmcnt but returns out of
-  order, so its results are trusted only after lgkmcnt(0) (hazards.md C9), and while one is
-  outstanding lgkmcnt(N > 0) proves back only the DS ops beyond the newest N (the scalar load
-  may be what returned). `s_waitcnt` retires the oldest ops down to its limits; `s_barrier`
-  retires nothing; `s_endpgm` retires all.
+  order, so its results are trusted only after lgkmcnt(0) (docs/reference/timing.md C9), and
+  while one is outstanding lgkmcnt(N > 0) proves back only the DS ops beyond the newest N (the
+  scalar load may be what returned). `s_waitcnt` retires the oldest ops down to its limits;
+  `s_barrier` retires nothing; `s_endpgm` retires all.
   Reading a register a load has not yet provably written, or overwriting it (except with a
   younger load on the same in-order counter), is a hazard.
 - **LDS between waves.** A word written by another wave (ds_write, or LDS DMA) is visible only
@@ -45,8 +45,8 @@ MAX_HAZARDS = 32
 
 VM, LDS, SMEM = 0, 1, 2
 COUNTER_OF = {"vm": VM, "lds": LDS, "smem": SMEM}
-#: Most ops a counter holds (hazards.md A2: 6-bit vmcnt, 4-bit lgkmcnt); a wave does not issue
-#: past a full counter, so older ops have retired by then.
+#: Most ops a counter holds (docs/reference/timing.md A2: 6-bit vmcnt, 4-bit lgkmcnt); a wave
+#: does not issue past a full counter, so older ops have retired by then.
 VM_MAX, LGKM_MAX = 63, 15
 
 

@@ -3,13 +3,14 @@
 Hardware interlocks most dependencies; the cases it does not are listed in the CDNA4 ISA guide's
 "Manually Inserted Wait States" (§4.5, Table 11) and "Required Independent Instructions" (§7.6,
 Table 38), and implemented by LLVM's GCNHazardRecognizer and rocRoller's wait-state observers.
-shared/reference/hazards.md collects them with sources; RULES below is that table restricted to
+docs/reference/timing.md collects them with sources; RULES below is that table restricted to
 the instruction classes f4pipe's decoder knows (an instruction it does not know is refused by
 the emulator and by `f4pipe hazards`, so no rule can be silently missing for it). Where the
 sources disagree, the row's `note` records which value is used and why.
 
-Counting (hazards.md B0): every instruction issued between producer and consumer is one wait
-state, `s_nop N` is N+1; a rule requiring W wait states is broken when fewer than W lie between.
+Counting (docs/reference/timing.md B0): every instruction issued between producer and consumer
+is one wait state, `s_nop N` is N+1; a rule requiring W wait states is broken when fewer than W
+lie between.
 A producer is checked against the consumer whatever else wrote the register in between (as
 LLVM's getWaitStatesSinceDef does), which can only over-report.
 """
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 
 from f4pipe.emu.effects import EXEC, M0, SGPR_BASE, VCC, Effects, is_vector_reg
 
-#: The longest wait any rule requires on gfx950 (16-pass XDL -> read: 20, hazards.md C6).
+#: The longest wait any rule requires on gfx950 (16-pass XDL -> read: 20,
+#: docs/reference/timing.md C6).
 MAX_WAIT_STATES = 20
 
 Regs = frozenset[int]
@@ -62,7 +64,8 @@ def _is_valu(e: Effects) -> bool:
 
 
 def _plain_valu(e: Effects) -> bool:
-    """A VALU that is not an MFMA (v_accvgpr_* counts as plain VALU, hazards.md B2)."""
+    """A VALU that is not an MFMA (v_accvgpr_* counts as plain VALU: docs/reference/timing.md
+    B2)."""
     return e.unit == "valu" and "mfma" not in e.tags
 
 
@@ -246,7 +249,7 @@ SGEMM_OVERLAP_SRCC = {2: 3, 4: 6, 8: 10, 16: 18}
 def _xdl_to_xdl_src_c(p: Effects, c: Effects, regs: Regs) -> int | None:
     """Back-to-back accumulation into exactly the producer's range: 2 if P=2 else 0;
     overlapping but not identical: P + 2 (LLVM GFX940_XDL_N_PassWritesVGPROverlappedXDLOrSMFMASrcC,
-    +1 on gfx950 beyond 2 passes as in hazards.md B3)."""
+    +1 on gfx950 beyond 2 passes as in docs/reference/timing.md B3)."""
     if _vgprs(c.reads.get("src_c", frozenset())) == _vgprs(p.writes):
         return 2 if p.passes == 2 else 0
     return {2: 4, 4: 6, 8: 10, 16: 18}[p.passes]
@@ -289,7 +292,7 @@ RULES: tuple[WaitStateRule, ...] = (
         _fixed(4),
         "LLVM checkRWLaneHazards; rocRoller VALUWriteSGPRVCC",
         "ISA cell lost in the Markdown table and contradicted by a gfx94x row: 4 as LLVM "
-        "and rocRoller (hazards.md C2)",
+        "and rocRoller (docs/reference/timing.md C2)",
         bound=lambda p: 4,
     ),
     WaitStateRule(
@@ -300,7 +303,7 @@ RULES: tuple[WaitStateRule, ...] = (
         _fixed(2),
         f"{ISA11}; LLVM checkVALUHazards (hasVDecCoExecHazard); rocRoller VALUWriteSGPRVCC",
         "VCC read as carry-in or mask: the ISA says 0-1, LLVM 2; the stricter 2 is used "
-        "(hazards.md C3)",
+        "(docs/reference/timing.md C3)",
         bound=lambda p: 2,
     ),
     WaitStateRule(
@@ -337,7 +340,7 @@ RULES: tuple[WaitStateRule, ...] = (
         nontrans_valu_reads,
         _fixed(1),
         "LLVM checkVALUHazards (hasTransForwardingHazard); rocRoller VALUTransWrite94x",
-        "ISA value cell lost in the Markdown table (hazards.md C1)",
+        "ISA value cell lost in the Markdown table (docs/reference/timing.md C1)",
         bound=lambda p: 1,
     ),
     WaitStateRule(
@@ -442,7 +445,8 @@ RULES: tuple[WaitStateRule, ...] = (
         sgemm_dgemm_src_c,
         _by_passes(SGEMM_OVERLAP_SRCC),
         "LLVM GFX940_XDL_N_PassWritesVGPROverlappedSGEMMDGEMMSrcCWaitStates",
-        "rocRoller gives one less for some consumers; LLVM's stricter values (hazards.md C5)",
+        "rocRoller gives one less for some consumers; LLVM's stricter values "
+        "(docs/reference/timing.md C5)",
         bound=lambda p: SGEMM_OVERLAP_SRCC[p.passes],
     ),
     WaitStateRule(
@@ -463,7 +467,8 @@ RULES: tuple[WaitStateRule, ...] = (
         lambda e: xdl_src_c(e) | sgemm_dgemm_src_c(e),
         _sgemm_src_c,
         "CDNA3 ISA Table 37; rocRoller header",
-        "LLVM requires 0 before an XDL SrcC read; the ISA's P is used (hazards.md C5)",
+        "LLVM requires 0 before an XDL SrcC read; the ISA's P is used "
+        "(docs/reference/timing.md C5)",
         bound=lambda p: max(p.passes, 2),
     ),
     WaitStateRule(
