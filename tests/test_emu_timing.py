@@ -218,6 +218,30 @@ def test_lds_dma_is_visible_to_its_own_wave_only_after_vmcnt(toolchain) -> None:
 
 
 @pytest.mark.parametrize(
+    ("between", "expected"),
+    [("", ["lds-waw"]), ("s_waitcnt vmcnt(0)\n", [])],
+)
+def test_a_write_over_an_lds_dma_still_in_flight_is_a_hazard(toolchain, between, expected) -> None:
+    """The DMA's data arrives through the vector-memory path, unordered with a later DS write to
+    the same word, until vmcnt retires the DMA (docs/reference/timing.md A1)."""
+    mem = GlobalMemory()
+    setup = buffer_setup(mem) + "v_mov_b32 v1, 0\nv_mov_b32 v2, 7\ns_mov_b32 m0, 0\ns_nop 0\n"
+    dma = "buffer_load_dword v1, s[8:11], 0 offen lds\n"
+    write = "ds_write_b32 v1, v2\ns_waitcnt lgkmcnt(0)\n"
+    asm = setup + dma + between + write
+    assert rules_of(run_timed(toolchain, asm, memory=mem)) == expected
+
+
+def test_two_lds_dmas_of_one_wave_land_in_order(toolchain) -> None:
+    mem = GlobalMemory()
+    setup = buffer_setup(mem) + "v_mov_b32 v1, 0\ns_mov_b32 m0, 0\ns_nop 0\n"
+    dma = "buffer_load_dword v1, s[8:11], 0 offen lds\n"
+    assert (
+        rules_of(run_timed(toolchain, setup + dma + dma + "s_waitcnt vmcnt(0)\n", memory=mem)) == []
+    )
+
+
+@pytest.mark.parametrize(
     ("between", "rules", "advisories"),
     [
         ("", ["lds-war"], 0),  # no barrier at all: unordered

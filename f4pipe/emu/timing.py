@@ -16,7 +16,8 @@ on hardware, at the latest point the ISA allows (docs/reference/timing.md, secti
   if the writer retired the write before arriving at the last s_barrier the reader has passed;
   an LDS DMA is visible to its own wave only after its vmcnt wait. Writing a word that another
   wave's read may still be fetching (not retired before the writer's last barrier) is a hazard
-  too. Addresses are data, so this part is checked as the launch runs.
+  too, and so is writing a word an LDS DMA may still land on (its data comes through the
+  vector-memory path, unordered with LDS writes until the DMA is retired). Addresses are data, so this part is checked as the launch runs.
 - **Wait states** (waitstates.py) along the path each wave executes.
 
 The counter and wait-state parts depend only on the path, not on data, so each wave carries an
@@ -58,7 +59,7 @@ class Hazard:
     construction on the hardware (an LDS read issued before a barrier is served before any
     write issued after it reaches LDS); reported, never a failed verdict."""
 
-    rule: str  # "vmcnt", "lgkmcnt", "lds-visibility", "lds-war", "lds-war-in-flight", B1.x...
+    rule: str  # "vmcnt", "lgkmcnt", "lds-visibility", "lds-war(-in-flight)", "lds-waw", B1.x...
     consumer_pc: int
     producer_pc: int
     message: str
@@ -504,7 +505,7 @@ class TimingRun:
         if not ex.exec_full:
             bad &= lanes[..., None]
         if bad.any():
-            self._read_too_early(ex, inst, sel, waves, rows, widx, bad)
+            self._too_early_exact(ex, inst, sel, waves, rows, widx, bad, "reads")
         stamp = (self.seq[waves] + 1).astype(np.int32)
         local = (waves - self.first_wave[waves])[:, None, None]
         if ex.exec_full:
@@ -515,8 +516,10 @@ class TimingRun:
             r, loc = np.broadcast_to(rows, widx.shape), np.broadcast_to(local, widx.shape)
             lw.r_tag[r[m], widx[m], loc[m]] = full[m]
 
-    def _read_too_early(self, ex, inst, sel, waves, rows, widx, suspect) -> None:
-        """The exact check for words the fast bound could not clear; reports the first."""
+    def _too_early_exact(self, ex, inst, sel, waves, rows, widx, suspect, verb: str) -> None:
+        """The exact check for words the fast bound could not clear; reports the first.
+        verb: "reads" (a DS read of a word not yet visible) or "overwrites" (a write to a word
+        an LDS DMA may still land on)."""
         n_idx, lane, d = np.nonzero(suspect)
         reader = waves[n_idx]
         word = widx[n_idx, lane, d]
@@ -535,9 +538,11 @@ class TimingRun:
         bad = seq >= limit
         if bad.any():
             for i in self._first_per_report(bad, self.wave_wg[reader]):
-                self._too_early(ex, inst, sel, i, writer, reader, word, counter, seq, own)
+                self._too_early(ex, inst, sel, i, writer, reader, word, counter, seq, own, verb)
 
-    def _too_early(self, ex, inst, sel, i, writer, reader, word, counter, seq, own) -> None:
+    def _too_early(
+        self, ex, inst, sel, i, writer, reader, word, counter, seq, own, verb="reads"
+    ) -> None:
         w_pc = self.logs[int(counter[i])].pc(int(writer[i]), int(seq[i]))
         who = "this wave" if own[i] else f"wave {int(writer[i]) % self.wpg} of its workgroup"
         when = (
@@ -545,13 +550,14 @@ class TimingRun:
             if own[i]
             else "had not retired (s_waitcnt) before an s_barrier this wave has passed"
         )
+        done = "written" if verb == "reads" else "being written"
         self._lds_hazard(
             ex,
             sel,
-            "lds-visibility",
+            "lds-visibility" if verb == "reads" else "lds-waw",
             inst.pc,
             w_pc,
-            f"reads LDS byte {4 * int(word[i]):#x}, written by {who} at pc {w_pc:#x} "
+            f"{verb} LDS byte {4 * int(word[i]):#x}, {done} by {who} at pc {w_pc:#x} "
             f"`{self.model.text(w_pc)}`, which it {when}",
             wg=int(self.wave_wg[reader[i]]),
         )
@@ -587,6 +593,7 @@ class TimingRun:
             unordered = late & (rseq1 > issued[:, None, None, :])
             for bad in self._war_choices(waves, unordered, late):
                 self._war(ex, inst, sel, widx, readers, rseq1, bad)
+        self._overwrites_dma(ex, inst, sel, waves, rows, flat, widx, lanes, dma)
         local = waves - self.first_wave[waves]
         tag = (((self.seq[waves] + 1) << W_SEQ_SHIFT) | (W_DMA_BIT if dma else 0) | local).astype(
             np.int32
@@ -597,6 +604,26 @@ class TimingRun:
             m = np.broadcast_to(lanes[..., None], widx.shape)
             r = np.broadcast_to(rows, widx.shape)[m]
             lw.w_tag[r, widx[m]] = np.broadcast_to(tag[:, None, None], widx.shape)[m]
+
+    def _overwrites_dma(self, ex, inst, sel, waves, rows, flat, widx, lanes, dma: bool) -> None:
+        """A write to words an LDS DMA may still land on: the DMA's data arrives through the
+        vector-memory path, unordered with later LDS writes, until the DMA's wave retires it
+        (its vmcnt wait; for another wave, before a barrier this wave has passed). Two DMAs of
+        one wave land in issue order (vmcnt is in order), so those are not checked."""
+        tag = self.lds.w_tag.reshape(-1)[flat]
+        prev_dma = (tag & W_DMA_BIT) != 0
+        if not prev_dma.any():
+            return
+        seq1 = (tag >> W_SEQ_SHIFT).astype(np.int64)
+        limit = self._limits(waves)[VM][:, None, None]
+        bad = prev_dma & (seq1 > limit)
+        if dma:
+            local = (waves - self.first_wave[waves])[:, None, None]
+            bad &= (tag & W_WAVE_MASK) != local
+        if not ex.exec_full:
+            bad &= lanes[..., None]
+        if bad.any():
+            self._too_early_exact(ex, inst, sel, waves, rows, widx, bad, "overwrites")
 
     def _war(self, ex, inst, sel, widx, readers, rseq1, bad) -> None:
         """Report the first write-after-read in `bad` (unordered: hazard; in flight: advisory)."""
