@@ -17,7 +17,8 @@ on hardware, at the latest point the ISA allows (docs/reference/timing.md, secti
   an LDS DMA is visible to its own wave only after its vmcnt wait. Writing a word that another
   wave's read may still be fetching (not retired before the writer's last barrier) is a hazard
   too, and so is writing a word an LDS DMA may still land on (its data comes through the
-  vector-memory path, unordered with LDS writes until the DMA is retired). Addresses are data, so this part is checked as the launch runs.
+  vector-memory path, unordered with LDS writes until the DMA is retired). Addresses are data,
+  so this part is checked as the launch runs.
 - **Wait states** (waitstates.py) along the path each wave executes.
 
 The counter and wait-state parts depend only on the path, not on data, so each wave carries an
