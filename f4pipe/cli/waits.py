@@ -140,11 +140,11 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
                 "--loosen starts from a kernel that misses nothing: run --apply without "
                 "--loosen first, then --loosen on its output"
             )
-        from f4pipe.trykernel import open_devices, quick_cases
+        from f4pipe.trykernel import open_devices
 
         (device,) = open_devices("emulator", True)
         try:
-            loosened, _ = loosen_in_turn(entry, co_path, device, quick_cases(entry), tmp)
+            loosened, _ = loosen_in_turn(entry, co_path, device, _cases(args, entry), tmp)
         finally:
             device.close()
     lines, changes = apply_repairs(asm.splitlines(), program, fixes, loosened)
@@ -153,11 +153,11 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     left = analyse(Program.load(check, program.symbol))
     ran = ""
     if entry is not None:
-        from f4pipe.trykernel import open_devices, quick_cases
+        from f4pipe.trykernel import open_devices
 
         (device,) = open_devices("emulator", True)
         try:
-            ran = _first_problem(device, entry, check, quick_cases(entry))
+            ran = _first_problem(device, entry, check, _cases(args, entry))
         finally:
             device.close()
     if left.count or ran:
@@ -168,7 +168,8 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     write_text(args.output, text)
     for c in changes:
         print(f"  {c}")
-    runs = "; the emulator runs it clean at try's shapes" if entry is not None else ""
+    extra = f" and {len(args.case)} --case shape(s)" if args.case else ""
+    runs = f"; the emulator runs it clean at try's shapes{extra}" if entry is not None else ""
     print(
         f"f4pipe waits: {len(changes)} change(s) -> {args.output}: 0 static findings{runs}"
         + ("" if changes else " (nothing to change)")
@@ -181,6 +182,15 @@ def assemble_text(text: str, path: Path, tc) -> Path:
 
     path.write_text(text)
     return assemble(path, path.with_suffix(".co"), tc)
+
+
+def _cases(args: argparse.Namespace, entry) -> list:
+    """The launches a loosening or repair must run clean: `try`'s quick shapes, plus --case."""
+    from f4pipe.matrices import Case, parse_case
+    from f4pipe.trykernel import quick_cases
+
+    extra = [parse_case(text) for text in args.case]
+    return quick_cases(entry) + [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in extra]
 
 
 def _maybe_entry(args: argparse.Namespace, program):
@@ -207,12 +217,12 @@ def cmd_waits(args: argparse.Namespace) -> int:
         predicted: dict = {}
         if args.verify and advice:
             from f4pipe.emu.waits import verify_loosening
-            from f4pipe.trykernel import open_devices, quick_cases
+            from f4pipe.trykernel import open_devices
 
             entry = _manifest_entry(args, program.symbol)
             (device,) = open_devices("emulator", True)
             try:
-                for v in verify_loosening(entry, co_path, advice, device, quick_cases(entry)):
+                for v in verify_loosening(entry, co_path, advice, device, _cases(args, entry)):
                     verified[v.pc] = v
             finally:
                 device.close()
@@ -336,6 +346,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "confirms (needs the f4gemm manifest: --co-dir)",
     )
     p.add_argument("-o", "--output", type=Path, help="the .s --apply writes")
+    p.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="M,N,K[,L]",
+        help="also launch this shape (L: log2 of the K split) when --verify, --loosen or "
+        "--apply runs the kernel on the emulator (repeatable; default: try's quick shapes only)",
+    )
     add_co_dir(p)
     add_toolchain_args(p)
     add_json_flag(p, "the advice")

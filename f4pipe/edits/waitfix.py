@@ -109,4 +109,4 @@ def _loosened_text(old: str, vm: int, lgkm: int) -> str:
     fields = [f"vmcnt({vm})" if vm < VM_MAX else "", *kept]
     fields.append(f"lgkmcnt({lgkm})" if lgkm < LGKM_MAX else "")
     fields = [f for f in fields if f]
-    return "s_waitcnt " + " ".join(fields) if fields else "s_waitcnt vmcnt(63) lgkmcnt(15)"
+    return "s_waitcnt " + " ".join(fields) if fields else "s_nop 0"  # waits for nothing
