@@ -1,6 +1,6 @@
 # Workflow-side helpers: config validation, the artifact-set paths, and input functions.
-import json
 import re
+import shlex
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -58,9 +58,9 @@ def get_fetch_args(wildcards):
         "rev": "--rev",
         "path": "--path",
     }
-    args = [f"--source {src['kind']}"]
+    args = [f"--source {shlex.quote(str(src['kind']))}"]
     args += [
-        f"{flag} {json.dumps(str(src[key]))}"
+        f"{flag} {shlex.quote(str(src[key]))}"
         for key, flag in flags.items()
         if key in src
     ]
@@ -74,7 +74,7 @@ def get_f4gemm_dir(wildcards):
 
 def get_toolchain_args(wildcards):
     bin_dir = config["toolchain"]["bin_dir"]
-    return f"--toolchain-bin {json.dumps(bin_dir)}" if bin_dir else ""
+    return f"--toolchain-bin {shlex.quote(bin_dir)}" if bin_dir else ""
 
 
 def get_manifest():
@@ -182,7 +182,7 @@ def get_unit_kernel_args(wildcards):
         return f"--kernel {wildcards.unit}"
     if is_edit_variant(wildcards.variant):
         # the edit's kernel as the edit names it (symbol, .co name or stem)
-        return f"--kernel {json.dumps(EDITS[edit_name_of(wildcards.variant)].kernel)}"
+        return f"--kernel {shlex.quote(EDITS[edit_name_of(wildcards.variant)].kernel)}"
     return ""
 
 
@@ -211,7 +211,7 @@ def get_store_args(wildcards):
     if not reuse["activate"] or getattr(wildcards, "stage", None) == "bench":
         return ""
     store = reuse.get("store") or str(Path(config["results_dir"]) / STORE_DIR)
-    return f"--store {json.dumps(store)}"
+    return f"--store {shlex.quote(store)}"
 
 
 def get_safety_rows(wildcards):
@@ -230,7 +230,7 @@ def get_audit_table_args(wildcards):
     """`--table` options for the tables the config names (none means every fetched table),
     and `--predict` when the config asks for the cycle model's re-tune columns."""
     tables = config["audit_tuned"].get("tables", [])
-    args = [f"--table {json.dumps(str(t))}" for t in tables]
+    args = [f"--table {shlex.quote(str(t))}" for t in tables]
     if config["audit_tuned"].get("predict", False):
         args.append("--predict")  # the cycle model's re-tune columns
     return " ".join(args)

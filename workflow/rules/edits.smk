@@ -26,7 +26,7 @@ rule edit_variant:
         co_dir=FETCHED_CO_DIR,
         kernel=get_edit_kernel,
     shell:
-        "f4pipe edit-variant --asm {input.asm} --co-dir {params.co_dir} "
-        "--kernel {params.kernel} --name {wildcards.edit} "
-        "--toolchain-json {input.toolchain} -o {output.variant} --diff {output.diff} "
-        "--json {output.json} > {log} 2>&1"
+        "f4pipe edit-variant --asm {input.asm:q} --co-dir {params.co_dir:q} "
+        "--kernel {params.kernel} --name {wildcards.edit:q} "
+        "--toolchain-json {input.toolchain:q} -o {output.variant:q} --diff {output.diff:q} "
+        "--json {output.json:q} > {log:q} 2>&1"

@@ -26,11 +26,11 @@ rule gemm_stage:
         aiter_id=AITER_ID,
         store=get_store_args,
     shell:
-        "f4pipe {wildcards.stage} --co-dir {input.co_dir} {params.kernel} "
-        "--variant {wildcards.variant} --matrix {params.matrix} --iters {params.iters} "
-        "--device {params.device} --aiter-id {params.aiter_id} {params.store} "
-        "--workers {threads} --toolchain-json {input.toolchain} --record -o {output} "
-        "> {log} 2>&1"
+        "f4pipe {wildcards.stage:q} --co-dir {input.co_dir:q} {params.kernel} "
+        "--variant {wildcards.variant:q} --matrix {params.matrix:q} --iters {params.iters:q} "
+        "--device {params.device:q} --aiter-id {params.aiter_id:q} {params.store} "
+        "--workers {threads:q} --toolchain-json {input.toolchain:q} --record -o {output:q} "
+        "> {log:q} 2>&1"
 
 
 rule gemm_stage_table:
@@ -47,4 +47,4 @@ rule gemm_stage_table:
     conda:
         "../envs/f4pipe.yaml"
     shell:
-        "f4pipe gather {wildcards.stage} {input} -o {output} > {log} 2>&1"
+        "f4pipe gather {wildcards.stage:q} {input:q} -o {output:q} > {log:q} 2>&1"

@@ -41,9 +41,9 @@ rule report:
         result_dir=RESULTS,
         report_dir=RESULTS / "report",
     shell:
-        "f4pipe report {params.result_dir} --config {input.config} "
-        "--aiter-provenance {input.fetched}/provenance.json -o {params.report_dir} "
-        "> {log} 2>&1"
+        "f4pipe report {params.result_dir:q} --config {input.config:q} "
+        "--aiter-provenance {input.fetched:q}/provenance.json -o {params.report_dir:q} "
+        "> {log:q} 2>&1"
 
 
 rule archive:
@@ -60,5 +60,5 @@ rule archive:
     params:
         result_dir=RESULTS,
     shell:
-        "f4pipe archive {params.result_dir} --aiter-provenance {input.fetched}/provenance.json "
-        "-o {output} > {log} 2>&1"
+        "f4pipe archive {params.result_dir:q} --aiter-provenance {input.fetched:q}/provenance.json "
+        "-o {output:q} > {log:q} 2>&1"

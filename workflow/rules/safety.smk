@@ -21,9 +21,9 @@ rule safety:
         aiter_id=AITER_ID,
         store=get_store_args,
     shell:
-        "f4pipe safety --co-dir {input.co_dir} {params.kernel} --aiter-id {params.aiter_id} "
-        "{params.store} --workers {threads} --toolchain-json {input.toolchain} --record "
-        "-o {output} > {log} 2>&1"
+        "f4pipe safety --co-dir {input.co_dir:q} {params.kernel} --aiter-id {params.aiter_id:q} "
+        "{params.store} --workers {threads:q} --toolchain-json {input.toolchain:q} --record "
+        "-o {output:q} > {log:q} 2>&1"
 
 
 rule safety_table:
@@ -40,7 +40,7 @@ rule safety_table:
     conda:
         "../envs/f4pipe.yaml"
     shell:
-        "f4pipe gather safety {input} -o {output} > {log} 2>&1"
+        "f4pipe gather safety {input:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule audit_tuned:
@@ -65,6 +65,6 @@ rule audit_tuned:
         tables=get_audit_table_args,
         store=get_store_args,
     shell:
-        "f4pipe audit-tuned {params.tables} --co-dir {params.co_dir} "
-        "--aiter-id {params.aiter_id} {params.store} --toolchain-json {input.toolchain} "
-        "--record -o {output} > {log} 2>&1"
+        "f4pipe audit-tuned {params.tables} --co-dir {params.co_dir:q} "
+        "--aiter-id {params.aiter_id:q} {params.store} --toolchain-json {input.toolchain:q} "
+        "--record -o {output:q} > {log:q} 2>&1"

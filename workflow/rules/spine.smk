@@ -12,7 +12,7 @@ checkpoint fetch:
         source=get_fetch_args,
         resources=RESOURCES,
     shell:
-        "f4pipe fetch {params.source} --resources {params.resources} > {log} 2>&1"
+        "f4pipe fetch {params.source} --resources {params.resources:q} > {log:q} 2>&1"
 
 
 rule toolchain:
@@ -25,7 +25,7 @@ rule toolchain:
     params:
         toolchain=get_toolchain_args,
     shell:
-        "f4pipe toolchain {params.toolchain} -o {output} > {log} 2>&1"
+        "f4pipe toolchain {params.toolchain} -o {output:q} > {log:q} 2>&1"
 
 
 rule kernels:
@@ -42,8 +42,8 @@ rule kernels:
         co_dir=FETCHED_CO_DIR,
         aiter_id=AITER_ID,
     shell:
-        "f4pipe kernels --co-dir {params.co_dir} --toolchain-json {input.toolchain} "
-        "--aiter-id {params.aiter_id} -o {output} > {log} 2>&1"
+        "f4pipe kernels --co-dir {params.co_dir:q} --toolchain-json {input.toolchain:q} "
+        "--aiter-id {params.aiter_id:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule roundtrip:
@@ -65,8 +65,8 @@ rule roundtrip:
         out_dir=RESULTS / "roundtrip",
         aiter_id=AITER_ID,
     shell:
-        "f4pipe roundtrip {input.co} --out {params.out_dir} --row {output.row} --record "
-        "--aiter-id {params.aiter_id} --toolchain-json {input.toolchain} > {log} 2>&1"
+        "f4pipe roundtrip {input.co:q} --out {params.out_dir:q} --row {output.row:q} --record "
+        "--aiter-id {params.aiter_id:q} --toolchain-json {input.toolchain:q} > {log:q} 2>&1"
 
 
 rule roundtrip_table:
@@ -83,7 +83,7 @@ rule roundtrip_table:
     conda:
         "../envs/f4pipe.yaml"
     shell:
-        "f4pipe gather roundtrip {input} -o {output} > {log} 2>&1"
+        "f4pipe gather roundtrip {input:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule rebuilt_variant:
@@ -100,5 +100,5 @@ rule rebuilt_variant:
         co_dir=FETCHED_CO_DIR,
         rebuilt_dir=RESULTS / "roundtrip",
     shell:
-        "f4pipe rebuilt-dir --co-dir {params.co_dir} --rebuilt {params.rebuilt_dir} "
-        "-o {output} > {log} 2>&1"
+        "f4pipe rebuilt-dir --co-dir {params.co_dir:q} --rebuilt {params.rebuilt_dir:q} "
+        "-o {output:q} > {log:q} 2>&1"
