@@ -17,6 +17,9 @@ from f4pipe.errors import HipVersionError, NoDeviceError
 from f4pipe.layout import DEVICE_KINDS, EMULATOR_DEVICE_ID
 
 if TYPE_CHECKING:  # the emulator is optional and heavy: only its report types are named here
+    from collections.abc import Sequence
+
+    from f4pipe.benchstats import Protocol as BenchProtocol
     from f4pipe.emu.memory import RaceReport
     from f4pipe.emu.timing import HazardReport
 
@@ -113,6 +116,22 @@ class Device(Protocol):
         ones; when `zero_before_each` is set, every launch is preceded by a memset of it
         (splitK kernels accumulate atomically) and the memset is inside the timed region,
         as in the seed driver. Hardware only: other devices raise NoDeviceError."""
+        ...
+
+    def time_launch_series(
+        self,
+        kernel: Kernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernargs: Sequence[bytes],
+        zero_before_each: Sequence[DeviceBuffer | None],
+        protocol: BenchProtocol,
+    ) -> np.ndarray:
+        """Microseconds of each timed launch, [repeats, launches], per `protocol`
+        (f4pipe.benchstats): warm-up by count and time, then every launch between its own event
+        pair, cycling through `kernargs` (one per operand copy; cold mode rotates them) with
+        the matching `zero_before_each` buffer memset inside the pair (splitK). Hardware (and
+        the HIP shim) only: other devices raise NoDeviceError."""
         ...
 
     def close(self) -> None: ...

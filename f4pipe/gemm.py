@@ -30,6 +30,7 @@ from f4pipe.safety import check_policy, padded_launch, refusal, violations
 from f4pipe.verify import Verification, verify_output
 
 if TYPE_CHECKING:
+    from f4pipe.benchstats import Protocol as BenchProtocol
     from f4pipe.emu.timing import HazardReport
 
 #: Untimed launches before the timed ones (the seed driver's).
@@ -65,6 +66,9 @@ class GemmRequest:
     # and reproducers).
     edge_policy: str = "refuse"
     check_memory: bool = True  # refuse a shape whose buffers exceed the available memory
+    # How to time (f4pipe.benchstats): with a protocol, `iters` is ignored and each timed
+    # launch is measured on its own (R x N launch times, operand copies rotated when cold).
+    protocol: BenchProtocol | None = None
 
     def __post_init__(self) -> None:
         check_alpha(self.alpha)
@@ -155,6 +159,11 @@ class GemmResult:
     #: What the device reported on the launch (the emulator's LaunchStats, with its cost);
     #: None where it checks nothing (hardware).
     launch: LaunchReport | None = field(default=None, repr=False)
+    #: Per-launch microseconds [repeats, launches] when timed by a protocol; `us` is then
+    #: their median.
+    launch_us: np.ndarray | None = field(default=None, repr=False)
+    rotation_copies: int = 0  # operand copies the timed launches rotated through
+    rotation_bytes: int = 0
 
     @property
     def gdz(self) -> int:
@@ -306,16 +315,20 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         d_buf = device.alloc(layout.d_nbytes)
         buffers.append(d_buf)
         _prefill_d(device, d_buf, r, layout)
-        kernarg = gemm_kernarg(
-            layout=layout,
-            ptr_d=d_buf.addr,
-            ptr_a=a_buf.addr,
-            ptr_b=b_buf.addr,
-            ptr_scale_a=sa_buf.addr,
-            ptr_scale_b=sb_buf.addr,
-            alpha=r.alpha,
-            log2_k_split=r.log2_k_split if entry.splitk else 0,
-        )
+
+        def kernarg_for(a_addr: int, b_addr: int, sa_addr: int, sb_addr: int) -> bytes:
+            return gemm_kernarg(
+                layout=layout,
+                ptr_d=d_buf.addr,
+                ptr_a=a_addr,
+                ptr_b=b_addr,
+                ptr_scale_a=sa_addr,
+                ptr_scale_b=sb_addr,
+                alpha=r.alpha,
+                log2_k_split=r.log2_k_split if entry.splitk else 0,
+            )
+
+        kernarg = kernarg_for(a_buf.addr, b_buf.addr, sa_buf.addr, sb_buf.addr)
         report = device.launch(kernel, geometry.grid, geometry.block, kernarg)
         race_report = None if report is None else report.races
         hazard_report = None if report is None else report.hazards
@@ -323,7 +336,23 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
 
         us: float | None = None
         not_timed: str | None = None
-        if r.iters > 0 and device.can_time:
+        series: np.ndarray | None = None
+        copies = rotated = 0
+        if r.protocol is not None and device.can_time:
+            kernargs, rotated = _rotation(device, images, r.protocol, buffers, kernarg_for)
+            copies = len(kernargs)
+            series = device.time_launch_series(
+                kernel,
+                geometry.grid,
+                geometry.block,
+                [kernarg, *kernargs[1:]],
+                [d_buf if splitk else None] * copies,
+                r.protocol,
+            )
+            us = float(np.median(series))
+        elif r.protocol is not None:
+            not_timed = NOT_TIMED_NO_HARDWARE
+        elif r.iters > 0 and device.can_time:
             us = device.time_launches(
                 kernel,
                 geometry.grid,
@@ -369,7 +398,32 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         race_summary="" if race_report is None else race_report.summary(),
         **hazard_fields(hazard_report),
         launch=report,
+        launch_us=series,
+        rotation_copies=copies,
+        rotation_bytes=rotated,
     )
+
+
+#: Most operand copies a cold protocol rotates through (tiny shapes would need thousands).
+MAX_ROTATION_COPIES = 1024
+
+
+def _rotation(device, images: DeviceOperands, protocol, buffers, kernarg_for):
+    """Kernarg blocks for the timed launches: one set of operands (the one already uploaded:
+    index 0 is filled in by the caller), plus (cold protocol) enough further copies of A, B
+    and their scales to span protocol.rotate_bytes, each in its own buffers (same bytes, so
+    every launch computes the same D). Returns (kernargs, bytes the copies span)."""
+    one_set = images.a.nbytes + images.b.nbytes + images.scale_a.nbytes + images.scale_b.nbytes
+    kernargs = [b""]
+    if protocol.cold:
+        want = min(MAX_ROTATION_COPIES, max(1, -(-protocol.rotate_bytes // one_set)))
+        for _ in range(want - 1):
+            a_buf = _upload(device, images.a, buffers)
+            b_buf = _upload(device, images.b, buffers)
+            sa_buf = _upload(device, images.scale_a, buffers)
+            sb_buf = _upload(device, images.scale_b, buffers)
+            kernargs.append(kernarg_for(a_buf.addr, b_buf.addr, sa_buf.addr, sb_buf.addr))
+    return kernargs, one_set * len(kernargs)
 
 
 def hazard_fields(report: HazardReport | None) -> dict[str, Any]:

@@ -359,6 +359,66 @@ class HipDevice:
             raise DeviceError("; ".join(failed))
         return float(ms) * 1000.0 / iters
 
+    def time_launch_series(
+        self,
+        kernel: HipKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernargs,
+        zero_before_each,
+        protocol,
+    ) -> np.ndarray:
+        hip = self._hip
+        turn = iter(range(1 << 62))
+
+        def one() -> None:
+            j = next(turn) % len(kernargs)
+            zero = zero_before_each[j]
+            if zero is not None:
+                _call(hip, "hipMemsetAsync", hip.hipMemsetAsync(zero.addr, 0, zero.nbytes, None))
+            self._launch_async(kernel, grid, block, kernargs[j])
+
+        events = []
+        try:
+            for _ in range(2 * protocol.launches):
+                events.append(_call(hip, "hipEventCreate", hip.hipEventCreate()))
+            starts, stops = events[0::2], events[1::2]
+            self._warm_up(one, starts[0], stops[0], protocol)
+            out = np.empty((protocol.repeats, protocol.launches))
+            for r in range(protocol.repeats):
+                for i in range(protocol.launches):
+                    _call(hip, "hipEventRecord(start)", hip.hipEventRecord(starts[i], None))
+                    one()
+                    _call(hip, "hipEventRecord(stop)", hip.hipEventRecord(stops[i], None))
+                _call(hip, "hipEventSynchronize", hip.hipEventSynchronize(stops[-1]))
+                for i in range(protocol.launches):
+                    ms = _call(
+                        hip, "hipEventElapsedTime", hip.hipEventElapsedTime(starts[i], stops[i])
+                    )
+                    out[r, i] = float(ms) * 1000.0
+        finally:
+            released = (_released(hip, "hipEventDestroy", hip.hipEventDestroy(e)) for e in events)
+            failed = [e for e in released if e]
+        if failed:
+            raise DeviceError("; ".join(failed))
+        return out
+
+    def _warm_up(self, one, start, stop, protocol) -> None:
+        """At least protocol.warmup launches and protocol.warmup_ms of them (timed in rounds
+        of `warmup` launches between one event pair, so the host never waits per launch)."""
+        hip = self._hip
+        done, spent_ms = 0, 0.0
+        chunk = max(protocol.warmup, 1)
+        while done < protocol.warmup or spent_ms < protocol.warmup_ms:
+            _call(hip, "hipEventRecord(start)", hip.hipEventRecord(start, None))
+            for _ in range(chunk):
+                one()
+            _call(hip, "hipEventRecord(stop)", hip.hipEventRecord(stop, None))
+            _call(hip, "hipEventSynchronize", hip.hipEventSynchronize(stop))
+            elapsed = hip.hipEventElapsedTime(start, stop)
+            spent_ms += float(_call(hip, "hipEventElapsedTime", elapsed))
+            done += chunk
+
     def close(self) -> None:
         """Free every allocation and unload every module; DeviceError naming each release
         that failed (after trying them all)."""

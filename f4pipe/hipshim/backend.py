@@ -273,6 +273,8 @@ class ShimBackend:
         self._dir = tempfile.TemporaryDirectory(prefix="f4pipe-hipshim-")
         self._modules: dict[int, tuple[Path, dict[str, KernelInfo]]] = {}
         self._buffers: dict[int, DeviceBuffer] = {}
+        #: Every launch the shim ran since the last clear_call_log (tests read the kernargs).
+        self.launches: list[Launch] = []
         self._callbacks = (
             ALLOC_FN(_reporting(self._alloc)),
             FREE_FN(_reporting(self._free)),
@@ -321,6 +323,7 @@ class ShimBackend:
             shared_mem_bytes=int(raw.shared_mem_bytes),
             kernarg=ctypes.string_at(raw.kernarg, raw.kernarg_size),
         )
+        self.launches.append(launch)
         problems = check_launch(kernels[name], launch)
         if problems:
             where = f"{name} grid={launch.grid} block={launch.block}"
@@ -345,6 +348,7 @@ class ShimBackend:
 
     def clear_call_log(self) -> None:
         self.lib.f4pipe_shim_clear_call_log()
+        self.launches.clear()
 
     def live_allocations(self) -> int:
         self.lib.f4pipe_shim_live_allocations.restype = ctypes.c_uint64

@@ -77,6 +77,44 @@ def test_splitk_timing_follows_the_seed_drivers_calls(device, shim, manifest):
     assert calls.count(LAUNCH) == 1 + WARMUP_LAUNCHES + request.iters
 
 
+def test_a_protocol_times_every_launch_alone_and_rotates_distinct_operand_copies(
+    device, shim, manifest
+):
+    """R x N launches, each between its own event pair, the splitK memset of D inside it;
+    warm-up first; cold mode uploads distinct copies of A, B and their scales and really
+    launches on each in turn."""
+    from f4pipe.benchstats import Protocol
+    from f4pipe.kernarg import KERNARG_SIZE, unpack_kernarg
+
+    entry = manifest.get(SPLITK_KERNEL)
+    protocol = Protocol(warmup=2, warmup_ms=0, repeats=2, launches=3, cold=True, rotate_bytes=1)
+    probe = run_gemm(
+        device, entry, manifest.co_path(entry), GemmRequest(M, N, 1024, 1, protocol=protocol)
+    )
+    one_set = probe.rotation_bytes  # one copy: rotate_bytes=1 needs just the first set
+    assert probe.rotation_copies == 1 and one_set > 0
+    shim.clear_call_log()
+    protocol = dataclasses.replace(protocol, rotate_bytes=3 * one_set)
+    request = GemmRequest(M, N, 1024, log2_k_split=1, protocol=protocol)
+    result = run_gemm(device, entry, manifest.co_path(entry), request)
+    assert result.passed and result.launch_us.shape == (2, 3) and (result.launch_us > 0).all()
+    assert result.us == float(np.median(result.launch_us))
+    assert (result.rotation_copies, result.rotation_bytes) == (3, 3 * one_set)
+    assert result.tflops is None  # shim times are host clock, never TFLOP/s
+    calls = shim.call_log()
+    # 1 verified launch, 2 warm-up, 2 x 3 timed
+    assert calls.count(LAUNCH) == 1 + 2 + 6
+    timed_start = [i for i, c in enumerate(calls) if c == "hipEventRecord"][2:]  # after warm-up
+    pairs = [calls[i : i + 4] for i in timed_start[0::2]]
+    assert len(pairs) == 6
+    assert all(p == ["hipEventRecord", "hipMemsetAsync", LAUNCH, "hipEventRecord"] for p in pairs)
+    pointers = [
+        unpack_kernarg(launch.kernarg[:KERNARG_SIZE])["ptr_A"] for launch in shim.launches[1:]
+    ]
+    assert len(set(pointers)) == 3  # every copy used, in turn
+    assert all(pointers[i] != pointers[i + 1] for i in range(len(pointers) - 1))
+
+
 def loaded(device, manifest, name: str):
     """A kernel loaded on the shim with buffers and a kernarg block for M x N x K."""
     entry = manifest.get(name)
