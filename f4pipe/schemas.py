@@ -231,9 +231,9 @@ SPLITK = with_keys(
 
 BENCH = with_keys(
     *_GEMM_CASE_FIELDS,
-    pa.field("iters", pa.int32(), nullable=False),
-    pa.field("warmup", pa.int32(), nullable=False),
-    pa.field("us", pa.float64()),
+    pa.field("iters", pa.int32(), nullable=False),  # timed launches (repeats x launches)
+    pa.field("warmup", pa.int32(), nullable=False),  # at least this many untimed launches
+    pa.field("us", pa.float64()),  # the median launch (f4pipe.benchstats)
     pa.field("tflops", pa.float64()),
     # The cycle model's prediction (f4pipe.perf), on every device; never in us / tflops.
     pa.field("us_pred", pa.float64()),
@@ -241,6 +241,19 @@ BENCH = with_keys(
     pa.field("bound", pa.string()),
     pa.field("model_id", pa.string()),
     pa.field("calibration_id", pa.string()),
+    # How the row was timed and the spread of its launches (f4pipe.benchstats): every launch's
+    # microseconds, the minimum, quartiles, the 95 % interval of the median, Tukey outliers,
+    # and the operand copies cold mode rotated through. Null where nothing was timed.
+    pa.field("protocol", pa.string()),
+    pa.field("launch_us", pa.list_(pa.float64())),
+    pa.field("us_min", pa.float64()),
+    pa.field("us_q1", pa.float64()),
+    pa.field("us_q3", pa.float64()),
+    pa.field("us_ci_low", pa.float64()),
+    pa.field("us_ci_high", pa.float64()),
+    pa.field("outliers", pa.int32()),
+    pa.field("rotation_copies", pa.int32()),
+    pa.field("rotation_bytes", pa.int64()),
 )
 
 # --- shape-edge safety (f4pipe.edgesweep): one row per (kernel, edge shape, policy) ----------
@@ -375,7 +388,23 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
         "reached_by_m",
         "lookup_finding",
     ),
-    "bench": ("us_pred", "tflops_pred", "bound", "model_id", "calibration_id"),
+    "bench": (
+        "us_pred",
+        "tflops_pred",
+        "bound",
+        "model_id",
+        "calibration_id",
+        "protocol",
+        "launch_us",
+        "us_min",
+        "us_q1",
+        "us_q3",
+        "us_ci_low",
+        "us_ci_high",
+        "outliers",
+        "rotation_copies",
+        "rotation_bytes",
+    ),
     "roundtrip": ("hazards", "hazard_detail"),
     "verify": ("hazards", "advisories", "reused_from", "reuse_key"),
     "splitk": ("hazards", "advisories", "reused_from", "reuse_key"),

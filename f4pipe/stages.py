@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from f4pipe.device import Device
-from f4pipe.errors import DeviceError, EmulatorError, ShapeError
+from f4pipe.errors import ConfigError, DeviceError, EmulatorError, ShapeError
 from f4pipe.gemm import (
     NOT_TIMED_NO_HARDWARE,
     SHIM_TIME_NOTE,
-    WARMUP_LAUNCHES,
     GemmRequest,
     GemmResult,
     run_gemm,
@@ -44,6 +43,7 @@ from f4pipe.resultstore import ResultStore, f4pipe_identity, kernel_identity, re
 from f4pipe.schemas import ArtifactKeys
 
 if TYPE_CHECKING:
+    from f4pipe.benchstats import Protocol as BenchProtocol
     from f4pipe.perf.predict import Predictor
 
 NO_DEVICE_REASON = "no gfx950 device"
@@ -66,7 +66,8 @@ class StageSettings:
     seed_a: int = SEED_A
     seed_b: int = SEED_B
     alpha: float = 1.0
-    iters: int = 100  # bench only
+    iters: int = 100  # bench only: timed launches per case (protocol.repeats x launches)
+    protocol: BenchProtocol | None = None  # bench only: how (f4pipe.benchstats)
     bpreshuffle: bool = True  # heuristic cases
     skip_reason: str = NO_DEVICE_REASON  # used when device is None
     edge_policy: str = "pad"  # kernels named by a case at a shape unsafe for them
@@ -308,7 +309,10 @@ def bench_stage(
     for entry, log2, case in runs:
         device_id = device.device_id if device is not None else NO_DEVICE
         row = _case_row(settings, device_id, entry, log2, case)
-        row.update(iters=settings.iters, warmup=WARMUP_LAUNCHES, us=None, tflops=None)
+        protocol = settings.protocol or bench_protocol(settings.iters)
+        row.update(iters=protocol.samples, warmup=protocol.warmup, us=None, tflops=None)
+        row["protocol"] = protocol.describe()
+        row.update(dict.fromkeys(SPREAD_FIELDS))
         row.update(_predicted_fields(predictor, entry, case, log2))
         if device is None:
             row["reason"] = f"{settings.skip_reason}; {PREDICTED_NOTE}"
@@ -317,7 +321,7 @@ def bench_stage(
             row["reason"] = f"{BENCH_NOT_HARDWARE_REASON}; {PREDICTED_NOTE}"
             row["status"] = PREDICTED
         else:
-            request = _request(settings, case, log2, verify=False, iters=settings.iters)
+            request = _request(settings, case, log2, verify=False, protocol=protocol)
             try:
                 result = run_gemm(device, entry, manifest.co_path(entry), request)
             except (DeviceError, ShapeError) as exc:
@@ -345,12 +349,57 @@ def _predicted_fields(
     }
 
 
+#: A bench row's launch-time fields (null until a device times the row).
+SPREAD_FIELDS = (
+    "launch_us",
+    "us_min",
+    "us_q1",
+    "us_q3",
+    "us_ci_low",
+    "us_ci_high",
+    "outliers",
+    "rotation_copies",
+    "rotation_bytes",
+)
+
+
+def bench_protocol(iters: int, **options: Any) -> BenchProtocol:
+    """The protocol for `iters` timed launches per case: Protocol's repeats (default 5), each
+    of ceil(iters / repeats) launches; other fields from `options` (f4pipe.benchstats)."""
+    from f4pipe.benchstats import Protocol
+
+    repeats = int(options.pop("repeats", Protocol.repeats))
+    if repeats < 1 or iters < 1:
+        raise ConfigError(f"bench needs iters and repeats >= 1 (got {iters} and {repeats})")
+    try:
+        return Protocol(repeats=repeats, launches=max(1, -(-iters // repeats)), **options)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _timed_row(result: GemmResult) -> dict[str, Any]:
     """A timed run's bench fields: measured on a GPU, or the HIP shim's host clock marked as
-    such (the timing path ran; the time is not a GPU's)."""
+    such (the timing path ran; the time is not a GPU's). `us` is the median launch; the
+    spread and every launch time are kept (f4pipe.benchstats)."""
+    from f4pipe.benchstats import summarize
+
+    fields: dict[str, Any] = {"us": result.us}
+    if result.launch_us is not None:
+        s = summarize(result.launch_us)
+        fields.update(
+            launch_us=[float(x) for x in result.launch_us.ravel()],
+            us_min=s.minimum,
+            us_q1=s.q1,
+            us_q3=s.q3,
+            us_ci_low=s.ci_low,
+            us_ci_high=s.ci_high,
+            outliers=s.outliers,
+            rotation_copies=result.rotation_copies,
+            rotation_bytes=result.rotation_bytes,
+        )
     if result.us_is_hardware:
-        return {"status": "measured", "us": result.us, "tflops": result.tflops}
-    return {"status": SHIM_TIMED, "us": result.us, "reason": SHIM_TIME_NOTE}
+        return {"status": "measured", "tflops": result.tflops, **fields}
+    return {"status": SHIM_TIMED, "reason": SHIM_TIME_NOTE, **fields}
 
 
 STAGES: dict[str, Callable[..., list[dict[str, Any]]]] = {

@@ -419,6 +419,18 @@ def run_stage_command(args: argparse.Namespace) -> int:
         detail = str(exc)
         reason = detail if detail.startswith(NO_DEVICE_REASON) else f"{NO_DEVICE_REASON}: {detail}"
         device = None
+    protocol = None
+    if args.command == "bench":
+        from f4pipe.stages import bench_protocol
+
+        protocol = bench_protocol(
+            args.iters,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            warmup_ms=args.warmup_ms,
+            cold=not args.hot,
+            rotate_bytes=args.rotate_mib << 20,
+        )
     settings = StageSettings(
         keys=keys,
         variant=args.variant,
@@ -427,6 +439,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
         seed_b=seed_b,
         alpha=args.alpha,
         iters=args.iters,
+        protocol=protocol,
         skip_reason=reason,
         store=open_store(getattr(args, "store", None)),
         workers=args.workers,
@@ -491,6 +504,31 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     p.add_argument(
         "--iters", type=int, default=100, help="timed launches per case (bench; default 100)"
     )
+    if name == "bench":
+        p.add_argument(
+            "--repeats",
+            type=int,
+            default=5,
+            help="the timed launches come in this many repeats (default 5)",
+        )
+        p.add_argument(
+            "--warmup", type=int, default=10, help="at least this many warm-up launches (10)"
+        )
+        p.add_argument(
+            "--warmup-ms", type=float, default=50.0, help="... and at least this long (50 ms)"
+        )
+        p.add_argument(
+            "--hot",
+            action="store_true",
+            help="reuse one operand set (warm caches; default: cold, rotating copies)",
+        )
+        p.add_argument(
+            "--rotate-mib",
+            type=int,
+            default=288,
+            help="cold mode: MiB of operand copies to rotate through (default 288: more than "
+            "the L2s and Infinity Cache of an MI355X)",
+        )
     add_record(p)
     add_table_output(p)
     if name != "bench":  # a throughput number is a measurement, never reused

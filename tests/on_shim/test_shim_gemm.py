@@ -199,10 +199,16 @@ def test_bench_stage_command_writes_marked_rows(shim, f4gemm_dir, tmp_path):
     out = tmp_path / "bench.parquet"
     common = ["--co-dir", str(f4gemm_dir), "--aiter-id", "a", "--toolchain-id", "t"]
     shape = ["--matrix", "smoke", "--kernel", SMALL_KERNEL, "--iters", "1"]  # M=32 N=256 K=512
-    assert main(["bench", *common, *shape, "--device", "hip", "-o", str(out)]) == 0
+    protocol = ["--repeats", "2", "--warmup", "1", "--warmup-ms", "0", "--rotate-mib", "1"]
+    assert main(["bench", *common, *shape, *protocol, "--device", "hip", "-o", str(out)]) == 0
     (row,) = read_table(out, BENCH).to_pylist()
     assert row["device_id"] == HIP_SHIM_DEVICE_ID and row["status"] == SHIM_TIMED
     assert row["tflops"] is None and row["us"] > 0
+    # the protocol is recorded, every launch kept, the statistics of exactly those launches
+    assert row["protocol"].startswith("2x1 launches, one event pair each") and row["iters"] == 2
+    assert len(row["launch_us"]) == 2 and row["us"] == float(np.median(row["launch_us"]))
+    assert row["us_min"] == min(row["launch_us"]) and row["us_ci_low"] <= row["us"]
+    assert row["rotation_copies"] >= 1 and row["rotation_bytes"] > 0
 
 
 def test_gemm_cli_on_the_shim(shim, f4gemm_dir, capsys):

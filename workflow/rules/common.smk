@@ -203,6 +203,30 @@ def get_stage_iters(wildcards):
     return config[wildcards.stage].get("iters", 1)
 
 
+#: The bench protocol's config keys and their options (f4pipe.benchstats; defaults there).
+BENCH_PROTOCOL_OPTIONS = {
+    "repeats": "--repeats",
+    "warmup": "--warmup",
+    "warmup_ms": "--warmup-ms",
+    "rotate_mib": "--rotate-mib",
+}
+
+
+def get_stage_protocol_args(wildcards):
+    """bench: the timing protocol's options the config sets (`cold: false` is --hot)."""
+    if wildcards.stage != "bench":
+        return ""
+    bench = config["bench"]
+    args = [
+        f"{flag} {shlex.quote(str(bench[key]))}"
+        for key, flag in BENCH_PROTOCOL_OPTIONS.items()
+        if key in bench
+    ]
+    if bench.get("cold", True) is False:
+        args.append("--hot")
+    return " ".join(args)
+
+
 def get_store_args(wildcards):
     """`--store DIR`: verify, splitk, safety and the audit's emulations are reused by content
     across result sets (f4pipe.resultstore); bench never (its numbers are measurements).
