@@ -140,3 +140,28 @@ class TimingModelDevice(HostModelDevice):
         for _ in range(iters):
             one()
         return (time.perf_counter() - start) * 1e6 / iters
+
+    def time_launch_series(self, kernel, grid, block, kernargs, zero_before_each, protocol):
+        """Per-launch wall clock, the protocol's shape, kernargs in turn (as HipDevice)."""
+        import time
+
+        import numpy as np
+
+        turn = iter(range(1 << 62))
+
+        def one() -> None:
+            j = next(turn) % len(kernargs)
+            if zero_before_each[j] is not None:
+                self.memset(zero_before_each[j], 0)
+                self.zeroed_before_timed.append(zero_before_each[j].addr)
+            self.launch(kernel, grid, block, kernargs[j])
+
+        for _ in range(protocol.warmup):
+            one()
+        out = np.empty((protocol.repeats, protocol.launches))
+        for r in range(protocol.repeats):
+            for i in range(protocol.launches):
+                start = time.perf_counter()
+                one()
+                out[r, i] = (time.perf_counter() - start) * 1e6
+        return out

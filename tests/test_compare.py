@@ -97,6 +97,36 @@ def test_measured_throughput_deltas(result_sets, tmp_path):
     assert (tmp_path / "c" / "throughput_ratio.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, tmp_path, capsys):
+    """The timed set's measured rows given 100 launch times with 1 % noise (A), and the same
+    times 30 % slower (B): reported as a regression, exit 1; A against itself is within
+    noise, exit 0."""
+    import numpy as np
+
+    from f4pipe.schemas import BENCH, read_table
+
+    noise = 1 + 0.01 * np.random.default_rng(7).standard_normal(100)
+
+    def with_times(name: str, factor: float):
+        target = tmp_path / name
+        shutil.copytree(result_sets["timed"], target)
+        path = target / table_file("bench")
+        rows = read_table(path, BENCH).to_pylist()
+        for r in rows:
+            if r["status"] == "measured":
+                r["launch_us"] = [float(x) for x in 10.0 * factor * noise]
+                r["us"] = float(np.median(r["launch_us"]))
+        write_rows(path, rows, BENCH)
+        return target
+
+    a, b = with_times("a", 1.0), with_times("b", 1.3)
+    assert cli_main(["compare", str(a), str(a)]) == 0
+    assert "0 slower, 0 faster, 0 not judged" in capsys.readouterr().out
+    assert cli_main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "2 slower" in out and "+30.0 % SLOWER" in out
+
+
 def test_tampered_archive_is_refused(result_sets, tmp_path, capsys):
     tarball = create_archive(result_sets["A"], tmp_path)
     top = tarball.name.removesuffix(".tar.gz")

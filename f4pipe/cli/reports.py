@@ -59,7 +59,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.output:
             written = write_comparison(comparison, args.output) / "index.html"
             print(f"wrote {written}", file=sys.stderr if args.json else sys.stdout)
-    return EXIT_FAILED if comparison.differs else EXIT_OK
+    return EXIT_FAILED if comparison.differs or comparison.regressions else EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -99,8 +99,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "renamed; manifest attributes and header; per code object sha256, code object and ABI "
         "version, descriptor and metadata fields, an instruction-level summary; the aiter "
         "source and digests; round-trip, verification, splitK, safety and tuned-table audit "
-        "verdicts (rows added, changed, newly unsafe); throughput. Exit 1 when anything a "
-        "verdict depends on changed, 0 otherwise.",
+        "verdicts (rows added, changed, newly unsafe); throughput, each measured run judged "
+        "against its noise (a change is reported only when the two runs' 95 % intervals of the "
+        "median separate and the change exceeds max(3 %, the larger relative IQR); "
+        "f4pipe.benchstats). Exit 1 when anything a verdict depends on changed or a run got "
+        "slower beyond the noise, 0 otherwise.",
     )
     p.add_argument("a", type=Path, help="baseline: result-set directory or archive")
     p.add_argument("b", type=Path, help="new: result-set directory or archive")

@@ -106,6 +106,12 @@ class Comparison:
         return any(self.verdict_changes().values())
 
     @property
+    def regressions(self) -> int:
+        """Runs judged slower than in A beyond the noise (f4pipe.benchstats.judge)."""
+        tp = self.throughput
+        return 0 if tp is None else int((tp["change"] == "slower").sum())
+
+    @property
     def newly_unsafe(self) -> int:
         return 0 if self.audit is None else int(self.audit["newly unsafe"].sum())
 
@@ -145,12 +151,21 @@ class Comparison:
                 )
         lines += self._safety_audit_lines()
         tp = self.throughput
+        if tp is None:
+            lines.append("throughput: not measured in both sets")
+            return lines
+        faster = int((tp["change"] == "faster").sum())
+        unjudged = int(tp["B vs A (median us)"].str.startswith("not judged").sum())
         lines.append(
-            "throughput: not measured in both sets"
-            if tp is None
-            else f"throughput: {len(tp)} runs, B/A {tp['ratio B/A (TFLOP/s)'].min():.3f} .. "
-            f"{tp['ratio B/A (TFLOP/s)'].max():.3f}"
+            f"throughput: {len(tp)} runs, B/A {tp['ratio B/A (TFLOP/s)'].min():.3f} .. "
+            f"{tp['ratio B/A (TFLOP/s)'].max():.3f}; judged against the noise: "
+            f"{self.regressions} slower, {faster} faster, {unjudged} not judged (no launch times)"
         )
+        lines += [
+            f"  {r['variant']} {r['kernel']} {r['shape (MxNxK /split)']}: {r['B vs A (median us)']}"
+            for _, r in tp.iterrows()
+            if r["change"]
+        ]
         return lines
 
     def _safety_audit_lines(self) -> list[str]:
@@ -196,6 +211,7 @@ class Comparison:
             "differs": self.differs,
             "verdict_changes": self.verdict_changes(),
             "newly_unsafe": self.newly_unsafe,
+            "regressions": self.regressions,
             "kernels": records(self.kernels),
             "manifest": records(self.manifest),
             "code_objects": [vars(c) for c in self.code_objects],

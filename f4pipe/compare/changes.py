@@ -359,15 +359,36 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     )
 
 
-def throughput_deltas(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
+def throughput_deltas(
+    a: ResultSet, b: ResultSet, floor_pct: float | None = None
+) -> pd.DataFrame | None:
+    """Measured runs in both sets, B against A. Rows whose launch times both sets kept are
+    judged against the noise (f4pipe.benchstats.judge): `change` is "slower", "faster" or
+    "" (within noise); rows timed before the protocol recorded spread are "not judged"."""
+    from f4pipe.benchstats import FLOOR_PCT, judge, summarize
+
     ta, tb = a.table("bench"), b.table("bench")
     if ta is None or tb is None:
         return None
-    ma, mb = (t[t["status"] == "measured"][[*RUN_KEY, "us", "tflops"]] for t in (ta, tb))
+    cols = [*RUN_KEY, "us", "tflops", "launch_us"]
+    ma, mb = (t[t["status"] == "measured"][cols] for t in (ta, tb))
     m = merge_sets(ma, mb, RUN_KEY, how="inner")
     if not len(m):
         return None
     m["ratio B/A (TFLOP/s)"] = m["tflops B"] / m["tflops A"]
+    changes, judged = [], []
+    for _, r in m.iterrows():
+        la, lb = r["launch_us A"], r["launch_us B"]
+        if la is None or lb is None or not len(la) or not len(lb):
+            changes.append("")
+            judged.append("not judged: no launch times recorded")
+            continue
+        j = judge(summarize(la), summarize(lb), FLOOR_PCT if floor_pct is None else floor_pct)
+        changes.append(j.change)
+        judged.append(j.render())
+    m["change"] = changes
+    m["B vs A (median us)"] = judged
     m.insert(2, "shape (MxNxK /split)", [shape_label(r) for _, r in m.iterrows()])
     m["kernel"] = m["kernel"].map(short_kernel)
-    return m.drop(columns=["m", "n", "k", "log2_k_split"]).reset_index(drop=True)
+    dropped = ["m", "n", "k", "log2_k_split", "launch_us A", "launch_us B"]
+    return m.drop(columns=dropped).reset_index(drop=True)

@@ -100,7 +100,8 @@ def comparison_sections(c: Comparison, out_dir: Path | None) -> list[Section]:
             Section("bench", "Throughput", "not measured in both sets: no gfx950 device", "none")
         )
     else:
-        sec = Section("bench", "Throughput", c.summary_lines()[-1], "info", table=tp)
+        summary = next(x for x in c.summary_lines() if x.startswith("throughput:"))
+        sec = Section("bench", "Throughput", summary, "bad" if c.regressions else "info", table=tp)
         if out_dir is not None:
             sec.plot = plot_ratio(tp, out_dir / "throughput_ratio.png")
         sections.append(sec)
