@@ -41,7 +41,7 @@ WITHIN = 0.05  # "within 5 % of the predicted best"
 def ranking(predictor: Predictor, rows: pd.DataFrame) -> dict[str, float]:
     """Where aiter's recorded kernel falls among the kernels safe at each of its shapes."""
     aiter = rows[rows["source"] == "aiter"]
-    first = within = top3 = 0
+    first = within = top3 = unsafe = top3_safe = 0
     ranks, gaps = [], []
     for r in aiter.itertuples():
         safe = [x for x in predictor.rank(r.m, r.n, r.k) if x.safe]  # fastest first
@@ -51,6 +51,8 @@ def ranking(predictor: Predictor, rows: pd.DataFrame) -> dict[str, float]:
         first += rank == 1
         within += gap <= WITHIN
         top3 += rank <= 3
+        unsafe += mine is None  # aiter's kernel breaks a shape-edge rule here: not ranked
+        top3_safe += mine is not None and rank <= 3
         ranks.append(rank)
         gaps.append(gap * 100)
     n = len(aiter)
@@ -61,6 +63,8 @@ def ranking(predictor: Predictor, rows: pd.DataFrame) -> dict[str, float]:
         "top3_pct": round(100 * top3 / n, 1),
         "median_rank": float(np.median(ranks)),
         "median_gap_pct": round(float(np.median(gaps)), 2),
+        "recorded_kernel_unsafe": unsafe,
+        "top3_pct_where_recorded_kernel_safe": round(100 * top3_safe / (n - unsafe), 1),
     }
 
 
