@@ -29,6 +29,14 @@ import numpy as np
 
 from f4pipe.codeobject import CodeObject
 from f4pipe.device import HIP_SHIM_DEVICE_ID, DeviceBuffer
+from f4pipe.devinfo import (
+    ClockSampler,
+    DeviceInfo,
+    fingerprint,
+    hip_python_version,
+    rocm_version,
+    version_text,
+)
 from f4pipe.errors import CodeObjectError, DeviceError, HipVersionError, InputError, NoDeviceError
 from f4pipe.hipshim import SHIM_DEVICE_NAME
 
@@ -202,7 +210,16 @@ class HipDevice:
 
     can_time = True
 
-    def __init__(self, hip: Any, name: str, arch: str, num_cu: int, *, shim: bool = False) -> None:
+    def __init__(
+        self,
+        hip: Any,
+        name: str,
+        arch: str,
+        num_cu: int,
+        *,
+        shim: bool = False,
+        info: DeviceInfo | None = None,
+    ) -> None:
         self._hip = hip
         self.name = name
         self.arch = arch
@@ -211,6 +228,16 @@ class HipDevice:
         self.device_id = HIP_SHIM_DEVICE_ID if shim else device_id_from(name, arch)
         self._modules: list[Any] = []
         self._allocations: dict[int, Any] = {}
+        #: Identity and software stack for every row this device measures (f4pipe.devinfo).
+        self.info = info
+        self._clocks: ClockSampler | None = None
+
+    @property
+    def clocks(self) -> ClockSampler:
+        """AMD SMI readings of this GPU (opened on first use; the shim has none)."""
+        if self._clocks is None:
+            self._clocks = ClockSampler(None if self.shim else 0)
+        return self._clocks
 
     @classmethod
     def open(cls, device_index: int = 0) -> HipDevice:
@@ -244,7 +271,14 @@ class HipDevice:
             from f4pipe.hipshim.backend import attach_emulator
 
             attach_emulator()
-        return cls(hip, name=name, arch=arch, num_cu=int(props.multiProcessorCount), shim=shim)
+        return cls(
+            hip,
+            name=name,
+            arch=arch,
+            num_cu=int(props.multiProcessorCount),
+            shim=shim,
+            info=device_info(hip, props, name, arch, int(runtime)),
+        )
 
     # --- Device protocol -----------------------------------------------------------------
 
@@ -457,6 +491,25 @@ class HipDevice:
             f"block={block}, {kernel.kernarg_size}-byte kernarg)",
             hip.hipModuleLaunchKernel(kernel.function, *grid, *block, 0, None, None, extra.config),
         )
+
+
+def device_info(hip: Any, props: Any, name: str, arch: str, runtime: int) -> DeviceInfo:
+    """The facts every measured row records about this GPU and its software stack."""
+    pci = f"{int(props.pciDomainID):04x}:{int(props.pciBusID):02x}:{int(props.pciDeviceID):02x}"
+    try:
+        driver = version_text(int(_call(hip, "hipDriverGetVersion", hip.hipDriverGetVersion())))
+    except DeviceError:
+        driver = ""
+    return DeviceInfo(
+        gpu_name=name,
+        gcn_arch=arch,
+        cu_count=int(props.multiProcessorCount),
+        device_fingerprint=fingerprint(name, arch, pci),
+        hip_runtime=version_text(runtime),
+        hip_driver=driver,
+        rocm_version=rocm_version(),
+        hip_python_version=hip_python_version(),
+    )
 
 
 def _text(value: Any) -> str:

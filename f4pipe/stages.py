@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from f4pipe.device import Device
+from f4pipe.devinfo import CLOCK_FIELDS, DEVICE_FIELDS, clock_fields
 from f4pipe.errors import ConfigError, DeviceError, EmulatorError, ShapeError
 from f4pipe.gemm import (
     NOT_TIMED_NO_HARDWARE,
@@ -313,6 +314,10 @@ def bench_stage(
         row.update(iters=protocol.samples, warmup=protocol.warmup, us=None, tflops=None)
         row["protocol"] = protocol.describe()
         row.update(dict.fromkeys(SPREAD_FIELDS))
+        row.update(dict.fromkeys(DEVICE_FIELDS + CLOCK_FIELDS))
+        info = getattr(device, "info", None)
+        if info is not None:
+            row.update(info.fields())
         row.update(_predicted_fields(predictor, entry, case, log2))
         if device is None:
             row["reason"] = f"{settings.skip_reason}; {PREDICTED_NOTE}"
@@ -322,12 +327,17 @@ def bench_stage(
             row["status"] = PREDICTED
         else:
             request = _request(settings, case, log2, verify=False, protocol=protocol)
+            clocks = getattr(device, "clocks", None)
+            before = clocks.sample() if clocks is not None else None
             try:
                 result = run_gemm(device, entry, manifest.co_path(entry), request)
             except (DeviceError, ShapeError) as exc:
                 row.update(status="error", reason=f"{type(exc).__name__}: {exc}")
             else:
                 row.update(_timed_row(result))
+            after = clocks.sample() if clocks is not None else None
+            note = clocks.note if clocks is not None else "the device has no clock readings"
+            row.update(clock_fields(before, after, note))
         rows.append(row)
     return rows
 

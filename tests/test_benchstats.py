@@ -81,3 +81,36 @@ def test_the_protocol_says_how_a_row_was_timed():
     assert "hot" in Protocol(cold=False).describe()
     with pytest.raises(ValueError):
         Protocol(repeats=0)
+
+
+def test_clock_columns_mark_a_row_whose_clock_fell_during_it():
+    from f4pipe.devinfo import ClockSample, clock_fields
+
+    before = ClockSample(2100.0, 1900.0, 900.0, 70.0, 1400.0)
+    drooped = ClockSample(1700.0, 1900.0, 1380.0, 88.0, 1400.0)
+    steady = ClockSample(2050.0, 1900.0, 1000.0, 75.0, 1400.0)
+    assert clock_fields(before, drooped, "")["throttled"] is True  # -19 %
+    assert clock_fields(before, steady, "")["throttled"] is False  # -2.4 %
+    none = clock_fields(None, None, "amdsmi is not installed")
+    assert none["sclk_before_mhz"] is None and none["throttled"] is None
+    assert none["clocks_note"] == "amdsmi is not installed"
+
+
+def test_without_amdsmi_the_sampler_says_why():
+    import importlib.util
+
+    from f4pipe.devinfo import ClockSampler
+
+    sampler = ClockSampler(0)
+    if importlib.util.find_spec("amdsmi") is None:
+        assert sampler.sample() is None and "amdsmi is not installed" in sampler.note
+    assert "shim" in ClockSampler(None).note
+
+
+def test_the_device_fingerprint_tells_gpus_apart():
+    from f4pipe.devinfo import fingerprint, version_text
+
+    a = fingerprint("AMD Instinct MI355X", "gfx950:sramecc+:xnack-", "0000:0c:00")
+    assert a == fingerprint("AMD Instinct MI355X", "gfx950:sramecc+:xnack-", "0000:0c:00")
+    assert a != fingerprint("AMD Instinct MI355X", "gfx950:sramecc+:xnack-", "0000:1c:00")
+    assert version_text(60_443_483) == "6.4.43483"  # HIP's packed major.minor.patch

@@ -209,6 +209,12 @@ def test_bench_stage_command_writes_marked_rows(shim, f4gemm_dir, tmp_path):
     assert len(row["launch_us"]) == 2 and row["us"] == float(np.median(row["launch_us"]))
     assert row["us_min"] == min(row["launch_us"]) and row["us_ci_low"] <= row["us"]
     assert row["rotation_copies"] >= 1 and row["rotation_bytes"] > 0
+    # provenance: the device as HIP reports it; no clocks on the shim, and why
+    assert row["gcn_arch"].startswith("gfx950") and row["cu_count"] == 256
+    assert len(row["device_fingerprint"]) == 16 and row["hip_python_version"]
+    assert row["hip_runtime"].count(".") == 2
+    assert row["sclk_before_mhz"] is None and row["throttled"] is None
+    assert "shim has no clocks" in row["clocks_note"]
 
 
 def test_gemm_cli_on_the_shim(shim, f4gemm_dir, capsys):
