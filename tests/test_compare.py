@@ -107,7 +107,7 @@ def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, t
 
     noise = 1 + 0.01 * np.random.default_rng(7).standard_normal(100)
 
-    def with_times(name: str, factor: float):
+    def with_times(name: str, factor: float, gpu: str = "0123456789abcdef"):
         target = tmp_path / name
         shutil.copytree(result_sets["timed"], target)
         path = target / table_file("bench")
@@ -116,6 +116,7 @@ def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, t
             if r["status"] == "measured":
                 r["launch_us"] = [float(x) for x in 10.0 * factor * noise]
                 r["us"] = float(np.median(r["launch_us"]))
+                r["device_fingerprint"] = gpu
         write_rows(path, rows, BENCH)
         return target
 
@@ -125,6 +126,13 @@ def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, t
     assert cli_main(["compare", str(a), str(b)]) == 1
     out = capsys.readouterr().out
     assert "2 slower" in out and "+30.0 % SLOWER" in out
+    # another GPU: listed, not judged, unless asked
+    other = with_times("other", 1.3, gpu="fedcba9876543210")
+    assert cli_main(["compare", str(a), str(other)]) == 0
+    assert "2 not judged (2 from different machines" in capsys.readouterr().out
+    assert cli_main(["compare", str(a), str(other), "--across-machines"]) == 1
+    assert "SLOWER (threshold 3.0 %) ACROSS MACHINES" in capsys.readouterr().out
+    assert cli_main(["compare", str(a), str(b), "--floor-pct", "40"]) == 0  # 30 % < 40 %
 
 
 def test_tampered_archive_is_refused(result_sets, tmp_path, capsys):

@@ -51,7 +51,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from f4pipe.compare.render import write_comparison
 
     with open_result_set(args.a) as a, open_result_set(args.b) as b:
-        comparison = compare_sets(a, b)
+        comparison = compare_sets(
+            a, b, floor_pct=args.floor_pct, across_machines=args.across_machines
+        )
         if args.json:
             print(json.dumps(comparison.as_json(), indent=2, sort_keys=True, default=str))
         else:
@@ -109,6 +111,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("b", type=Path, help="new: result-set directory or archive")
     p.add_argument("-o", "--output", type=Path, help="write index.html + summary.md here")
     add_json_flag(p, "the comparison")
+    p.add_argument(
+        "--floor-pct",
+        type=float,
+        default=None,
+        help="smallest throughput change reported, in percent (default 3; the threshold is "
+        "the larger of this and the runs' relative IQR)",
+    )
+    p.add_argument(
+        "--across-machines",
+        action="store_true",
+        help="judge throughput between different devices or ROCm releases too (each such "
+        "line is labelled); by default those runs are listed, not judged",
+    )
     p.add_argument(
         "--exit-code",
         action="store_true",

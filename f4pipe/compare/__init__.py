@@ -156,10 +156,12 @@ class Comparison:
             return lines
         faster = int((tp["change"] == "faster").sum())
         unjudged = int(tp["B vs A (median us)"].str.startswith("not judged").sum())
+        machines = int(tp["B vs A (median us)"].str.contains("different machines").sum())
         lines.append(
             f"throughput: {len(tp)} runs, B/A {tp['ratio B/A (TFLOP/s)'].min():.3f} .. "
             f"{tp['ratio B/A (TFLOP/s)'].max():.3f}; judged against the noise: "
-            f"{self.regressions} slower, {faster} faster, {unjudged} not judged (no launch times)"
+            f"{self.regressions} slower, {faster} faster, {unjudged} not judged"
+            + (f" ({machines} from different machines: --across-machines)" if machines else "")
         )
         lines += [
             f"  {r['variant']} {r['kernel']} {r['shape (MxNxK /split)']}: {r['B vs A (median us)']}"
@@ -235,7 +237,9 @@ def set_label(rs: ResultSet) -> str:
     return f"{rs.aiter_id} · {rs.toolchain_id} · {rs.device_id} ({rs.directory.name})"
 
 
-def compare_sets(a: ResultSet, b: ResultSet) -> Comparison:
+def compare_sets(
+    a: ResultSet, b: ResultSet, *, floor_pct: float | None = None, across_machines: bool = False
+) -> Comparison:
     return Comparison(
         a=a,
         b=b,
@@ -247,5 +251,5 @@ def compare_sets(a: ResultSet, b: ResultSet) -> Comparison:
         gemm={name: gemm_changes(a, b, name) for name in GEMM_METRICS},
         safety=safety_changes(a, b),
         audit=audit_changes(a, b),
-        throughput=throughput_deltas(a, b),
+        throughput=throughput_deltas(a, b, floor_pct, across_machines),
     )

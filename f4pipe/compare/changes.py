@@ -359,18 +359,33 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     )
 
 
+#: What makes two measurements come from different machines (f4pipe.devinfo columns).
+MACHINE_KEYS = ("device_fingerprint", "rocm_version")
+
+
+def _machine_differs(r: pd.Series) -> str:
+    """Why two rows are from different machines ("" if they are not known to be)."""
+    for key in MACHINE_KEYS:
+        va, vb = r.get(f"{key} A"), r.get(f"{key} B")
+        if isinstance(va, str) and isinstance(vb, str) and va and vb and va != vb:
+            return f"{key} {va} vs {vb}"
+    return ""
+
+
 def throughput_deltas(
-    a: ResultSet, b: ResultSet, floor_pct: float | None = None
+    a: ResultSet, b: ResultSet, floor_pct: float | None = None, across_machines: bool = False
 ) -> pd.DataFrame | None:
     """Measured runs in both sets, B against A. Rows whose launch times both sets kept are
     judged against the noise (f4pipe.benchstats.judge): `change` is "slower", "faster" or
-    "" (within noise); rows timed before the protocol recorded spread are "not judged"."""
+    "" (within noise); rows timed before the protocol recorded spread are "not judged", and so
+    are rows from different machines (device fingerprint or ROCm release) unless
+    `across_machines`, which then labels each judgement."""
     from f4pipe.benchstats import FLOOR_PCT, judge, summarize
 
     ta, tb = a.table("bench"), b.table("bench")
     if ta is None or tb is None:
         return None
-    cols = [*RUN_KEY, "us", "tflops", "launch_us"]
+    cols = [*RUN_KEY, "us", "tflops", "launch_us", *MACHINE_KEYS]
     ma, mb = (t[t["status"] == "measured"][cols] for t in (ta, tb))
     m = merge_sets(ma, mb, RUN_KEY, how="inner")
     if not len(m):
@@ -383,12 +398,18 @@ def throughput_deltas(
             changes.append("")
             judged.append("not judged: no launch times recorded")
             continue
+        other = _machine_differs(r)
+        if other and not across_machines:
+            changes.append("")
+            judged.append(f"not judged: different machines ({other}); --across-machines")
+            continue
         j = judge(summarize(la), summarize(lb), FLOOR_PCT if floor_pct is None else floor_pct)
         changes.append(j.change)
-        judged.append(j.render())
+        judged.append(j.render() + (f" ACROSS MACHINES ({other})" if other else ""))
     m["change"] = changes
     m["B vs A (median us)"] = judged
     m.insert(2, "shape (MxNxK /split)", [shape_label(r) for _, r in m.iterrows()])
     m["kernel"] = m["kernel"].map(short_kernel)
     dropped = ["m", "n", "k", "log2_k_split", "launch_us A", "launch_us B"]
+    dropped += [f"{key} {side}" for key in MACHINE_KEYS for side in "AB"]
     return m.drop(columns=dropped).reset_index(drop=True)
