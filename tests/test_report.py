@@ -113,6 +113,7 @@ def test_measured_throughput_bars_and_ratio(result_sets, capsys):
     page = (timed / "report" / "index.html").read_text()
     assert '<img src="throughput.png"' in page and "ratio rebuilt/original" in page
     assert (timed / "report" / "throughput.png").read_bytes().startswith(PNG)
+    assert "original tflops_lo" in page  # each run's interval, drawn as error bars
     assert NOT_MEASURED not in page
 
 
@@ -141,3 +142,37 @@ def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
         sections["bench"].verdict
     )
     assert f"reason: {NO_DEVICE_REASON}" in report.index.read_text()
+
+
+def test_safety_section_draws_the_kernel_by_edge_class_heatmap(tmp_path):
+    """Worst verdict per (kernel, edge class), as a table and as a heatmap beside it."""
+    from f4pipe.report.sections import safety_section
+    from f4pipe.safety import EDGE_CLASSES
+
+    def row(kernel, edge, verdict, policy="unsafe"):
+        return {
+            "kernel": f"f4gemm_bf16_per1x32Fp4_{kernel}", "edge_class": edge, "verdict": verdict,
+            "policy": policy, "store_class": "chunk32", "m": 33, "n": 272, "k": 512,
+            "orders": "in-order,reversed", "agrees": True, "bad": 0, "first_bad_row": None,
+            "first_bad_col": None, "expected": None, "got": None, "canary_damaged": 0,
+            "races": 3 if verdict == "race" else 0, "static_d_bound": "", "static_n_guards": "",
+            "reproducer": "f4pipe gemm ...",
+        }  # fmt: skip
+
+    rows = [row("BpreShuffle_32x128", e, "safe") for e in EDGE_CLASSES]
+    rows += [
+        row("BpreShuffle_256x256", e, "race" if i == 0 else "safe")
+        for i, e in enumerate(EDGE_CLASSES)
+    ]
+    rows.append(row("BpreShuffle_256x256", EDGE_CLASSES[0], "safe", policy="pad"))
+
+    class Rows:  # the one table the section reads
+        def table(self, name):
+            return pd.DataFrame(rows) if name == "safety" else None
+
+    sec = safety_section(Rows(), tmp_path)
+    assert sec.plot == "safety_heatmap.png"
+    assert (tmp_path / "safety_heatmap.png").read_bytes().startswith(PNG)
+    table = sec.table.set_index("kernel")
+    assert table.loc["BpreShuffle_256x256", EDGE_CLASSES[0]].startswith("race")
+    assert table.loc["BpreShuffle_32x128", EDGE_CLASSES[0]] == "safe"

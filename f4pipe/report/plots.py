@@ -72,6 +72,8 @@ def plot_splitk(ran: pd.DataFrame | None, path: Path) -> str:
 
 
 def plot_bench(table: pd.DataFrame, path: Path) -> str:
+    """Measured TFLOP/s per run and variant, with the 95 % interval of each run's median as
+    error bars where its launch times were kept (f4pipe.benchstats)."""
     plt = pyplot()
     labels = [f"{r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()]
     cols = [c for c in (f"{v} tflops" for v in BASE_VARIANTS) if c in table]
@@ -83,7 +85,12 @@ def plot_bench(table: pd.DataFrame, path: Path) -> str:
     width = 0.8 / max(len(cols), 1)
     for i, col in enumerate(cols):
         xs = [j + i * width for j in range(len(table))]
-        ax.bar(xs, table[col].fillna(0), width, label=col.split()[0])
+        values = table[col].fillna(0)
+        lo, hi = f"{col}_lo", f"{col}_hi"
+        yerr = None
+        if lo in table and hi in table:
+            yerr = [(values - table[lo]).clip(lower=0).fillna(0), (table[hi] - values).fillna(0)]
+        ax.bar(xs, values, width, yerr=yerr, capsize=3, label=col.split()[0])
     ax.set_xticks([j + width * (len(cols) - 1) / 2 for j in range(len(table))], labels, fontsize=7)
     ax.set_ylabel("TFLOP/s")
     ax.legend()
@@ -162,3 +169,33 @@ def plot_predicted_vs_recorded(rows: pd.DataFrame, path: Path) -> str:
 
 def short_kernel_label(kernel: str) -> str:
     return kernel.rsplit("_", 1)[-1] if "_" in kernel else kernel
+
+
+#: Colours of the safety heatmap, worst verdict per cell (not run: grey).
+SAFETY_COLOURS = {"safe": "#4caf50", "race": "#ffb300", "wrong": "#e53935", "fault": "#6a1b9a"}
+
+
+def plot_safety_heatmap(cells: pd.DataFrame, path: Path) -> str:
+    """Kernel x edge class, each cell coloured by its worst verdict (`cells`: one row per
+    kernel, one column per edge class, verdict names)."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    plt = pyplot()
+    verdicts = list(SAFETY_COLOURS)
+    codes = cells.apply(lambda col: col.map(lambda v: verdicts.index(v) if v in verdicts else -1))
+    grid = codes.to_numpy(dtype=float, copy=True)
+    grid[grid < 0] = float("nan")
+    fig, ax = plt.subplots(figsize=(2 + 1.4 * cells.shape[1], 1 + 0.22 * len(cells)))
+    ax.imshow(grid, cmap=ListedColormap(list(SAFETY_COLOURS.values())), vmin=0, vmax=3)
+    ax.set_xticks(range(cells.shape[1]), list(cells.columns), fontsize=8)
+    ax.set_yticks(range(len(cells)), list(cells.index), fontsize=7)
+    ax.legend(
+        handles=[Patch(color=c, label=v) for v, c in SAFETY_COLOURS.items()],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+        fontsize=8,
+    )
+    ax.set_title("worst verdict per kernel and edge class (emulator)", fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path)

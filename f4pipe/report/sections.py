@@ -20,6 +20,7 @@ from f4pipe.report.plots import (
     plot_bench,
     plot_predicted,
     plot_predicted_vs_recorded,
+    plot_safety_heatmap,
     plot_splitk,
 )
 from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
@@ -246,7 +247,9 @@ def bench_section(rs: ResultSet, out_dir: Path | None) -> Section:
         sec.notes.extend(f"reason: {r}" for r in sorted(set(df["reason"])))
         _predicted_view(sec, df, out_dir)
         return sec
-    table = _side_by_side(measured, ("us", "tflops"))
+    measured = _with_tflops_interval(measured)
+    metrics = ("us", "tflops", "tflops_lo", "tflops_hi")
+    table = _side_by_side(measured, metrics if "tflops_lo" in measured else ("us", "tflops"))
     if "original tflops" in table and "rebuilt tflops" in table:
         table["ratio rebuilt/original"] = table["rebuilt tflops"] / table["original tflops"]
     sec.table = table
@@ -261,6 +264,17 @@ def bench_section(rs: ResultSet, out_dir: Path | None) -> Section:
     if out_dir is not None:
         sec.plot = plot_bench(table, out_dir / "throughput.png")
     return sec
+
+
+def _with_tflops_interval(measured: pd.DataFrame) -> pd.DataFrame:
+    """TFLOP/s at the ends of each run's interval of the median launch time (a shorter time
+    is more TFLOP/s: the interval's high end gives tflops_lo)."""
+    if "us_ci_low" not in measured or measured["us_ci_low"].isna().all():
+        return measured
+    flop = 2.0 * measured["m"] * measured["n"] * measured["k"] / 1e6
+    return measured.assign(
+        tflops_lo=flop / measured["us_ci_high"], tflops_hi=flop / measured["us_ci_low"]
+    )
 
 
 def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> None:
@@ -301,6 +315,10 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
 
 
 VERDICT_RANK = {"safe": 0, "race": 1, "wrong": 2, "fault": 3}
+
+
+def _worst_verdict(rows: pd.DataFrame) -> str:
+    return "" if not len(rows) else max(rows["verdict"], key=VERDICT_RANK.__getitem__)
 
 
 def _safety_cell(rows: pd.DataFrame) -> str:
@@ -377,6 +395,15 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         line["static N guards"] = first["static_n_guards"]
         table.append(line)
     sec.table = pd.DataFrame(table)
+    if out_dir is not None:
+        worst = {
+            short_kernel(str(kernel)): {
+                edge: _worst_verdict(rows[rows["edge_class"] == edge]) for edge in EDGE_CLASSES
+            }
+            for kernel, rows in raw.groupby("kernel", sort=True)
+        }
+        cells = pd.DataFrame.from_dict(worst, orient="index")
+        sec.plot = plot_safety_heatmap(cells, out_dir / "safety_heatmap.png")
     repro = []
     for (kernel, edge), rows in raw[raw["verdict"] != "safe"].groupby(["kernel", "edge_class"]):
         worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
