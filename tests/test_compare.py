@@ -147,6 +147,26 @@ def test_tampered_archive_is_refused(result_sets, tmp_path, capsys):
     assert "damaged archive" in err and "changed: roundtrip.parquet" in err
 
 
+def test_an_archive_with_consistent_sums_but_no_json_provenance_is_exit_2(
+    result_sets, tmp_path, capsys
+):
+    """The checksums agree (the file was rewritten before they were taken), but the member
+    compare reads is not JSON: one error naming it, not an internal error."""
+    from f4pipe.archive import PROVENANCE_NAME, SUMS_NAME, sums_text
+
+    tarball = create_archive(result_sets["A"], tmp_path)
+    top = tarball.name.removesuffix(".tar.gz")
+    with tarfile.open(tarball, "r:gz") as tar:
+        members = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar}
+    members[PROVENANCE_NAME] = b"{not json"
+    del members[SUMS_NAME]
+    members[SUMS_NAME] = sums_text(members).encode()
+    tarball.write_bytes(tarball_bytes(top, members))
+    assert cli_main(["compare", str(tarball), str(result_sets["B"])]) == 2
+    err = capsys.readouterr().err
+    assert PROVENANCE_NAME in err and "not a JSON provenance record" in err
+
+
 def test_descriptor_directives_parse_co2asm_blocks(result_sets):
     asm = (result_sets["A"] / "roundtrip" / f"{EDITED}.s").read_text()
     fields = descriptor_directives(asm)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -14,6 +15,7 @@ import pandas as pd
 from f4pipe.archive import PROVENANCE_NAME
 from f4pipe.asmfacts import fact_changes, instruction_diff
 from f4pipe.audit import TARGET_ARCH
+from f4pipe.errors import InputError
 from f4pipe.fsio import read_input_text
 from f4pipe.layout import ROUNDTRIP_DIR
 from f4pipe.report.render import (
@@ -178,10 +180,21 @@ def aiter_fetch(rs: ResultSet) -> dict[str, Any]:
     ({} when neither exists)."""
     archived = rs.directory / PROVENANCE_NAME
     if archived.is_file():
-        record = json.loads(archived.read_text()).get("aiter_fetch")
+        record = _json_object(archived).get("aiter_fetch")
         return record if isinstance(record, dict) else {}
     path = find_aiter_provenance(rs.directory.resolve(), rs.aiter_id)
-    return json.loads(path.read_text()) if path is not None else {}
+    return _json_object(path) if path is not None else {}
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file compare reads, or one InputError naming it (exit 2)."""
+    try:
+        value = json.loads(read_input_text(path, "provenance record"))
+    except ValueError as exc:
+        raise InputError(f"{path}: not a JSON provenance record ({exc}); re-create it") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: a provenance record must be a JSON object")
+    return value
 
 
 def _source_facts(record: dict[str, Any]) -> dict[str, str]:
