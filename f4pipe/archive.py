@@ -25,8 +25,9 @@ from typing import Any
 from f4pipe import __version__
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_path, read_input_bytes, read_json_file
-from f4pipe.layout import TABLES, table_file
+from f4pipe.layout import TABLES, TOOLCHAIN_JSON, table_file
 from f4pipe.resultset import ResultSet, find_aiter_provenance
+from f4pipe.toolchain import portable
 
 SUMS_NAME = "SHA256SUMS"
 PROVENANCE_NAME = "provenance.json"
@@ -67,8 +68,8 @@ def set_provenance(rs: ResultSet, aiter_provenance: Path | None) -> dict[str, An
         "device_id": rs.device_id,
         "f4pipe_versions": rs.f4pipe_versions,
         "archived_by": f"f4pipe {__version__}",
-        "toolchain": rs.toolchain,
-        "aiter_fetch": aiter,
+        "toolchain": portable(rs.toolchain),
+        "aiter_fetch": portable(aiter),
         "tables": tables,
     }
 
@@ -117,6 +118,10 @@ def create_archive(
     if prov_path is None:
         prov_path = find_aiter_provenance(rs.directory.resolve(), rs.aiter_id)
     members = {rel.as_posix(): (rs.directory / rel).read_bytes() for rel in rs.files()}
+    if TOOLCHAIN_JSON in members:  # its tool paths, written machine-independently
+        record = json.loads(members[TOOLCHAIN_JSON])
+        text = json.dumps(portable(record), indent=2, sort_keys=True) + "\n"
+        members[TOOLCHAIN_JSON] = text.encode()
     for reserved in (SUMS_NAME, PROVENANCE_NAME):
         if reserved in members:
             raise InputError(

@@ -182,6 +182,32 @@ def cache_root() -> Path:
     return Path(base) / "f4pipe"
 
 
+#: How a path under f4pipe's cache or the user's home is written where it is recorded for
+#: others to read (archives, report headers): the same inputs give the same bytes on any machine.
+CACHE_TOKEN = "$F4PIPE_CACHE"
+
+
+def portable_path(path: str) -> str:
+    """`path` with the machine's cache root written $F4PIPE_CACHE and its home ~ (others kept):
+    for records read on other machines, never for running the tools."""
+    for root, token in ((cache_root(), CACHE_TOKEN), (Path.home(), "~")):
+        root_text = str(root).rstrip("/")
+        if root_text and (path == root_text or path.startswith(root_text + "/")):
+            return token + path[len(root_text) :]
+    return path
+
+
+def portable(value):
+    """JSON-like `value` with every string through portable_path."""
+    if isinstance(value, str):
+        return portable_path(value)
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    return value
+
+
 def provisioned_dir() -> Path:
     return cache_root() / "toolchain" / f"debian-{PROVISION_SUITE}-llvm-{PROVISION_LLVM_MAJOR}"
 

@@ -141,3 +141,30 @@ def test_broken_and_foreign_archives_are_errors(set_a, tmp_path, capsys):
     assert cli_main(["archive", "--check", str(foreign)]) == 2
     assert "outside <top>/" in capsys.readouterr().err
     assert cli_main(["archive", str(set_a)]) == 2  # no -o
+
+
+def test_archives_and_reports_do_not_depend_on_the_home_directory(set_a, tmp_path, monkeypatch):
+    """The same result set on two machines whose caches and homes differ (the provisioned
+    toolchain lives under each user's ~/.cache): the same archive bytes and report header."""
+    from f4pipe.report import build_report
+    from f4pipe.toolchain import cache_root
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    real = str(cache_root())  # where this machine's toolchain.json points
+
+    def on_machine(home: str, name: str):
+        cache = f"{home}/.cache/f4pipe"
+        copy = shutil.copytree(set_a, tmp_path / name / "results" / "wheel-subset")
+        tc_path = copy / "toolchain.json"
+        assert real in tc_path.read_text()
+        tc_path.write_text(tc_path.read_text().replace(real, cache))
+        monkeypatch.setenv("HOME", home)
+        monkeypatch.setenv("F4PIPE_CACHE", cache)
+        report = build_report(copy)
+        header = report.index.read_text().split("</table>", 1)[0]
+        return create_archive(copy, tmp_path / name / "out").read_bytes(), header
+
+    first, header_1 = on_machine("/home/ana", "one")
+    second, header_2 = on_machine("/srv/users/bo", "two")
+    assert header_1 == header_2 and "$F4PIPE_CACHE" in header_1
+    assert first == second

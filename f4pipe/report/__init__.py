@@ -27,6 +27,7 @@ from f4pipe.layout import REPORT_DIR, TABLES, table_file
 from f4pipe.report import sections
 from f4pipe.report.render import Section, render_html, render_markdown
 from f4pipe.resultset import ResultSet, find_aiter_provenance
+from f4pipe.toolchain import portable, portable_path
 
 
 def config_hash(config: Path | None) -> str:
@@ -46,7 +47,11 @@ def provenance(
     tc = rs.toolchain or {}
     items = [
         ("aiter id", rs.aiter_id),
-        ("toolchain", f"{rs.toolchain_id} ({tc.get('vendor', '?')}, {tc.get('bin_dir', '?')})"),
+        (
+            "toolchain",
+            f"{rs.toolchain_id} ({tc.get('vendor', '?')}, "
+            f"{portable_path(str(tc.get('bin_dir', '?')))})",
+        ),
         ("device", rs.device_id),
         ("f4pipe version (rows)", ", ".join(rs.f4pipe_versions) or "-"),
         ("f4pipe version (report)", __version__),
@@ -56,7 +61,8 @@ def provenance(
     if aiter_provenance is not None:
         prov = read_json_file(aiter_provenance, "provenance.json")
         prov = prov if isinstance(prov, dict) else {}
-        items.append(("aiter source", json.dumps(prov.get("source", "?"), sort_keys=True)))
+        source = portable(prov.get("source", "?"))
+        items.append(("aiter source", json.dumps(source, sort_keys=True)))
         items.append(("aiter content sha256", str(prov.get("content_sha256", "?"))))
     else:
         items.append(("aiter source", "provenance.json not found"))
