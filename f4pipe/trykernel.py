@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from f4pipe.device import Device, open_device
+from f4pipe.device import Device
 from f4pipe.edits import PreparedEdit, prepare_edit
 from f4pipe.errors import DeviceError, EmulatorError, HipVersionError, NoDeviceError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.layout import SEED_A, SEED_B
 from f4pipe.manifest import KernelEntry
 from f4pipe.matrices import Case
+from f4pipe.opendevice import open_device
 from f4pipe.operands import generate_operand
 from f4pipe.reference import reference_gemm
 from f4pipe.toolchain import Toolchain

@@ -20,10 +20,10 @@ from hostmodel import TimingModelDevice
 from f4pipe.assemble import assemble
 from f4pipe.cli import main as cli_main
 from f4pipe.co2asm import co2asm
-from f4pipe.device import open_device
 from f4pipe.fsio import write_text
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 from f4pipe.matrices import Case
+from f4pipe.opendevice import open_device
 from f4pipe.roundtrip import roundtrip
 from f4pipe.schemas import (
     BENCH,

@@ -17,7 +17,6 @@ try:  # where hip-python keeps its `extra` wrapper: rocm.bindings from 10.0 on, 
 except ImportError:
     from hip._hip_helpers import HipModuleLaunchKernel_extra
 
-from f4pipe.device import open_device
 from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
 from f4pipe.hipdevice import (
     HipDevice,
@@ -29,6 +28,7 @@ from f4pipe.hipdevice import (
     fit_kernarg,
 )
 from f4pipe.kernarg import KERNARG_SIZE, pack_kernarg
+from f4pipe.opendevice import open_device
 
 HAS_HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from f4pipe.device import open_device
 from f4pipe.layout import EMULATOR_DEVICE_ID
 from f4pipe.manifest import read_manifest
 from f4pipe.matrices import Case
+from f4pipe.opendevice import open_device
 from f4pipe.parallel import map_ordered, workers_for
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.stages import StageSettings, verify_stage

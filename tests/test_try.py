@@ -11,10 +11,10 @@ import pytest
 
 from f4pipe.cli import main
 from f4pipe.co2asm import co2asm
-from f4pipe.device import open_device
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.manifest import read_manifest
 from f4pipe.matrices import Case
+from f4pipe.opendevice import open_device
 from f4pipe.trykernel import quick_cases, try_edit
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"

@@ -171,9 +171,9 @@ def print_result(result: GemmResult, device: Device) -> None:
 
 
 def run_gemm_command(args: argparse.Namespace) -> int:
-    from f4pipe.device import open_device
     from f4pipe.gemm import GemmRequest, check_alpha, run_gemm
     from f4pipe.kernarg import check_shape
+    from f4pipe.opendevice import open_device
 
     if args.list:
         print_manifest(read_manifest(co_dir_from(args)))
@@ -391,9 +391,9 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stage_command(args: argparse.Namespace) -> int:
-    from f4pipe.device import open_device
     from f4pipe.gemm import check_alpha
     from f4pipe.locate import artifact_keys, locate_co_dir
+    from f4pipe.opendevice import open_device
     from f4pipe.schemas import TABLE_SCHEMAS
     from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
 

@@ -148,7 +148,7 @@ def is_bench_timed():
         return False
     if config["device"] == "hip":
         return True
-    from f4pipe.device import throughput_device_present
+    from f4pipe.opendevice import throughput_device_present
 
     return throughput_device_present()
 
