@@ -404,23 +404,30 @@ def throughput_deltas(
     if not len(m):
         return None
     m["ratio B/A (TFLOP/s)"] = m["tflops B"] / m["tflops A"]
-    changes, judged = [], []
+    changes, judged, lows, highs = [], [], [], []
     for _, r in m.iterrows():
         la, lb = r["launch_us A"], r["launch_us B"]
         if la is None or lb is None or not len(la) or not len(lb):
             changes.append("")
             judged.append("not judged: no launch times recorded")
+            lows.append(None)
+            highs.append(None)
             continue
+        sa, sb = summarize(la), summarize(lb)  # TFLOP/s B/A = us A / us B
+        lows.append(sa.ci_low / sb.ci_high)
+        highs.append(sa.ci_high / sb.ci_low)
         other = _machine_differs(r)
         if other and not across_machines:
             changes.append("")
             judged.append(f"not judged: different machines ({other}); --across-machines")
             continue
-        j = judge(summarize(la), summarize(lb), FLOOR_PCT if floor_pct is None else floor_pct)
+        j = judge(sa, sb, FLOOR_PCT if floor_pct is None else floor_pct)
         changes.append(j.change)
         judged.append(j.render() + (f" ACROSS MACHINES ({other})" if other else ""))
     m["change"] = changes
     m["B vs A (median us)"] = judged
+    m["ratio lo"] = lows  # the ratio's range from the two runs' 95 % intervals
+    m["ratio hi"] = highs
     m.insert(2, "shape (MxNxK /split)", [shape_label(r) for _, r in m.iterrows()])
     m["kernel"] = m["kernel"].map(short_kernel)
     dropped = ["m", "n", "k", "log2_k_split", "launch_us A", "launch_us B"]

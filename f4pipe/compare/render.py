@@ -26,7 +26,13 @@ def plot_ratio(table: pd.DataFrame, path: Path) -> str:
     labels = [
         f"{r['variant']} {r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()
     ]
-    ax.bar(range(len(table)), table["ratio B/A (TFLOP/s)"], color="tab:blue")
+    ratio = table["ratio B/A (TFLOP/s)"]
+    yerr = None
+    if "ratio lo" in table and table["ratio lo"].notna().any():
+        lo = (ratio - table["ratio lo"].astype(float)).clip(lower=0).fillna(0)
+        hi = (table["ratio hi"].astype(float) - ratio).clip(lower=0).fillna(0)
+        yerr = [lo, hi]
+    ax.bar(range(len(table)), ratio, yerr=yerr, capsize=3, color="tab:blue")
     ax.axhline(1.0, color="k", linestyle=":")
     ax.set_xticks(range(len(table)), labels, fontsize=7)
     ax.set_ylabel("TFLOP/s B / A")

@@ -25,7 +25,7 @@ from typing import TextIO
 
 import numpy as np
 
-from f4pipe.device import EMULATED_NUM_CU, EMULATOR_ARCH, EMULATOR_DEVICE_ID, DeviceBuffer
+from f4pipe.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
 from f4pipe.emu import isa
 from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.memory import (
@@ -39,6 +39,7 @@ from f4pipe.emu.program import Program
 from f4pipe.emu.timing import Hazard, HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.fsio import write_text
+from f4pipe.layout import EMULATOR_DEVICE_ID
 
 DEFAULT_MAX_WAVES_PER_BATCH = 512
 DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
