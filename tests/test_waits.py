@@ -250,3 +250,20 @@ def test_loosen_relaxes_only_the_waits_the_emulator_confirms(
         ("s_waitcnt lgkmcnt(0)", "s_waitcnt lgkmcnt(2)"),
         ("s_waitcnt vmcnt(0) expcnt(0) lgkmcnt(0)", "s_waitcnt expcnt(0)"),
     ]
+
+
+def test_thorough_checks_add_the_seed_and_safety_sweep_shapes(shipped):
+    """--thorough: every emulated check also runs M=300 N=2048 K=1024 and the sweep's edges."""
+    import argparse
+
+    from f4pipe.cli.waits import _cases
+    from f4pipe.edgesweep import edge_shapes
+
+    entry, _ = shipped
+    quick = _cases(argparse.Namespace(case=[], thorough=False), entry)
+    thorough = _cases(argparse.Namespace(case=["64,256,512"], thorough=True), entry)
+    shapes = {(c.m, c.n, c.k) for c in thorough}
+    assert quick == quick_cases(entry)
+    assert (300, 2048, 1024) in shapes and (64, 256, 512) in shapes
+    assert {(s.m, s.n, s.k) for s in edge_shapes(entry)} <= shapes
+    assert all(c.kernel == entry.name for c in thorough)

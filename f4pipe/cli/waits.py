@@ -169,6 +169,7 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     for c in changes:
         print(f"  {c}")
     extra = f" and {len(args.case)} --case shape(s)" if args.case else ""
+    extra += ", the seed's every-kernel shape and the safety sweep's" if args.thorough else ""
     runs = f"; the emulator runs it clean at try's shapes{extra}" if entry is not None else ""
     print(
         f"f4pipe waits: {len(changes)} change(s) -> {args.output}: 0 static findings{runs}"
@@ -186,11 +187,18 @@ def assemble_text(text: str, path: Path, tc) -> Path:
 
 def _cases(args: argparse.Namespace, entry) -> list:
     """The launches a loosening or repair must run clean: `try`'s quick shapes, plus --case."""
-    from f4pipe.matrices import Case, parse_case
+    from f4pipe.matrices import SEED_ALL_KERNELS, Case, parse_case
     from f4pipe.trykernel import quick_cases
 
     extra = [parse_case(text) for text in args.case]
-    return quick_cases(entry) + [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in extra]
+    cases = quick_cases(entry) + [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in extra]
+    if args.thorough:
+        from f4pipe.edgesweep import edge_shapes
+
+        cases += [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in SEED_ALL_KERNELS]
+        cases += [Case(s.m, s.n, s.k, 0, entry.name) for s in edge_shapes(entry)]
+    return cases
+
 
 
 def _maybe_entry(args: argparse.Namespace, program):
@@ -346,6 +354,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "confirms (needs the f4gemm manifest: --co-dir)",
     )
     p.add_argument("-o", "--output", type=Path, help="the .s --apply writes")
+    p.add_argument(
+        "--thorough",
+        action="store_true",
+        help="emulated checks also run the seed driver's every-kernel shape (M=300 N=2048 "
+        "K=1024) and every shape of the shape-edge safety sweep (minutes per kernel)",
+    )
     p.add_argument(
         "--case",
         action="append",
