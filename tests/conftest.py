@@ -30,6 +30,22 @@ def f4gemm_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def manifest(f4gemm_dir: Path):
+    """The wheel's f4gemm manifest (every .co checked present)."""
+    from f4pipe.manifest import read_manifest
+
+    return read_manifest(f4gemm_dir)
+
+
+@pytest.fixture
+def result_sets(f4gemm_dir, toolchain, tmp_path_factory):
+    """Result sets built once per session from real runs (tests/resultsets.py)."""
+    from resultsets import get_result_sets
+
+    return get_result_sets(f4gemm_dir, toolchain, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def aiter_hsa_dir() -> Path:
     """aiter's whole hsa/ tree from the same wheel: ~2,500 gfx942/gfx950 code objects."""
     return extract_wheel_tree(DEFAULT_SOURCE, cache_root() / "test-resources" / "hsa-tree")

@@ -11,7 +11,6 @@ import subprocess
 import tarfile
 
 import pytest
-from resultsets import get_result_sets
 
 from f4pipe.archive import (
     PROVENANCE_NAME,
@@ -24,11 +23,6 @@ from f4pipe.archive import (
 from f4pipe.cli import main as cli_main
 from f4pipe.manifest import MANIFEST_NAME
 from f4pipe.resultset import ResultSet
-
-
-@pytest.fixture
-def result_sets(f4gemm_dir, toolchain, tmp_path_factory):
-    return get_result_sets(f4gemm_dir, toolchain, tmp_path_factory)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_pipeline import KERNELS, make_local_aiter, snakemake, use_config, write_nop_edit
+from workflow_run import KERNELS, make_local_aiter, snakemake, use_config, write_nop_edit
 
 SUBMIT = Path(__file__).parent / "cluster" / "submit.sh"
 

@@ -7,8 +7,7 @@ import json
 import shutil
 import tarfile
 
-import pytest
-from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL, get_result_sets
+from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL
 
 from f4pipe.archive import create_archive, tarball_bytes
 from f4pipe.asmfacts import (
@@ -24,11 +23,6 @@ from f4pipe.layout import table_file
 from f4pipe.report.render import short_kernel
 from f4pipe.resultset import ResultSet
 from f4pipe.schemas import SPLITK, write_rows
-
-
-@pytest.fixture
-def result_sets(f4gemm_dir, toolchain, tmp_path_factory):
-    return get_result_sets(f4gemm_dir, toolchain, tmp_path_factory)
 
 
 def test_edited_kernel_is_found(result_sets):

@@ -9,20 +9,14 @@ import numpy as np
 import pytest
 from hostmodel import HostModelDevice, TimingModelDevice
 
-import f4pipe.device as device_module
+import f4pipe.opendevice as device_module
 from f4pipe.cli import main
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.gemm import GemmRequest, run_gemm, tflops
 from f4pipe.kernarg import unpack_kernarg
-from f4pipe.manifest import read_manifest
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 BF16_HALF_ULP = 2.0**-8  # relative rounding bound of bf16 (8 significant bits)
-
-
-@pytest.fixture(scope="module")
-def manifest(f4gemm_dir):
-    return read_manifest(f4gemm_dir)
 
 
 def run(manifest, name, request, device=None):

@@ -56,3 +56,19 @@ def test_the_import_graph_has_no_cycle():
         if m not in state:
             visit(m, [m])
     assert cycles == [], "\n".join(" -> ".join(c) for c in cycles[:10])
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in conftest.py or a helper module (resultsets, workflow_run,
+    hostmodel, emu_snippets), never in a test_*.py another test imports."""
+    tests = Path(__file__).resolve().parent
+    offenders = []
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert offenders == []

@@ -13,17 +13,11 @@ from f4pipe.emu import EmulatorDevice
 from f4pipe.emu.kernargs import ignored_field, kernarg_loads
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.kernarg import KERNARG_BY_NAME
-from f4pipe.manifest import read_manifest
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 ALPHA = KERNARG_BY_NAME["alpha"].offset
 #: The three kernels whose code multiplies by alpha (v_mul_f32 with the alpha SGPR).
 APPLY_ALPHA = {"BpreShuffle_128x512", "BpreShuffle_256x256", "noBpreShuffle_256x256"}
-
-
-@pytest.fixture(scope="module")
-def manifest(f4gemm_dir: Path):
-    return read_manifest(f4gemm_dir)
 
 
 def test_every_kernel_loads_the_abi_fields_and_most_ignore_alpha(manifest) -> None:

@@ -22,7 +22,7 @@ from f4pipe.lookup import (
     padded_m,
     rules_for,
 )
-from f4pipe.manifest import MANIFEST_NAME, read_manifest
+from f4pipe.manifest import MANIFEST_NAME
 from f4pipe.schemas import COVERAGE, read_table
 from f4pipe.tables import CONFIGS_PATH
 from f4pipe.traffic import ShapeSpec, groups, read_shapes
@@ -31,11 +31,6 @@ PREFIX = "f4gemm_bf16_per1x32Fp4_"
 N, K = 7168, 4608
 CK = "a4w4_blockscale_256x64x128x128_ck_example"
 SHAPES_DIR = Path(__file__).resolve().parent.parent / "config" / "shapes"
-
-
-@pytest.fixture(scope="module")
-def manifest(f4gemm_dir):
-    return read_manifest(f4gemm_dir)
 
 
 def sym(manifest, tile: str) -> str:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pandas as pd
-import pytest
-from resultsets import EDITED, KERNELS, SPLITK_CASES, VERIFY_CASES, get_result_sets
+from resultsets import EDITED, KERNELS, SPLITK_CASES, VERIFY_CASES
 
 from f4pipe.cli import main as cli_main
 from f4pipe.fsio import sha256_file
@@ -21,11 +20,6 @@ from f4pipe.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.stages import NO_DEVICE_REASON, StageSettings, splitk_stage, verify_stage
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture
-def result_sets(f4gemm_dir, toolchain, tmp_path_factory):
-    return get_result_sets(f4gemm_dir, toolchain, tmp_path_factory)
 
 
 def test_report_of_a_real_set(result_sets, tmp_path):

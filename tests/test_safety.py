@@ -19,7 +19,6 @@ from f4pipe.errors import ShapeError
 from f4pipe.fetch import extract_wheel_file
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.heuristic import select_kernel
-from f4pipe.manifest import read_manifest
 from f4pipe.safety import (
     EDGE_CLASSES,
     STORE_CHUNK32,
@@ -34,11 +33,6 @@ PREFIX = "f4gemm_bf16_per1x32Fp4_"
 KEYS = ArtifactKeys("test-aiter", "test-toolchain", "emulator")
 #: One kernel of each store class (the pipeline sweeps all 35).
 SUBSET = ("BpreShuffle_32x128", "BpreShuffle_256x256", "noBpreShuffle_256x256")
-
-
-@pytest.fixture(scope="module")
-def manifest(f4gemm_dir):
-    return read_manifest(f4gemm_dir)
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,8 @@ import ctypes.util
 import pytest
 from hostmodel import HostModelDevice
 
-import f4pipe.device as device_module
+import f4pipe.opendevice as device_module
 from f4pipe.cli import main
-from f4pipe.manifest import read_manifest
 from f4pipe.matrices import MATRICES, Case, get_matrix, kernels_that_may_run, parse_case
 from f4pipe.perf.costs import load_calibration
 from f4pipe.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, read_table, table_from_rows
@@ -26,11 +25,6 @@ from f4pipe.stages import (
 
 KEYS = ArtifactKeys("aiter-test", "llvm-test", "none")
 NO_RUNTIME = ctypes.util.find_library("amdhip64") is None
-
-
-@pytest.fixture(scope="module")
-def manifest(f4gemm_dir):
-    return read_manifest(f4gemm_dir)
 
 
 def test_seed_matrix_is_the_51_checks(manifest):

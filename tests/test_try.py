@@ -27,7 +27,7 @@ def base_asm(toolchain, f4gemm_dir) -> str:
     return co2asm(f4gemm_dir / f"{KERNEL}.co", toolchain)
 
 
-def edited(base: str, old: str, new: str) -> str:
+def edited_first(base: str, old: str, new: str) -> str:
     assert base.count(old) >= 1, f"{old!r} not found"
     return base.replace(old, new, 1)
 
@@ -38,16 +38,16 @@ def drop_first_store(base: str) -> str:
 
 
 KEEPS_SEMANTICS = {
-    "nop": lambda s: edited(s, "label_0064:\n", "label_0064:\n\ts_nop 4\n"),
-    "reorder": lambda s: edited(s, LOAD_A + LOAD_B, LOAD_B + LOAD_A),
+    "nop": lambda s: edited_first(s, "label_0064:\n", "label_0064:\n\ts_nop 4\n"),
+    "reorder": lambda s: edited_first(s, LOAD_A + LOAD_B, LOAD_B + LOAD_A),
 }
 BREAKS = {
     # the A tile's per-lane byte offset (x16 -> x8): address arithmetic
-    "address-immediate": lambda s: edited(
+    "address-immediate": lambda s: edited_first(
         s, "\tv_lshlrev_b32_e32 v4, 4, v4\n", "\tv_lshlrev_b32_e32 v4, 3, v4\n"
     ),
     # src0/src1 of the first scaled MFMA swapped
-    "mfma-operands": lambda s: edited(
+    "mfma-operands": lambda s: edited_first(
         s,
         "a[0:3], v[72:75], v[8:11], a[0:3], v140, v136 op_sel_hi:[0,0,0]",
         "a[0:3], v[8:11], v[72:75], a[0:3], v140, v136 op_sel_hi:[0,0,0]",
@@ -118,7 +118,7 @@ def test_edit_beyond_its_registers_is_stopped_before_running(
     tmp_path, base_asm, toolchain, f4gemm_dir
 ):
     asm = write(
-        tmp_path, "sgpr", edited(base_asm, "\ts_mov_b32 s47, s2\n", "\ts_mov_b32 s100, s2\n")
+        tmp_path, "sgpr", edited_first(base_asm, "\ts_mov_b32 s47, s2\n", "\ts_mov_b32 s100, s2\n")
     )
     result = try_edit(asm, f4gemm_dir, toolchain, device="emulator")
     assert not result.passed and result.runs == []

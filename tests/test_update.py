@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import DEFAULT_SOURCE
-from test_pipeline import REPO, snakemake
+from workflow_run import REPO, snakemake
 
 from f4pipe.assemble import assemble
 from f4pipe.audit import read_tuned

@@ -19,7 +19,6 @@ from f4pipe.errors import DeviceError
 from f4pipe.gemm import WARMUP_LAUNCHES, GemmRequest, run_gemm
 from f4pipe.hipdevice import HipDevice
 from f4pipe.kernarg import BufferLayout, gemm_kernarg, launch_geometry
-from f4pipe.manifest import read_manifest
 from f4pipe.matrices import Case
 from f4pipe.schemas import BENCH, ArtifactKeys, read_table
 from f4pipe.stages import SHIM_TIMED, StageSettings, bench_stage, splitk_stage, verify_stage
@@ -29,11 +28,6 @@ M, N, K = 32, 256, 512
 SPLITK_KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
 SMALL_KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 LAUNCH = "hipModuleLaunchKernel(extra)"
-
-
-@pytest.fixture(scope="module")
-def manifest(f4gemm_dir):
-    return read_manifest(f4gemm_dir)
 
 
 def test_every_kernel_gives_the_emulators_bits(device, shim, manifest):
