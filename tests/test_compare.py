@@ -110,6 +110,7 @@ def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, t
             if r["status"] == "measured":
                 r["launch_us"] = [float(x) for x in 10.0 * factor * noise]
                 r["us"] = float(np.median(r["launch_us"]))
+                r["tflops"] = 2.0 * r["m"] * r["n"] * r["k"] / r["us"] / 1e6
                 r["device_fingerprint"] = gpu
         write_rows(path, rows, BENCH)
         return target
@@ -127,6 +128,11 @@ def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, t
     assert cli_main(["compare", str(a), str(other), "--across-machines"]) == 1
     assert "SLOWER (threshold 3.0 %) ACROSS MACHINES" in capsys.readouterr().out
     assert cli_main(["compare", str(a), str(b), "--floor-pct", "40"]) == 0  # 30 % < 40 %
+    capsys.readouterr()
+    cli_main(["compare", str(a), str(b), "--json"])
+    (run, *_) = json.loads(capsys.readouterr().out)["throughput"]
+    assert run["tflops A lo"] < run["tflops A"] < run["tflops A hi"]  # its 95 % interval
+    assert run["ratio lo"] < run["ratio B/A (TFLOP/s)"] < run["ratio hi"]
 
 
 def test_tampered_archive_is_refused(result_sets, tmp_path, capsys):

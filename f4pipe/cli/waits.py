@@ -200,7 +200,6 @@ def _cases(args: argparse.Namespace, entry) -> list:
     return cases
 
 
-
 def _maybe_entry(args: argparse.Namespace, program):
     """The manifest row when the kernel is an f4gemm one the located manifest knows."""
     try:

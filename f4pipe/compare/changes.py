@@ -405,6 +405,7 @@ def throughput_deltas(
         return None
     m["ratio B/A (TFLOP/s)"] = m["tflops B"] / m["tflops A"]
     changes, judged, lows, highs = [], [], [], []
+    spans: tuple[list, list] = ([], [])  # per side, TFLOP/s at the ends of the interval
     for _, r in m.iterrows():
         la, lb = r["launch_us A"], r["launch_us B"]
         if la is None or lb is None or not len(la) or not len(lb):
@@ -412,10 +413,15 @@ def throughput_deltas(
             judged.append("not judged: no launch times recorded")
             lows.append(None)
             highs.append(None)
+            spans[0].append((None, None))
+            spans[1].append((None, None))
             continue
         sa, sb = summarize(la), summarize(lb)  # TFLOP/s B/A = us A / us B
         lows.append(sa.ci_low / sb.ci_high)
         highs.append(sa.ci_high / sb.ci_low)
+        flop = 2.0 * r["m"] * r["n"] * r["k"] / 1e6
+        spans[0].append((flop / sa.ci_high, flop / sa.ci_low))
+        spans[1].append((flop / sb.ci_high, flop / sb.ci_low))
         other = _machine_differs(r)
         if other and not across_machines:
             changes.append("")
@@ -428,6 +434,9 @@ def throughput_deltas(
     m["B vs A (median us)"] = judged
     m["ratio lo"] = lows  # the ratio's range from the two runs' 95 % intervals
     m["ratio hi"] = highs
+    for side, span in zip("AB", spans, strict=True):
+        m[f"tflops {side} lo"] = [lo for lo, _ in span]
+        m[f"tflops {side} hi"] = [hi for _, hi in span]
     m.insert(2, "shape (MxNxK /split)", [shape_label(r) for _, r in m.iterrows()])
     m["kernel"] = m["kernel"].map(short_kernel)
     dropped = ["m", "n", "k", "log2_k_split", "launch_us A", "launch_us B"]

@@ -21,11 +21,25 @@ from f4pipe.report.render import (
 
 
 def plot_ratio(table: pd.DataFrame, path: Path) -> str:
+    """Left: TFLOP/s of A and B per run, each with its 95 % interval where launch times were
+    kept; right: B / A with the range both intervals allow."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
+    fig, (pair, ax) = plt.subplots(1, 2, figsize=(13, 4), layout="constrained")
     labels = [
         f"{r['variant']} {r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()
     ]
+    for i, side in enumerate("AB"):
+        values = table[f"tflops {side}"].astype(float)
+        yerr = None
+        if f"tflops {side} lo" in table and table[f"tflops {side} lo"].notna().any():
+            lo = (values - table[f"tflops {side} lo"].astype(float)).clip(lower=0).fillna(0)
+            hi = (table[f"tflops {side} hi"].astype(float) - values).clip(lower=0).fillna(0)
+            yerr = [lo, hi]
+        xs = [j + 0.4 * i for j in range(len(table))]
+        pair.bar(xs, values, 0.4, yerr=yerr, capsize=3, label=side)
+    pair.set_xticks([j + 0.2 for j in range(len(table))], labels, fontsize=7)
+    pair.set_ylabel("TFLOP/s")
+    pair.legend()
     ratio = table["ratio B/A (TFLOP/s)"]
     yerr = None
     if "ratio lo" in table and table["ratio lo"].notna().any():
