@@ -89,7 +89,10 @@ def test_clock_columns_mark_a_row_whose_clock_fell_during_it():
     before = ClockSample(2100.0, 1900.0, 900.0, 70.0, 1400.0)
     drooped = ClockSample(1700.0, 1900.0, 1380.0, 88.0, 1400.0)
     steady = ClockSample(2050.0, 1900.0, 1000.0, 75.0, 1400.0)
-    assert clock_fields(before, drooped, "")["throttled"] is True  # -19 %
+    fields = clock_fields(before, drooped, "")
+    assert fields["throttled"] is True  # -19 %
+    assert (fields["power_before_w"], fields["power_after_w"]) == (900.0, 1380.0)
+    assert (fields["temp_before_c"], fields["temp_after_c"]) == (70.0, 88.0)
     assert clock_fields(before, steady, "")["throttled"] is False  # -2.4 %
     none = clock_fields(None, None, "amdsmi is not installed")
     assert none["sclk_before_mhz"] is None and none["throttled"] is None
