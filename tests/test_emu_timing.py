@@ -450,6 +450,21 @@ def test_an_s_nop_fills_n_plus_one_wait_states() -> None:
     assert [x.rule.rule for x in check_window(window)] == ["B3.3"]
 
 
+@pytest.mark.parametrize(("fmt", "need"), [(4, 8), (0, 12)])  # FP4: 4 passes; FP8: 8
+def test_an_mfma_result_read_as_a_scale_operand_needs_the_src_ab_wait(fmt, need) -> None:
+    """docs/reference/timing.md C10: the scale operands of a scaled MFMA are checked as A/B."""
+    producer = mfma(v(200, 4), v(8, 4), v(12, 4), a(0, 4), fmt=fmt)  # writes v200 (a scale)
+    consumer = mfma(a(8, 4), v(16, 4), v(20, 4), a(8, 4))  # reads v200, v201 as scales
+
+    def rules(between: int) -> set[str]:
+        items = [producer, *[NOP] * between, consumer]
+        return {
+            x.rule.rule for x in check_window([(4 * i, effects_of(y)) for i, y in enumerate(items)])
+        }
+
+    assert "B3.4" in rules(need - 1) and "B3.4" not in rules(need)
+
+
 def test_back_to_back_accumulation_into_the_same_range_needs_no_wait() -> None:
     first = mfma(a(0, 4), v(8, 4), v(12, 4), a(0, 4))
     again = mfma(a(0, 4), v(16, 4), v(20, 4), a(0, 4))

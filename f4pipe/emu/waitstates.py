@@ -206,7 +206,9 @@ def mfma_exec(e: Effects) -> Regs:
 
 
 def mfma_src_ab(e: Effects) -> Regs:
-    return _vgprs(e.read_regs("src_a", "src_b")) if "mfma" in e.tags else frozenset()
+    """An MFMA's A and B operands, and a scaled MFMA's scale operands, which LLVM checks as it
+    checks A and B (docs/reference/timing.md C10)."""
+    return _vgprs(e.read_regs("src_a", "src_b", "scale")) if "mfma" in e.tags else frozenset()
 
 
 def xdl_src_c(e: Effects) -> Regs:
@@ -421,7 +423,7 @@ RULES: tuple[WaitStateRule, ...] = (
     ),
     WaitStateRule(
         "B3.4",
-        "XDL MFMA writes, then an MFMA reads it as SrcA/SrcB",
+        "XDL MFMA writes, then an MFMA reads it as SrcA/SrcB (or as a scale operand)",
         xdl_writes,
         mfma_src_ab,
         _by_passes(XDL_RAW_WAW),
