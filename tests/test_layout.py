@@ -95,3 +95,32 @@ def test_the_commands_default_matrices_are_the_configs() -> None:
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     assert set(STAGE_DEFAULT_MATRIX) == set(layout.GEMM_STAGES)
     assert {s: config[s]["matrix"] for s in layout.GEMM_STAGES} == STAGE_DEFAULT_MATRIX
+
+
+def test_the_rules_spell_no_result_set_path_of_their_own() -> None:
+    """Every directory and file name of a result set that f4pipe.layout defines reaches the
+    rules through it (common.smk's TOOLCHAIN, REPORT, ROUNDTRIP, VARIANT_DIRS, ...), never
+    as a string of its own."""
+    names = {
+        layout.TOOLCHAIN_JSON,
+        layout.REPORT_DIR,
+        layout.ROUNDTRIP_DIR,
+        layout.VARIANTS_DIR,
+        layout.EDITS_DIR,
+        layout.ARCHIVES_DIR,
+        layout.STORE_DIR,
+        layout.PROVENANCE_JSON,
+        layout.F4GEMM_DIR,
+        *layout.BASE_VARIANTS,
+    }
+    found = []
+    for path in [*RULES.glob("*.smk"), ROOT / "Snakefile"]:
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            code = line.split("#", 1)[0]
+            # table names (table_file("roundtrip")) and config keys (.get("store")) are other
+            # facts that happen to share a spelling
+            code = re.sub(r'(table_file\(|\.get\(|\[)"[^"]*"', "", code)
+            for literal in re.findall(r'"([^"{}]*)"', code):
+                if literal in names or literal.startswith(layout.EDIT_VARIANT_PREFIX):
+                    found.append(f"{path.name}:{n}: {literal!r}")
+    assert found == []

@@ -11,10 +11,12 @@ from f4pipe.layout import (
     ARCHIVES_DIR,
     BASE_VARIANTS,
     EDIT_NAME_PATTERN,
+    EDIT_VARIANT_PREFIX,
     EDITS_DIR,
     EVERY_KERNEL,
     F4GEMM_DIR,
     GEMM_STAGES,
+    REPORT_DIR,
     ROUNDTRIP_DIR,
     STORE_DIR,
     TOOLCHAIN_JSON,
@@ -35,6 +37,13 @@ FETCHED_CO_DIR = AITER_DIR / F4GEMM_DIR  # the fetched code objects and their ma
 RESULTS = Path(config["results_dir"]) / AITER_ID
 LOGS = Path("logs") / AITER_ID
 ARCHIVES = Path(config["results_dir"]) / ARCHIVES_DIR
+# The set's paths, spelt once (f4pipe.layout); the rules name nothing else under RESULTS.
+TOOLCHAIN = RESULTS / TOOLCHAIN_JSON
+REPORT = RESULTS / REPORT_DIR
+ROUNDTRIP = RESULTS / ROUNDTRIP_DIR
+VARIANT_DIRS = RESULTS / VARIANTS_DIR
+ORIGINAL, REBUILT = BASE_VARIANTS
+EDIT_VARIANT = EDIT_VARIANT_PREFIX + "{edit}"  # variants/edit-<name>/
 EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
 VARIANTS = [*BASE_VARIANTS] + [spec.variant for spec in EDITS.values()]
 
@@ -107,7 +116,7 @@ def is_edit_variant(variant):
 
 def get_variant_dir(wildcards):
     """The code object directory (with manifest) a variant's stages run on."""
-    if wildcards.variant == "original":
+    if wildcards.variant == ORIGINAL:
         return get_f4gemm_dir(wildcards)
     return str(RESULTS / VARIANTS_DIR / wildcards.variant)
 
@@ -241,8 +250,8 @@ def get_store_args(wildcards):
 def get_safety_rows(wildcards):
     """The shape-edge sweep's rows (original code objects): one job, or one per kernel."""
     if PER_VARIANT_JOBS:
-        return [RESULTS / "safety" / "original" / f"{EVERY_KERNEL}.parquet"]
-    return [RESULTS / "safety" / "original" / f"{k}.parquet" for k in get_kernels()]
+        return [RESULTS / "safety" / ORIGINAL / f"{EVERY_KERNEL}.parquet"]
+    return [RESULTS / "safety" / ORIGINAL / f"{k}.parquet" for k in get_kernels()]
 
 
 def is_audit_active():
@@ -266,7 +275,7 @@ def get_report_inputs(wildcards):
         RESULTS / TOOLCHAIN_JSON,
         RESULTS / table_file("kernels"),
         RESULTS / table_file("roundtrip"),
-        RESULTS / VARIANTS_DIR / "rebuilt",
+        VARIANT_DIRS / REBUILT,
     ]
     outputs += [
         RESULTS / table_file(stage)
@@ -284,6 +293,6 @@ def get_report_inputs(wildcards):
 def get_final_outputs(wildcards):
     return [
         *get_report_inputs(wildcards),
-        RESULTS / "report" / "index.html",
+        REPORT / "index.html",
         ARCHIVES / AITER_ID,
     ]

@@ -8,18 +8,18 @@ rule edit_variant:
     input:
         fetched=AITER_DIR,
         asm=get_edit_asm,
-        toolchain=RESULTS / "toolchain.json",
+        toolchain=TOOLCHAIN,
     output:
-        variant=directory(RESULTS / "variants" / "edit-{edit}"),
+        variant=directory(VARIANT_DIRS / EDIT_VARIANT),
         diff=report(
-            RESULTS / "edits" / "{edit}.diff.txt",
+            RESULTS / EDITS_DIR / "{edit}.diff.txt",
             caption="../report/edits.rst",
             category="Edits",
             labels={"edit": "{edit}"},
         ),
-        json=RESULTS / "edits" / "{edit}.json",
+        json=RESULTS / EDITS_DIR / "{edit}.json",
     log:
-        LOGS / "edits" / "{edit}.log",
+        LOGS / EDITS_DIR / "{edit}.log",
     conda:
         "../envs/f4pipe.yaml"
     params:

@@ -6,7 +6,7 @@
 rule gemm_stage:
     input:
         co_dir=get_variant_dir,
-        toolchain=RESULTS / "toolchain.json",
+        toolchain=TOOLCHAIN,
     output:
         RESULTS / "{stage}" / "{variant}" / "{unit}.parquet",
     log:

@@ -23,13 +23,13 @@ rule report:
         fetched=AITER_DIR,
     output:
         html=report(
-            RESULTS / "report" / "index.html",
+            REPORT / "index.html",
             caption="../report/report.rst",
             category="Report",
         ),
-        summary=RESULTS / "report" / "summary.md",
+        summary=REPORT / "summary.md",
         splitk=report(
-            RESULTS / "report" / "splitk.png",
+            REPORT / "splitk.png",
             caption="../report/splitk_plot.rst",
             category="GEMM stages",
         ),
@@ -39,7 +39,7 @@ rule report:
         "../envs/f4pipe.yaml"
     params:
         result_dir=RESULTS,
-        report_dir=RESULTS / "report",
+        report_dir=REPORT,
     shell:
         "f4pipe report {params.result_dir:q} --config {input.config:q} "
         "--aiter-provenance {input.fetched:q}/provenance.json -o {params.report_dir:q} "
@@ -49,7 +49,7 @@ rule report:
 rule archive:
     input:
         get_report_inputs,
-        report=RESULTS / "report" / "index.html",
+        report=REPORT / "index.html",
         fetched=AITER_DIR,
     output:
         directory(ARCHIVES / AITER_ID),

@@ -6,7 +6,7 @@
 rule safety:
     input:
         co_dir=get_variant_dir,
-        toolchain=RESULTS / "toolchain.json",
+        toolchain=TOOLCHAIN,
     output:
         RESULTS / "safety" / "{variant}" / "{unit}.parquet",
     log:
@@ -46,7 +46,7 @@ rule safety_table:
 rule audit_tuned:
     input:
         fetched=AITER_DIR,
-        toolchain=RESULTS / "toolchain.json",
+        toolchain=TOOLCHAIN,
     output:
         report(
             RESULTS / table_file("audit"),

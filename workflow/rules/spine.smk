@@ -17,7 +17,7 @@ checkpoint fetch:
 
 rule toolchain:
     output:
-        RESULTS / "toolchain.json",
+        TOOLCHAIN,
     log:
         LOGS / "toolchain.log",
     conda:
@@ -31,7 +31,7 @@ rule toolchain:
 rule kernels:
     input:
         fetched=AITER_DIR,
-        toolchain=RESULTS / "toolchain.json",
+        toolchain=TOOLCHAIN,
     output:
         RESULTS / table_file("kernels"),
     log:
@@ -49,20 +49,20 @@ rule kernels:
 rule roundtrip:
     input:
         co=get_original_object,
-        toolchain=RESULTS / "toolchain.json",
+        toolchain=TOOLCHAIN,
     output:
-        asm=RESULTS / "roundtrip" / "{kernel}.s",
-        rebuilt=RESULTS / "roundtrip" / "{kernel}.co",
-        diff=RESULTS / "roundtrip" / "{kernel}.diff.txt",
-        row=RESULTS / "roundtrip" / "{kernel}.parquet",
+        asm=ROUNDTRIP / "{kernel}.s",
+        rebuilt=ROUNDTRIP / "{kernel}.co",
+        diff=ROUNDTRIP / "{kernel}.diff.txt",
+        row=ROUNDTRIP / "{kernel}.parquet",
     log:
-        LOGS / "roundtrip" / "{kernel}.log",
+        LOGS / ROUNDTRIP_DIR / "{kernel}.log",
     benchmark:
-        LOGS / "roundtrip" / "{kernel}.benchmark.tsv"
+        LOGS / ROUNDTRIP_DIR / "{kernel}.benchmark.tsv"
     conda:
         "../envs/f4pipe.yaml"
     params:
-        out_dir=RESULTS / "roundtrip",
+        out_dir=ROUNDTRIP,
         aiter_id=AITER_ID,
     shell:
         "f4pipe roundtrip {input.co:q} --out {params.out_dir:q} --row {output.row:q} --record "
@@ -91,14 +91,14 @@ rule rebuilt_variant:
         fetched=AITER_DIR,
         rebuilt=get_rebuilt_objects,
     output:
-        directory(RESULTS / "variants" / "rebuilt"),
+        directory(VARIANT_DIRS / REBUILT),
     log:
         LOGS / "rebuilt_variant.log",
     conda:
         "../envs/f4pipe.yaml"
     params:
         co_dir=FETCHED_CO_DIR,
-        rebuilt_dir=RESULTS / "roundtrip",
+        rebuilt_dir=ROUNDTRIP,
     shell:
         "f4pipe rebuilt-dir --co-dir {params.co_dir:q} --rebuilt {params.rebuilt_dir:q} "
         "-o {output:q} > {log:q} 2>&1"
