@@ -43,7 +43,7 @@ REPORT = RESULTS / REPORT_DIR
 ROUNDTRIP = RESULTS / ROUNDTRIP_DIR
 VARIANT_DIRS = RESULTS / VARIANTS_DIR
 ORIGINAL, REBUILT = BASE_VARIANTS
-EDIT_VARIANT = EDIT_VARIANT_PREFIX + "{edit}"  # variants/edit-<name>/
+EDIT_VARIANT = f"{EDIT_VARIANT_PREFIX}{{edit}}"  # variants/edit-<name>/
 EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
 VARIANTS = [*BASE_VARIANTS] + [spec.variant for spec in EDITS.values()]
 
