@@ -13,7 +13,17 @@ SUFFIXES = {".py", ".md", ".smk", ".yaml", ".yml", ".toml"}
 #: A citation: docs/reference/<page>.md, optionally followed by a section id (A2, B1, C5...).
 CITATION = re.compile(r"docs/reference/([\w-]+\.md)(?:,? (?:section )?([A-D]\d*))?")
 #: Outside notes no user has, and issue numbers of f4pipe's own tracker.
-FORBIDDEN = re.compile(r"hazards\.md|facts\.md|perf\.md|shared/reference|\bissue \d+\b(?!,\d)")
+#: (Spelt in pieces so that this file does not cite what it forbids.)
+OUTSIDE_NOTES = ("hazards", "facts", "perf")
+FORBIDDEN = re.compile(
+    "|".join(rf"{name}\.md" for name in OUTSIDE_NOTES)
+    + "|shared/"
+    + "reference"
+    + "|"
+    + r"\b"
+    + "issue"
+    + r" \d+\b(?!,\d)"
+)
 #: Issues of other projects, cited with their project's name.
 EXTERNAL = re.compile(r"(aiter|rocm-systems|tritonbench|flashinfer)[^.\n]{0,20}issue \d+")
 
@@ -30,7 +40,7 @@ def test_no_citation_points_outside_the_repository():
     for path in texts():
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
             line = EXTERNAL.sub("", line)
-            if FORBIDDEN.search(line) and "FORBIDDEN" not in line:
+            if FORBIDDEN.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert found == []
 

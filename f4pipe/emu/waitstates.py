@@ -366,7 +366,7 @@ RULES: tuple[WaitStateRule, ...] = (
         _fixed(1),
         f"{ISA11}; LLVM checkReadM0Hazards",
         "LLVM also pads buffer_load ... lds; Table 11 does not name it, and aiter's 35 kernels "
-        "issue 1,296 of their 1,356 buffer_load ... lds right after an SALU write of M0 and "
+        "place 1,296 of their 1,356 buffer_load ... lds right after an SALU write of M0 and "
         "verify on MI355X, so buffer loads to LDS follow the ISA (no wait)",
         bound=lambda p: 1,
         producer_units=frozenset({"salu"}),
