@@ -58,6 +58,19 @@ def quick_cases(entry: KernelEntry) -> list[Case]:
     return cases
 
 
+def thorough_cases(entry: KernelEntry) -> list[Case]:
+    """The quick shapes plus the seed driver's every-kernel shape and every shape of the
+    shape-edge safety sweep (f4pipe.edgesweep): what an edit that loosens the kernel's own
+    synchronisation must survive (minutes per kernel on the emulator)."""
+    from f4pipe.edgesweep import edge_shapes
+    from f4pipe.matrices import SEED_ALL_KERNELS
+
+    cases = quick_cases(entry)
+    cases += [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in SEED_ALL_KERNELS]
+    cases += [Case(s.m, s.n, s.k, 0, entry.name) for s in edge_shapes(entry)]
+    return cases
+
+
 @dataclass(frozen=True)
 class WrongElement:
     row: int

@@ -123,7 +123,7 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     from f4pipe.edits.waitfix import apply_repairs
     from f4pipe.emu.hazards import analyse
     from f4pipe.emu.program import Program
-    from f4pipe.emu.waits import _first_problem, loosen_in_turn, repairs
+    from f4pipe.emu.waits import first_problem, loosen_in_turn, repairs
     from f4pipe.fsio import write_text
 
     if args.output is None:
@@ -157,7 +157,7 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
 
         (device,) = open_devices("emulator", True)
         try:
-            ran = _first_problem(device, entry, check, _cases(args, entry))
+            ran = first_problem(device, entry, check, _cases(args, entry))
         finally:
             device.close()
     if left.count or ran:
@@ -186,18 +186,14 @@ def assemble_text(text: str, path: Path, tc) -> Path:
 
 
 def _cases(args: argparse.Namespace, entry) -> list:
-    """The launches a loosening or repair must run clean: `try`'s quick shapes, plus --case."""
-    from f4pipe.matrices import SEED_ALL_KERNELS, Case, parse_case
-    from f4pipe.trykernel import quick_cases
+    """The launches a loosening or repair must run clean: `try`'s quick shapes (with
+    --thorough, also the seed's every-kernel shape and the safety sweep's), plus --case."""
+    from f4pipe.matrices import Case, parse_case
+    from f4pipe.trykernel import quick_cases, thorough_cases
 
+    cases = thorough_cases(entry) if args.thorough else quick_cases(entry)
     extra = [parse_case(text) for text in args.case]
-    cases = quick_cases(entry) + [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in extra]
-    if args.thorough:
-        from f4pipe.edgesweep import edge_shapes
-
-        cases += [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in SEED_ALL_KERNELS]
-        cases += [Case(s.m, s.n, s.k, 0, entry.name) for s in edge_shapes(entry)]
-    return cases
+    return cases + [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in extra]
 
 
 def _maybe_entry(args: argparse.Namespace, program):

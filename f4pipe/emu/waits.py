@@ -288,7 +288,7 @@ def verify_loosening(
                 # a new file each time: devices cache loaded kernels by path
                 patched = Path(tmp) / f"{next(tries)}-{co_path.name}"
                 patch_waits(co_path, patched, {a.pc: limits})
-                return _first_problem(device, entry, patched, cases)
+                return first_problem(device, entry, patched, cases)
 
             vm, lgkm = a.loosest
             why = runs_clean((vm, lgkm))
@@ -312,7 +312,7 @@ def _bisect(lo: int, hi: int, clean) -> int:
     return lo
 
 
-def _first_problem(device: Device, entry: KernelEntry, co_path: Path, cases) -> str:
+def first_problem(device: Device, entry: KernelEntry, co_path: Path, cases) -> str:
     from f4pipe.errors import DeviceError
     from f4pipe.gemm import GemmRequest, run_gemm
 
