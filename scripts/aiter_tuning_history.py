@@ -1,0 +1,105 @@
+"""Which f4gemm kernels aiter's tuner could choose from when it timed each row of the pinned
+wheel's tuned table, read from aiter's git history; writes f4pipe/perf/tuning_history.json.
+
+Why: the tuned table keeps a row as it was first recorded. Rows timed before a kernel existed
+were never raced against it, so "aiter's recorded kernel is the fastest" holds only among the
+kernels present then. Ranking such a row against all 35 kernels would score the cycle model
+on a race that never ran. The history is a fact about aiter's repository, so it is recorded
+once, here, with the command that regenerates it:
+
+    python scripts/aiter_tuning_history.py --aiter-git PATH/TO/aiter [--f4gemm-dir DIR]
+
+For every asm row (cu_num 256) of the wheel's table, the first commit of aiter's
+`aiter/configs/a4w4_blockscale_tuned_gemm.csv` that holds the identical row (M, N, K, kernel
+and us), and per such commit the f4gemm code objects present in `hsa/gfx950/f4gemm/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from f4pipe.audit import read_tuned
+from f4pipe.fsio import write_text
+from f4pipe.manifest import read_manifest
+from f4pipe.perf.fit import MAIN_TABLE, default_f4gemm_dir, main_table
+from f4pipe.perf.history import HISTORY_PATH, row_key
+
+TABLE_IN_GIT = f"aiter/configs/{MAIN_TABLE}"
+F4GEMM_IN_GIT = "hsa/gfx950/f4gemm"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def table_commits(repo: Path) -> list[tuple[str, str]]:
+    """(commit, date) of every change to the tuned table, oldest first."""
+    out = git(repo, "log", "--reverse", "--date=short", "--format=%H %ad", "--", TABLE_IN_GIT)
+    return [tuple(line.split()) for line in out.splitlines() if line]
+
+
+def kernels_at(repo: Path, commit: str) -> list[str]:
+    names = git(repo, "ls-tree", "--name-only", commit, f"{F4GEMM_IN_GIT}/").split()
+    return sorted(Path(n).stem for n in names if n.endswith(".co"))
+
+
+def first_commits(repo: Path, symbols: dict[str, str]) -> dict[str, str]:
+    """Row key -> the first commit whose table holds that exact row."""
+    first: dict[str, str] = {}
+    for commit, _date in table_commits(repo):
+        text = git(repo, "show", f"{commit}:{TABLE_IN_GIT}")
+        t = pd.read_csv(io.StringIO(text), dtype=str)
+        if "kernelName" not in t:
+            continue
+        for r in t[t["kernelName"].isin(symbols)].itertuples():
+            key = row_key(int(r.M), int(r.N), int(r.K), symbols[r.kernelName], r.us)
+            first.setdefault(key, commit)
+    return first
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--aiter-git", type=Path, required=True, help="a clone of ROCm/aiter")
+    parser.add_argument("--f4gemm-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    f4gemm = args.f4gemm_dir or default_f4gemm_dir()
+    manifest = read_manifest(f4gemm)
+    symbols = {e.symbol: e.name for e in manifest}
+    wheel = read_tuned(main_table(f4gemm))
+    wheel = wheel[wheel["kernelName"].isin(symbols) & (wheel["cu_num"] == 256)]
+    first = first_commits(args.aiter_git, symbols)
+    rows, commits = {}, {}
+    for r in wheel.itertuples():
+        key = row_key(int(r.M), int(r.N), int(r.K), symbols[r.kernelName], r.us)
+        if key not in first:
+            print(f"error: wheel row {key} is in no commit of {args.aiter_git}", file=sys.stderr)
+            return 2
+        rows[key] = first[key][:10]
+        commits.setdefault(first[key][:10], first[key])
+    dates = dict(table_commits(args.aiter_git))
+    out = {
+        "source": f"git history of ROCm/aiter ({TABLE_IN_GIT}, {F4GEMM_IN_GIT}/*.co)",
+        "command": "python scripts/aiter_tuning_history.py --aiter-git PATH",
+        "table": str(f4gemm.parent.name),
+        "commits": {
+            short: {"date": dates[full], "kernels": kernels_at(args.aiter_git, full)}
+            for short, full in sorted(commits.items(), key=lambda kv: dates[kv[1]])
+        },
+        "rows": rows,
+    }
+    write_text(HISTORY_PATH, json.dumps(out, indent=1) + "\n")
+    print(f"{len(rows)} rows, {len(commits)} commits -> {HISTORY_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Which kernels aiter's tuner raced per tuned row (f4pipe.perf.history), from aiter's git
+history: the committed record covers the pinned wheel's table, and the reader of that history
+works on a real git repository."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+from f4pipe.manifest import read_manifest
+from f4pipe.perf import fit
+from f4pipe.perf.history import load_history, row_key
+
+SCRIPT = Path(__file__).parents[1] / "scripts" / "aiter_tuning_history.py"
+EARLY = "f4gemm_bf16_per1x32Fp4_BpreShuffle_192x256"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("aiter_tuning_history", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_wheel_row_knows_the_kernels_its_tuner_raced(f4gemm_dir):
+    manifest = read_manifest(f4gemm_dir)
+    rows = fit.measured_rows(f4gemm_dir, manifest)
+    rows = rows[rows["source"] == "aiter"]
+    history = load_history()
+    names = {e.name for e in manifest}
+    raced = [history.raced(r.m, r.n, r.k, r.kernel, r.us) for r in rows.itertuples()]
+    assert all(r is not None for r in raced)
+    assert all(r.kernel in s for r, s in zip(rows.itertuples(), raced, strict=True))
+    early = [s for s in raced if not names <= s]
+    assert len(early) == 30  # timed in July/August 2025, before aiter added 30 more tiles
+    assert all(len(s & names) == 5 for s in early)
+
+
+def test_a_row_timed_before_the_small_tiles_never_raced_them():
+    history = load_history()
+    shape = (8, 18432, 16384, EARLY, 59.6071)
+    raced = history.raced(*shape)
+    assert EARLY in raced
+    assert "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128" not in raced
+    assert history.recorded_on(*shape) == "2025-08-24"
+    assert history.raced(8, 18432, 16384, EARLY, 59.6) is None  # another time: another row
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _commit(repo: Path, table: str, kernels: list[str], date: str) -> None:
+    f4gemm = repo / "hsa" / "gfx950" / "f4gemm"
+    f4gemm.mkdir(parents=True, exist_ok=True)
+    for k in kernels:
+        (f4gemm / f"{k}.co").write_bytes(b"\x7fELF")
+    (repo / "aiter" / "configs").mkdir(parents=True, exist_ok=True)
+    (repo / "aiter" / "configs" / fit.MAIN_TABLE).write_text(table)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", date, f"--date={date}T12:00:00")
+
+
+def test_the_history_reader_finds_each_row_first_commit_on_real_git(tmp_path):
+    script = _script()
+    repo = tmp_path / "aiter"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    head = "cu_num,M,N,K,kernelId,splitK,us,kernelName\n"
+    row_a = "256,8,1024,2048,0,0,10.5,_ZN5aiter3BigE\n"
+    row_b = "256,8,4096,2048,0,0,7.25,_ZN5aiter5SmallE\n"
+    _commit(repo, head + row_a, ["big"], "2025-08-01")
+    _commit(repo, head + row_a + row_b, ["big", "small"], "2025-09-01")
+    symbols = {"_ZN5aiter3BigE": "big", "_ZN5aiter5SmallE": "small"}
+    first = script.first_commits(repo, symbols)
+    commits = [c for c, _ in script.table_commits(repo)]
+    assert first == {
+        row_key(8, 1024, 2048, "big", 10.5): commits[0],
+        row_key(8, 4096, 2048, "small", 7.25): commits[1],
+    }
+    assert script.kernels_at(repo, commits[0]) == ["big"]
+    assert script.kernels_at(repo, commits[1]) == ["big", "small"]
