@@ -107,7 +107,9 @@ class _Writer:
             return self.pick_lane()
         while len(set(self.lane)) < width:
             _valu(self)
-        elements = self.rng.sample(sorted(set(self.lane[-2 * width :]) | set(self.lane[-width:])), width)
+        elements = self.rng.sample(
+            sorted(set(self.lane[-2 * width :]) | set(self.lane[-width:])), width
+        )
         vec = "poison"
         for i, element in enumerate(elements):
             nxt = self.new("vec")
@@ -383,7 +385,7 @@ def module_ir(seeds) -> str:
     return "\n".join(parts)
 
 
-# --- compiling: one llc and one llvm-mc run per batch of kernels -------------------------------
+# --- compiling: one llc and one llvm-mc run per batch of kernels ---------------------------
 
 
 @dataclass(frozen=True)
@@ -478,9 +480,10 @@ def _decoded(seed: int, code: bytes, lines: list[str]) -> Compiled:
             return Compiled(seed, code, tuple(asm), refused=line)
         if not inst.known:
             return Compiled(seed, code, tuple(asm), refused=line)
-        if inst.text_name.split("_e32")[0].split("_e64")[0] != line.split()[0].split("_e32")[
-            0
-        ].split("_e64")[0]:
+        if (
+            inst.text_name.split("_e32")[0].split("_e64")[0]
+            != line.split()[0].split("_e32")[0].split("_e64")[0]
+        ):
             raise AssertionError(f"k{seed}: f4pipe decodes {inst.text_name} where LLVM has {line}")
         asm.append(AsmInstruction(line, pos, inst.size))
         pos += inst.size
@@ -489,7 +492,7 @@ def _decoded(seed: int, code: bytes, lines: list[str]) -> Compiled:
     return Compiled(seed, code, tuple(asm))
 
 
-# --- the counter model: which registers a wait protects, from LLVM's text alone ---------------
+# --- the counter model: which registers a wait protects, from LLVM's text alone --------------
 
 #: Pseudo-registers: LDS words an LDS DMA writes (read by this wave's DS loads and, through
 #: other waves, after a barrier) and LDS words a DS store writes (read by other waves after a
@@ -611,7 +614,7 @@ def _retire_lgkm(lgkm: list[tuple[int, MemoryOp]], limit: int) -> list[tuple[int
     return kept[::-1]
 
 
-# --- the checks ----------------------------------------------------------------------------------
+# --- the checks ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -744,7 +747,9 @@ def _wait_check(
     verdict = "false negative" if missed else "false positive"
     pairs = missed or extra
     classes = {_explain_pair(kernel, j, c, verdict) for j, c in pairs}
-    detail = "; ".join(f"`{kernel.asm[j].text}` -> `{kernel.asm[c].text}`" for j, c in sorted(pairs))
+    detail = "; ".join(
+        f"`{kernel.asm[j].text}` -> `{kernel.asm[c].text}`" for j, c in sorted(pairs)
+    )
     explained = classes.pop() if len(classes) == 1 else ""
     return Outcome(kernel.seed, "s_waitcnt", where, verdict, explained, detail)
 
@@ -790,7 +795,7 @@ def _explain_pair(kernel: Compiled, j: int, c: int, verdict: str) -> str:
     return ""
 
 
-# --- a run -----------------------------------------------------------------------------------------
+# --- a run ---------------------------------------------------------------------------------
 
 
 @dataclass

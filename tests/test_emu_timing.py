@@ -467,7 +467,9 @@ def test_an_mfma_result_read_as_a_scale_operand_needs_the_src_ab_wait(fmt, need)
 
 def _rules_between(producer: Instruction, consumer: Instruction, between: int) -> set[str]:
     items = [producer, *[NOP] * between, consumer]
-    return {x.rule.rule for x in check_window([(4 * i, effects_of(y)) for i, y in enumerate(items)])}
+    return {
+        x.rule.rule for x in check_window([(4 * i, effects_of(y)) for i, y in enumerate(items)])
+    }
 
 
 EXEC = Operand("s", 126, 2, code=126)
@@ -493,10 +495,8 @@ def test_a_load_overwriting_an_in_flight_src_c_needs_the_war_wait(load) -> None:
     """docs/reference/timing.md B3: LLVM checks a load's destination against an XDL MFMA still
     reading it as SrcC, as it checks a VALU's (3 wait states after a 4-pass MFMA)."""
     producer = mfma(a(0, 4), v(8, 4), v(12, 4), v(40, 4))
-    if load.startswith("ds_"):
-        consumer = inst(load, "DS", v(41), (v(0),))
-    else:
-        consumer = buffer(load, v(41))
+    ds = load.startswith("ds_")
+    consumer = inst(load, "DS", v(41), (v(0),)) if ds else buffer(load, v(41))
     assert "B3.10" in _rules_between(producer, consumer, 2)
     assert "B3.10" not in _rules_between(producer, consumer, 3)
 

@@ -65,9 +65,7 @@ def test_a_wait_f4pipe_misread_would_be_caught(toolchain, tmp_path, monkeypatch)
 
     monkeypatch.setattr(timing.TimingModel, "_step", smem_retired_by_any_wait)
     tally = oracle.run(range(8), toolchain, tmp_path)
-    assert any(
-        o.check == "s_waitcnt" and o.verdict == "false negative" for o in tally.unexplained
-    )
+    assert any(o.check == "s_waitcnt" and o.verdict == "false negative" for o in tally.unexplained)
 
 
 def _asm(*lines: str) -> tuple[oracle.AsmInstruction, ...]:
