@@ -14,8 +14,9 @@ from f4pipe import oracle
 from f4pipe.emu import waitstates
 from f4pipe.toolchain import llc_path
 
-#: The CI set: seeds 0..29 (nox -s fuzz runs 400 more from seed 1000).
-CI_SEEDS = range(30)
+#: The CI set: seeds 0..26 and three that meet the explained classes 0..26 do not (nox -s fuzz
+#: runs 400 more from seed 1000).
+CI_SEEDS = (*range(27), 123, 267, 316)
 TIMING_DOC = Path(__file__).resolve().parents[1] / "docs" / "reference" / "timing.md"
 
 
@@ -30,6 +31,8 @@ def test_the_fixed_set_has_no_unexplained_disagreement(ci_tally) -> None:
     # the set exercises both mutations many times, and f4pipe catches LLVM's padding
     assert ci_tally.count("agree", check="s_nop") >= 20
     assert ci_tally.count("agree", check="s_waitcnt") >= 80
+    # every documented difference is met, so each class's recogniser runs in CI
+    assert {o.explained for o in ci_tally.outcomes if o.explained} == set(oracle.EXPLAINED)
 
 
 def test_every_explained_class_is_documented() -> None:
