@@ -43,11 +43,21 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def fuzz(session: nox.Session) -> None:
-    """Fuzz the readers of untrusted input (code objects, co2asm, CSVs, archives, the
-    emulator's loader) with Hypothesis for a time budget: `nox -s fuzz -- --minutes 10`.
-    `nox -s verify` runs the same targets briefly."""
+    """Cross-check f4pipe's timing rules against LLVM on 400 generated kernels
+    (scripts/oracle.py; `nox -s verify` runs a fixed 30), then fuzz the readers of untrusted
+    input (code objects, co2asm, CSVs, archives, the emulator's loader) with Hypothesis for a
+    time budget: `nox -s fuzz -- --minutes 10`. `nox -s verify` runs the same targets
+    briefly."""
     install(session, "test")
+    session.run("python", "scripts/oracle.py")
     session.run("python", "scripts/fuzz.py", *session.posargs)
+
+
+@nox.session(default=False)
+def oracle(session: nox.Session) -> None:
+    """The LLVM cross-check alone: `nox -s oracle -- --kernels 1000 --first 5000`."""
+    install(session, "test")
+    session.run("python", "scripts/oracle.py", *session.posargs)
 
 
 @nox.session(default=False)

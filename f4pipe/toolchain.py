@@ -25,9 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from f4pipe.errors import InputError, ToolchainError
-from f4pipe.fsio import atomic_dir, read_json_file, write_json
+from f4pipe.fsio import atomic_dir, atomic_path, read_json_file, write_json
 
 TOOLS = ("llvm-objdump", "llvm-readelf", "llvm-objcopy", "llvm-mc", "ld.lld")
+#: LLVM's compiler: not needed by the pipeline, only by the cross-check of f4pipe's timing
+#: rules against LLVM's (f4pipe.oracle); looked up beside the other tools when asked for.
+LLC = "llc"
 MIN_LLVM_MAJOR = 20
 PROVISION_LLVM_MAJOR = 22
 PROVISION_SUITE = "trixie"
@@ -92,6 +95,24 @@ class Toolchain:
         d["toolchain_id"] = self.toolchain_id
         d.update({name: str(self.tool(name)) for name in TOOLS})
         return d
+
+
+def llc_path(toolchain: Toolchain) -> Path:
+    """The `llc` beside `toolchain`'s tools. A toolchain f4pipe provisioned before it wrote an
+    llc wrapper gets one now (the package it unpacked ships llc)."""
+    path = toolchain.bin_dir / LLC
+    if path.exists():
+        return path
+    if toolchain.found_by == "provisioned":
+        root = provisioned_dir() / "root"
+        target = root / "usr" / "lib" / f"llvm-{PROVISION_LLVM_MAJOR}" / "bin" / LLC
+        if target.exists():
+            _write_wrapper(root, toolchain.bin_dir, LLC, target)
+            return path
+    raise ToolchainError(
+        f"no {LLC} in {toolchain.bin_dir}: the LLVM cross-check compiles its kernels with it; "
+        "install LLVM's llc beside llvm-mc"
+    )
 
 
 def run_tool(
@@ -345,9 +366,9 @@ def _write_wrapper(root: Path, bin_dir: Path, name: str, target: Path) -> None:
         f"# f4pipe: Debian {PROVISION_SUITE} LLVM {PROVISION_LLVM_MAJOR}, private loader + libs\n"
         f'exec "{loader}" --library-path "{libs}" --argv0 "{name}" "{target}" "$@"\n'
     )
-    path = bin_dir / name
-    path.write_text(script)
-    path.chmod(0o755)
+    with atomic_path(bin_dir / name) as tmp:
+        tmp.write_text(script)
+        tmp.chmod(0o755)
 
 
 def provision_debian_llvm() -> Path:
@@ -385,7 +406,7 @@ def provision_debian_llvm() -> Path:
             llvm_bin = root / "usr" / "lib" / f"llvm-{PROVISION_LLVM_MAJOR}" / "bin"
             bin_dir = out / "bin"
             bin_dir.mkdir()
-            for name in TOOLS:
+            for name in (*TOOLS, LLC):
                 src = llvm_bin / name
                 if not src.exists():
                     raise ToolchainError(f"provisioned packages lack {name} ({src})")

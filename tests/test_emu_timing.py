@@ -465,6 +465,42 @@ def test_an_mfma_result_read_as_a_scale_operand_needs_the_src_ab_wait(fmt, need)
     assert "B3.4" in rules(need - 1) and "B3.4" not in rules(need)
 
 
+def _rules_between(producer: Instruction, consumer: Instruction, between: int) -> set[str]:
+    items = [producer, *[NOP] * between, consumer]
+    return {
+        x.rule.rule for x in check_window([(4 * i, effects_of(y)) for i, y in enumerate(items)])
+    }
+
+
+EXEC = Operand("s", 126, 2, code=126)
+
+
+@pytest.mark.parametrize(
+    ("consumer", "rule_id", "need"),
+    [
+        (inst("v_permlane16_swap_b32", "VOP1", v(3), (v(4),)), "B1.18", 4),
+        (inst("v_mov_b32", "VOP1", v(3), (EXEC,)), "B1.6", 2),
+    ],
+)
+def test_a_vop3_compare_writing_exec_is_a_v_cmpx(consumer, rule_id, need) -> None:
+    """LLVM's isVCmpXWritesExec: v_cmp_*_e64 with EXEC as its destination is followed by the
+    v_cmpx rules (docs/reference/timing.md B1)."""
+    producer = inst("v_cmp_eq_u32", "VOP3", EXEC, (v(1), v(2)))
+    assert rule_id in _rules_between(producer, consumer, need - 1)
+    assert rule_id not in _rules_between(producer, consumer, need)
+
+
+@pytest.mark.parametrize("load", ["buffer_load_dword", "ds_read_b32"])
+def test_a_load_overwriting_an_in_flight_src_c_needs_the_war_wait(load) -> None:
+    """docs/reference/timing.md B3: LLVM checks a load's destination against an XDL MFMA still
+    reading it as SrcC, as it checks a VALU's (3 wait states after a 4-pass MFMA)."""
+    producer = mfma(a(0, 4), v(8, 4), v(12, 4), v(40, 4))
+    ds = load.startswith("ds_")
+    consumer = inst(load, "DS", v(41), (v(0),)) if ds else buffer(load, v(41))
+    assert "B3.10" in _rules_between(producer, consumer, 2)
+    assert "B3.10" not in _rules_between(producer, consumer, 3)
+
+
 def test_back_to_back_accumulation_into_the_same_range_needs_no_wait() -> None:
     first = mfma(a(0, 4), v(8, 4), v(12, 4), a(0, 4))
     again = mfma(a(0, 4), v(16, 4), v(20, 4), a(0, 4))

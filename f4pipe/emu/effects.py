@@ -194,6 +194,11 @@ def _valu(inst: Instruction, offsets: tuple[int, int, int, int]) -> Effects:
     writes |= operand_regs(inst.sdst)
     if "vcmpx" in tags:
         writes |= EXEC
+    elif name.startswith("v_cmp_") and writes & EXEC:
+        # A compare whose result goes to EXEC (the VOP3 form) is what LLVM's
+        # isVCmpXWritesExec calls a v_cmpx: the same rules follow it (docs/reference/timing.md
+        # B1).
+        tags.add("vcmpx")
     return Effects(name, "valu", frozenset(tags), reads, frozenset(writes))
 
 

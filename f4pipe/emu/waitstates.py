@@ -221,6 +221,15 @@ def sgemm_dgemm_src_c(e: Effects) -> Regs:
     return _vgprs(e.reads.get("src_c", frozenset()))
 
 
+def valu_or_load_overwrites_vgpr(e: Effects) -> Regs:
+    """A plain VALU's VGPR writes, or the VGPRs a VMEM/DS load will write: LLVM's
+    checkMAIVALUHazards checks every definition of a VALU or memory instruction against an
+    XDL MFMA still reading it as SrcC (docs/reference/timing.md B3)."""
+    if e.unit in ("vmem", "ds"):
+        return _vgprs(e.load_dest)
+    return plain_valu_overwrites_vgpr(e)
+
+
 def valu_or_mem_touches(e: Effects) -> Regs:
     """What a plain VALU, VMEM or DS instruction reads (RAW) or writes (WAW) among VGPRs."""
     if _plain_valu(e):
@@ -475,12 +484,15 @@ RULES: tuple[WaitStateRule, ...] = (
     ),
     WaitStateRule(
         "B3.10",
-        "XDL MFMA reads SrcC, then a VALU overwrites those registers (WAR)",
+        "XDL MFMA reads SrcC, then a VALU or a VMEM/DS load overwrites those registers (WAR)",
         xdl_reads_srcc,
-        plain_valu_overwrites_vgpr,
+        valu_or_load_overwrites_vgpr,
         _by_passes(XDL_SRCC_WAR),
-        f"{ISA38}; LLVM IsSMFMAReadAsCFn; rocRoller XDLReadSrcC94x",
+        f"{ISA38}; LLVM checkMAIVALUHazards (IsSMFMAReadAsCFn); rocRoller XDLReadSrcC94x",
+        "the ISA names VALU writers; LLVM also checks loads (their data lands later, but "
+        "the ISA does not promise how much later): LLVM's wider consumer is used",
         bound=lambda p: XDL_SRCC_WAR[p.passes],
+        consumer_units=frozenset({"valu", "vmem", "ds"}),
     ),
 )
 
