@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from f4pipe.assemble import read_target
-from f4pipe.codeobject import CodeObject, Symbol, granulated_wavefront_sgpr_count
+from f4pipe.codeobject import CodeObject, Symbol
+from f4pipe.descriptor import field
 from f4pipe.errors import CodeObjectError
 from f4pipe.toolchain import Toolchain
 
@@ -174,7 +175,7 @@ def descriptor_directives(co: CodeObject, rodata_listing: str) -> dict[str, str]
 
 
 def _fix_descriptor(co: CodeObject, name: str, lines: list[str]) -> str:
-    granulated = granulated_wavefront_sgpr_count(co.kernel_descriptor(name))
+    granulated = field(co.kernel_descriptor(name), "granulated_wavefront_sgpr_count")
     out = []
     for line in lines:
         m = _SGPR_LINE.match(line)

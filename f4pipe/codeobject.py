@@ -20,6 +20,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from f4pipe.descriptor import KERNEL_DESCRIPTOR_SIZE
 from f4pipe.errors import CodeObjectError, InputError
 from f4pipe.fsio import read_input_bytes
 
@@ -55,7 +56,6 @@ SRAMECC_V4 = {0x000: "unsupported", 0x400: "any", 0x800: "off", 0xC00: "on"}
 EF_AMDGPU_FEATURE_XNACK_V3 = 0x100
 EF_AMDGPU_FEATURE_SRAMECC_V3 = 0x200
 
-KERNEL_DESCRIPTOR_SIZE = 64
 #: What pyelftools raises on hostile bytes (OverflowError: a seek past 2^63; KeyError and
 #: IndexError: an enum or table lookup with a corrupt value). All become CodeObjectError.
 PARSE_ERRORS = (
@@ -428,36 +428,3 @@ def _parse_notes(data: bytes, path: Path, section: str) -> list[Note]:
         notes.append(Note(owner=owner, type=ntype, desc=data[desc_start:desc_end]))
         pos = (desc_end + 3) & ~3
     return notes
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernel descriptor fields needed to invert the assembler's encoding (AMDGPUUsage,
-# "Kernel Descriptor for GFX6-GFX12" and "compute_pgm_rsrc1 for GFX6-GFX12").
-
-KD_OFFSETS = {
-    "group_segment_fixed_size": (0, "<I"),
-    "private_segment_fixed_size": (4, "<I"),
-    "kernarg_size": (8, "<I"),
-    "kernel_code_entry_byte_offset": (16, "<q"),
-    "compute_pgm_rsrc3": (44, "<I"),
-    "compute_pgm_rsrc1": (48, "<I"),
-    "compute_pgm_rsrc2": (52, "<I"),
-    "kernel_code_properties": (56, "<H"),
-    "kernarg_preload": (58, "<H"),
-}
-
-
-def descriptor_fields(kd: bytes) -> dict[str, int]:
-    if len(kd) != KERNEL_DESCRIPTOR_SIZE:
-        raise CodeObjectError(f"kernel descriptor is {len(kd)} bytes, expected 64")
-    return {name: struct.unpack_from(fmt, kd, off)[0] for name, (off, fmt) in KD_OFFSETS.items()}
-
-
-def granulated_wavefront_sgpr_count(kd: bytes) -> int:
-    """compute_pgm_rsrc1 bits 9:6."""
-    return (descriptor_fields(kd)["compute_pgm_rsrc1"] >> 6) & 0xF
-
-
-def granulated_workitem_vgpr_count(kd: bytes) -> int:
-    """compute_pgm_rsrc1 bits 5:0."""
-    return descriptor_fields(kd)["compute_pgm_rsrc1"] & 0x3F

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from f4pipe.co2asm import Instruction, disassemble_text
 from f4pipe.codeobject import CodeObject, Section, Segment
+from f4pipe.descriptor import fields_at
 from f4pipe.toolchain import Toolchain
 
 # Sections whose bytes may legitimately differ: the linker's identification string.
@@ -252,7 +253,9 @@ def _compare_descriptors(a: CodeObject, b: CodeObject, eq: Equivalence) -> None:
         if da != db:
             eq.descriptor_ok = False
             diff = [i for i in range(len(da)) if da[i] != db[i]]
-            eq.problems.append(f"descriptor of {name} differs at bytes {diff}")
+            eq.problems.append(
+                f"descriptor of {name} differs at bytes {diff} ({', '.join(fields_at(diff))})"
+            )
 
 
 def _compare_notes(a: CodeObject, b: CodeObject, eq: Equivalence) -> None:

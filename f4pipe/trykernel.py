@@ -30,6 +30,7 @@ import numpy as np
 
 from f4pipe.device import Device
 from f4pipe.edits import PreparedEdit, prepare_edit
+from f4pipe.edits.fit import FLAG as FIT_FLAG
 from f4pipe.errors import DeviceError, EmulatorError, HipVersionError, NoDeviceError
 from f4pipe.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.layout import SEED_A, SEED_B
@@ -140,6 +141,17 @@ class TryResult:
         p = self.prepared
         what = f"{p.asm_path.name} ({p.entry.name})"
         took = f"({self.seconds:.1f} s)"
+        registers = list(dict.fromkeys(f.register for f in p.findings if f.register))
+        if registers:
+            first = next(f for f in p.findings if f.register)
+            shown = ", ".join(registers[:8]) + (
+                f" (+{len(registers) - 8} more)" * (len(registers) > 8)
+            )
+            return (
+                f"FAIL {what}: registers beyond its descriptor: {shown} (first at "
+                f"{first.where}); pass {FIT_FLAG} to size the descriptor and metadata to the "
+                f"code -- not run {took}"
+            )
         if p.findings:
             return (
                 f"FAIL {what}: static checks: {len(p.findings)} finding(s), first: "
@@ -321,15 +333,17 @@ def try_edit(
     seed_a: int = SEED_A,
     seed_b: int = SEED_B,
     check_hazards: bool = True,
+    fit_resources: bool = False,
 ) -> TryResult:
     """Assemble, diff, check and (if the checks pass) run an edit; see the module docstring.
 
     `out_co` keeps the assembled object; by default it lives in a temporary directory.
+    `fit_resources` sizes its descriptor and metadata to its code first (f4pipe.edits.fit).
     """
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="f4pipe-try-") as tmp:
         target = Path(out_co) if out_co is not None else Path(tmp) / f"{Path(asm_path).stem}.co"
-        prepared = prepare_edit(asm_path, co_dir, target, toolchain, kernel)
+        prepared = prepare_edit(asm_path, co_dir, target, toolchain, kernel, fit_resources)
         result = TryResult(prepared)
         if not prepared.findings and check_hazards:
             result.static_hazards = new_static_hazards(prepared)

@@ -7,7 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 from f4pipe.co2asm import disassemble_text
-from f4pipe.codeobject import CodeObject, descriptor_fields
+from f4pipe.codeobject import CodeObject
+from f4pipe.descriptor import descriptor_fields
 from f4pipe.manifest import read_manifest
 
 

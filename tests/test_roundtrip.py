@@ -110,13 +110,13 @@ def test_objects_needing_13_sgpr_granules_reassemble(
     aiter_hsa_dir: Path, toolchain, tmp_path
 ) -> None:
     """Where the seed's subtract-6 rule yields 106 and the assembler says 'value out of range'."""
-    from f4pipe.codeobject import granulated_wavefront_sgpr_count
+    from f4pipe.descriptor import field
 
     found = None
     for p in sorted((aiter_hsa_dir / "gfx942").rglob("*.co")):
         co = CodeObject.read(p)
         kd = co.kernel_descriptor(co.kernel_symbols()[0].name)
-        if granulated_wavefront_sgpr_count(kd) == 13:
+        if field(kd, "granulated_wavefront_sgpr_count") == 13:
             found = p
             break
     assert found is not None

@@ -122,7 +122,8 @@ def test_edit_beyond_its_registers_is_stopped_before_running(
     )
     result = try_edit(asm, f4gemm_dir, toolchain, device="emulator")
     assert not result.passed and result.runs == []
-    assert "static checks" in result.verdict_line() and "s100" in result.verdict_line()
+    assert "beyond its descriptor: s100" in result.verdict_line()
+    assert "--fit-resources" in result.verdict_line()
 
 
 def test_quick_cases_have_an_m_edge_and_a_split_for_splitk_kernels(f4gemm_dir):

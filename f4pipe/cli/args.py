@@ -199,3 +199,14 @@ def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.S
 
     write_rows(output, rows, schema)
     return f" -> {output}"
+
+
+def add_fit_resources(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fit-resources",
+        action="store_true",
+        help="size the kernel descriptor and metadata note to what the code uses (VGPRs, "
+        "AGPRs and accum_offset, SGPRs, LDS where its addresses are static), print the "
+        "occupancy before and after, and refuse (exit 2) an edit gfx950 cannot hold; the .s is "
+        "not modified",
+    )

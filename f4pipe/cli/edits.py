@@ -19,6 +19,7 @@ from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_co_dir,
     add_device,
+    add_fit_resources,
     add_json_flag,
     add_seed,
     add_toolchain_args,
@@ -57,11 +58,14 @@ def cmd_try(args: argparse.Namespace) -> int:
         seed_a=seed_a,
         seed_b=seed_b,
         check_hazards=not args.no_hazard_check,
+        fit_resources=args.fit_resources,
     )
     p = result.prepared
     diff_path = Path(args.diff) if args.diff else asm.with_suffix(".diff.txt")
     write_text(diff_path, report_text(p))
     print(f"edit:   {asm} -> {p.entry.name} (original {p.original_co})")
+    if p.fit is not None:
+        print(p.fit.render())
     print(p.diff.render(max_changes=TERMINAL_CHANGES), end="")
     print(f"diff file: {diff_path}")
     if p.findings:
@@ -179,6 +183,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the emulator's timing checks (faster; the verdict then covers values only)",
     )
+    add_fit_resources(p)
     add_toolchain_args(p)
     p.set_defaults(func=cmd_try)
 

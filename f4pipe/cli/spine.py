@@ -12,6 +12,7 @@ from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_aiter_id,
     add_co_dir,
+    add_fit_resources,
     add_json_flag,
     add_record,
     add_toolchain_args,
@@ -64,7 +65,14 @@ def cmd_co2asm(args: argparse.Namespace) -> int:
 def cmd_assemble(args: argparse.Namespace) -> int:
     from f4pipe.assemble import assemble
 
-    out = assemble(args.assembly, args.output, toolchain_from_args(args))
+    tc = toolchain_from_args(args)
+    if args.fit_resources:
+        from f4pipe.edits.fit import fit_and_assemble
+
+        print(fit_and_assemble(args.assembly, args.output, tc).render())
+        print(f"wrote {args.output}")
+        return EXIT_OK
+    out = assemble(args.assembly, args.output, tc)
     print(f"wrote {out}")
     return EXIT_OK
 
@@ -187,6 +195,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("assemble", help=command_help("assemble"))
     p.add_argument("assembly", help=".s with an .amdgcn_target directive (as co2asm writes)")
     p.add_argument("-o", "--output", required=True, help="output code object")
+    add_fit_resources(p)
     add_toolchain_args(p)
     p.set_defaults(func=cmd_assemble)
 

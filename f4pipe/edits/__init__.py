@@ -32,6 +32,7 @@ from f4pipe.assemble import assemble
 from f4pipe.codeobject import CodeObject
 from f4pipe.edits.checks import Finding, static_checks
 from f4pipe.edits.diff import EditDiff, diff_listings
+from f4pipe.edits.fit import FitReport, fit_and_assemble
 from f4pipe.edits.listing import read_listing
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, write_json, write_text
@@ -52,6 +53,7 @@ class PreparedEdit:
     original_co: Path
     diff: EditDiff
     findings: list[Finding]
+    fit: FitReport | None = None  # what --fit-resources changed (None: assembled as written)
 
 
 def prepare_edit(
@@ -60,11 +62,15 @@ def prepare_edit(
     out_co: str | Path,
     toolchain: Toolchain,
     kernel: str | None = None,
+    fit_resources: bool = False,
 ) -> PreparedEdit:
-    """Assemble `asm_path` into `out_co`, match it to its original in `co_dir`'s manifest
-    (by `kernel`, else by the kernel symbol the edit defines), diff and check it."""
+    """Assemble `asm_path` into `out_co` (with `fit_resources`, its descriptor and metadata
+    sized to its code: f4pipe.edits.fit), match it to its original in `co_dir`'s manifest (by
+    `kernel`, else by the kernel symbol the edit defines), diff and check it."""
     asm_path, out_co = Path(asm_path), Path(out_co)
-    assemble(asm_path, out_co, toolchain)
+    fit = fit_and_assemble(asm_path, out_co, toolchain) if fit_resources else None
+    if fit is None:
+        assemble(asm_path, out_co, toolchain)
     manifest = read_manifest(co_dir)
     defined = [k.name for k in CodeObject.read(out_co).kernel_symbols()]
     if kernel is not None:
@@ -91,6 +97,7 @@ def prepare_edit(
         original_co=original_co,
         diff=diff_listings(original, edited),
         findings=static_checks(edited),
+        fit=fit,
     )
 
 

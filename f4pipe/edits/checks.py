@@ -12,11 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from f4pipe import gfx950
 from f4pipe.co2asm import invert_next_free_sgpr
-from f4pipe.codeobject import (
+from f4pipe.descriptor import (
+    accum_offset,
+    allocated_vgprs,
     descriptor_fields,
-    granulated_wavefront_sgpr_count,
-    granulated_workitem_vgpr_count,
+    field,
+    kernarg_sgpr,
 )
 from f4pipe.edits.listing import KernelListing
 from f4pipe.errors import InputError
@@ -24,12 +27,6 @@ from f4pipe.errors import InputError
 # GFX90A and later GFX9 parts share one unified VGPR file: arch VGPRs first, AGPRs from
 # accum_offset on, allocated in granules of 8, at most 256 of each (AMDGPUUsage, "GFX90A").
 UNIFIED_VGPR_ARCHS = frozenset({"gfx90a", "gfx940", "gfx941", "gfx942", "gfx950"})
-VGPR_GRANULE_UNIFIED = 8
-MAX_VGPRS_PER_CLASS = 256
-# kernel_code_properties bits that place user SGPRs before the kernarg segment pointer, with the
-# number of SGPRs each takes (AMDGPUUsage, "Initial Kernel Execution State", in order).
-KCP_USER_SGPRS_BEFORE_KERNARG = ((1 << 0, 4), (1 << 1, 2), (1 << 2, 2))
-KCP_KERNARG_SEGMENT_PTR = 1 << 3
 
 _REGISTER = re.compile(r"\b(?P<kind>acc|[vsa])(?:(?P<one>\d+)\b|\[(?P<lo>\d+):(?P<hi>\d+)\])")
 _DS_OFFSET = re.compile(r"\boffset(?P<which>[01]?):(?P<value>0x[0-9a-fA-F]+|\d+)")
@@ -173,24 +170,20 @@ def limits_of(listing: KernelListing) -> Limits:
             f"{listing.path}: static register checks know the unified VGPR file of "
             f"{', '.join(sorted(UNIFIED_VGPR_ARCHS))}, not {listing.arch}"
         )
-    g_vgpr = granulated_workitem_vgpr_count(kd)
-    g_sgpr = granulated_wavefront_sgpr_count(kd)
-    total = (g_vgpr + 1) * VGPR_GRANULE_UNIFIED
-    accum_offset = ((f["compute_pgm_rsrc3"] & 0x3F) + 1) * 4
-    kcp = f["kernel_code_properties"]
-    kernarg_sgpr = None
-    if kcp & KCP_KERNARG_SEGMENT_PTR:
-        kernarg_sgpr = sum(n for bit, n in KCP_USER_SGPRS_BEFORE_KERNARG if kcp & bit)
+    g_vgpr = field(kd, "granulated_workitem_vgpr_count")
+    g_sgpr = field(kd, "granulated_wavefront_sgpr_count")
+    total = allocated_vgprs(kd)
+    accum = accum_offset(kd)
     meta = listing.kernel_metadata()
     kernarg_bytes = meta.get(".kernarg_segment_size")
     return Limits(
-        vgprs=min(accum_offset, total, MAX_VGPRS_PER_CLASS),
-        agprs=max(0, min(total - accum_offset, MAX_VGPRS_PER_CLASS)),
+        vgprs=min(accum, total, gfx950.MAX_VGPRS_PER_CLASS),
+        agprs=max(0, min(total - accum, gfx950.MAX_VGPRS_PER_CLASS)),
         sgprs=invert_next_free_sgpr(g_sgpr, listing.arch),
         lds_bytes=f["group_segment_fixed_size"],
         kernarg_bytes=None if kernarg_bytes is None else int(kernarg_bytes),
-        kernarg_sgpr=kernarg_sgpr,
-        accum_offset=accum_offset,
+        kernarg_sgpr=kernarg_sgpr(kd),
+        accum_offset=accum,
         granulated_vgprs=g_vgpr,
         granulated_sgprs=g_sgpr,
     )
@@ -204,6 +197,7 @@ class Finding:
     where: str  # file.s:line or label+index ("" for whole-kernel findings)
     text: str  # the instruction ("" for whole-kernel findings)
     message: str
+    register: str = ""  # the register beyond the descriptor (vgpr, agpr and sgpr findings)
 
     def render(self) -> str:
         at = f"{self.where}: " if self.where else ""
@@ -212,6 +206,8 @@ class Finding:
 
 
 _REG_NAMES = {"v": ("vgpr", "VGPR"), "a": ("agpr", "AGPR"), "s": ("sgpr", "SGPR")}
+#: How to fix a register or LDS finding; the flag sizes the descriptor to the code.
+FIT_HINT = "pass --fit-resources (f4pipe assemble / try) to size the descriptor to the code"
 
 
 def static_checks(listing: KernelListing) -> list[Finding]:
@@ -220,13 +216,16 @@ def static_checks(listing: KernelListing) -> list[Finding]:
     allowed = {"v": lim.vgprs, "a": lim.agprs, "s": lim.sgprs}
     grant = {
         "v": f"the descriptor grants v0..v{lim.vgprs - 1} (accum_offset {lim.accum_offset}, "
-        f"{(lim.granulated_vgprs + 1) * VGPR_GRANULE_UNIFIED} unified VGPRs): raise "
-        ".amdhsa_next_free_vgpr / .amdhsa_accum_offset or use a lower register",
+        f"{(lim.granulated_vgprs + 1) * gfx950.VGPR_ALLOC_GRANULE} unified VGPRs): "
+        f"{FIT_HINT}, raise .amdhsa_next_free_vgpr / .amdhsa_accum_offset or use a lower "
+        "register",
         "a": f"the descriptor grants a0..a{lim.agprs - 1} ("
-        f"{(lim.granulated_vgprs + 1) * VGPR_GRANULE_UNIFIED} unified VGPRs minus accum_offset "
-        f"{lim.accum_offset}): raise .amdhsa_next_free_vgpr or use a lower register",
+        f"{(lim.granulated_vgprs + 1) * gfx950.VGPR_ALLOC_GRANULE} unified VGPRs minus "
+        f"accum_offset {lim.accum_offset}): {FIT_HINT}, raise .amdhsa_next_free_vgpr or use a "
+        "lower register",
         "s": f"the descriptor grants s0..s{lim.sgprs - 1} (granulated SGPR count "
-        f"{lim.granulated_sgprs}): raise .amdhsa_next_free_sgpr or use a lower register",
+        f"{lim.granulated_sgprs}): {FIT_HINT}, raise .amdhsa_next_free_sgpr or use a lower "
+        "register",
     }
     findings: list[Finding] = []
     for line in listing.lines:
@@ -244,7 +243,8 @@ def static_checks(listing: KernelListing) -> list[Finding]:
                 else f"{reg.kind}[{reg.first}:{reg.last}]"
             )
             check, name = _REG_NAMES[reg.kind]
-            findings.append(Finding(check, where, line.text, f"{name} {shown}: {grant[reg.kind]}"))
+            message = f"{name} {shown}: {grant[reg.kind]}"
+            findings.append(Finding(check, where, line.text, message, register=shown))
         extent = lds_extent(line.text)
         if extent is not None and extent[1] > lim.lds_bytes:
             findings.append(
@@ -254,7 +254,7 @@ def static_checks(listing: KernelListing) -> list[Finding]:
                     line.text,
                     f"immediate offset reaches LDS byte {extent[1] - 1} but the group segment is "
                     f"{lim.lds_bytes} bytes (.amdhsa_group_segment_fixed_size): even address 0 "
-                    "overflows",
+                    f"overflows; {FIT_HINT}",
                 )
             )
         if lim.kernarg_sgpr is not None and lim.kernarg_bytes is not None:

@@ -13,18 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from f4pipe.codeobject import CodeObject, descriptor_fields
+from f4pipe import gfx950
+from f4pipe.codeobject import CodeObject
+from f4pipe.descriptor import (
+    RESERVED_BYTES,
+    allocated_sgprs,
+    allocated_vgprs,
+    descriptor_bits,
+    descriptor_fields,
+)
 from f4pipe.emu.decode import Instruction, decode_all, decode_one
 from f4pipe.errors import CodeObjectError, EmulatorError
 
-# kernel_code_properties bits (AMDGPUUsage, "Kernel Descriptor for GFX6-GFX12").
-KCP_PRIVATE_SEGMENT_BUFFER = 1 << 0
-KCP_DISPATCH_PTR = 1 << 1
-KCP_QUEUE_PTR = 1 << 2
-KCP_KERNARG_SEGMENT_PTR = 1 << 3
-KCP_DISPATCH_ID = 1 << 4
-KCP_FLAT_SCRATCH_INIT = 1 << 5
-KCP_PRIVATE_SEGMENT_SIZE = 1 << 6
 # Bits AMDGPUUsage marks "must be 0" or reserved on GFX9 (gfx950 is GFX9): compute_pgm_rsrc1
 # PRIORITY (11:10), DEBUG_MODE (22), BULKY (24), CDBG_USER (25), 31:27 (GFX10+ fields);
 # compute_pgm_rsrc2 ENABLE_TRAP_HANDLER (6), ADDRESS_WATCH (13), MEMORY (14),
@@ -34,22 +34,18 @@ RSRC1_MUST_BE_ZERO = 0x3 << 10 | 1 << 22 | 1 << 24 | 1 << 25 | 0x1F << 27
 RSRC2_MUST_BE_ZERO = 1 << 6 | 1 << 13 | 1 << 14 | 0x1FF << 15 | 1 << 31
 RSRC3_MUST_BE_ZERO = 0xFFFFFFFF & ~(0x3F | 1 << 16)
 KCP_MUST_BE_ZERO = 0xFF80
-# Reserved byte ranges of the 64-byte descriptor (AMDGPUUsage, "Kernel Descriptor").
-KD_RESERVED = ((12, 16), (24, 44), (60, 64))
-VGPR_GRANULE, SGPR_GRANULE = 8, 8  # gfx90a+ unified VGPRs: 8; GFX9 SGPRs: 8 (field is 2x16)
-#: gfx950 has 160 KiB of LDS per workgroup.
-MAX_LDS_BYTES = 160 * 1024
 #: Far above any real kernarg block (f4gemm's is 368 bytes), so a corrupt size (2^40) never
 #: reaches an allocation.
 MAX_KERNARG_BYTES = 1 << 20
 
-KCP_UNSUPPORTED = (
-    KCP_PRIVATE_SEGMENT_BUFFER
-    | KCP_DISPATCH_PTR
-    | KCP_QUEUE_PTR
-    | KCP_DISPATCH_ID
-    | KCP_FLAT_SCRATCH_INIT
-    | KCP_PRIVATE_SEGMENT_SIZE
+#: User SGPRs other than the kernarg pointer: not modelled (scratch, dispatch/queue pointers).
+UNSUPPORTED_USER_SGPRS = (
+    "enable_sgpr_private_segment_buffer",
+    "enable_sgpr_dispatch_ptr",
+    "enable_sgpr_queue_ptr",
+    "enable_sgpr_dispatch_id",
+    "enable_sgpr_flat_scratch_init",
+    "enable_sgpr_private_segment_size",
 )
 
 
@@ -92,6 +88,7 @@ class Program:
         except CodeObjectError as exc:
             raise EmulatorError(f"cannot load {co_path}: {exc}") from exc
         kd = descriptor_fields(kd_bytes)
+        bits = descriptor_bits(kd_bytes)
         text_sec = co.sections[".text"]
         entry = kd_sym.value + kd["kernel_code_entry_byte_offset"]
         if not text_sec.addr <= entry < text_sec.addr + text_sec.size or entry & 3:
@@ -100,31 +97,29 @@ class Program:
             )
         where = f"{co_path.name}:{symbol}"
         check_descriptor(kd_bytes, meta, where)
-        rsrc1, rsrc2, kcp = (
-            kd["compute_pgm_rsrc1"],
-            kd["compute_pgm_rsrc2"],
-            kd["kernel_code_properties"],
-        )
-        if kcp & KCP_UNSUPPORTED:
+        if any(bits[name] for name in UNSUPPORTED_USER_SGPRS):
             raise EmulatorError(
-                f"{where}: kernel_code_properties {kcp:#x} asks for user SGPRs other than the "
-                "kernarg pointer (scratch, dispatch/queue pointers): not modelled"
+                f"{where}: kernel_code_properties {kd['kernel_code_properties']:#x} asks for user "
+                "SGPRs other than the kernarg pointer (scratch, dispatch/queue pointers): not "
+                "modelled"
             )
-        if kd["private_segment_fixed_size"] or rsrc2 & 1:
+        if kd["private_segment_fixed_size"] or bits["enable_private_segment"]:
             raise EmulatorError(f"{where}: uses scratch (private segment), which is not modelled")
-        if (rsrc1 >> 12) & 3:
-            raise EmulatorError(f"{where}: FLOAT_ROUND_MODE_32 {(rsrc1 >> 12) & 3} is not RNE")
-        denorm32 = (rsrc1 >> 16) & 3
+        if bits["float_round_mode_32"]:
+            raise EmulatorError(
+                f"{where}: FLOAT_ROUND_MODE_32 {bits['float_round_mode_32']} is not RNE"
+            )
+        denorm32 = bits["float_denorm_mode_32"]
         if denorm32 not in (0, 3):
             raise EmulatorError(
                 f"{where}: FLOAT_DENORM_MODE_32 {denorm32} (partial flush) unsupported"
             )
-        user_sgprs = (rsrc2 >> 1) & 0x1F
-        kernarg_sgpr = 0 if kcp & KCP_KERNARG_SEGMENT_PTR else -1
+        user_sgprs = bits["user_sgpr_count"]
+        kernarg_sgpr = 0 if bits["enable_sgpr_kernarg_segment_ptr"] else -1
         nxt = user_sgprs
         wg_ids = {}
-        for dim in range(3):
-            if rsrc2 >> (7 + dim) & 1:
+        for dim, axis in enumerate("xyz"):
+            if bits[f"enable_sgpr_workgroup_id_{axis}"]:
                 wg_ids[dim] = nxt
                 nxt += 1
         labels = {s.value: s.name for s in co.symbols if s.section == ".text"}
@@ -219,7 +214,7 @@ def check_descriptor(kd: bytes, meta: dict[str, int], where: str) -> None:
     kernel uses, LDS beyond gfx950's, or a kernarg size beyond any real one. A granule of 0 is
     legal (the minimum allocation: 8 VGPRs), so a small kernel that fits in it loads."""
     f = descriptor_fields(kd)
-    for lo, hi in KD_RESERVED:
+    for lo, hi in RESERVED_BYTES:
         if any(kd[lo:hi]):
             raise EmulatorError(f"{where}: reserved descriptor bytes {lo}..{hi - 1} are not zero")
     for name, mask in (
@@ -233,18 +228,17 @@ def check_descriptor(kd: bytes, meta: dict[str, int], where: str) -> None:
                 f"{where}: {name} {f[name]:#x} sets reserved/must-be-zero bits "
                 f"{f[name] & mask:#x} (AMDGPUUsage, GFX9)"
             )
-    vgpr_granule, sgpr_granule = f["compute_pgm_rsrc1"] & 0x3F, (f["compute_pgm_rsrc1"] >> 6) & 0xF
-    vgprs, sgprs = (vgpr_granule + 1) * VGPR_GRANULE, (sgpr_granule + 1) * SGPR_GRANULE
+    vgprs, sgprs = allocated_vgprs(kd), allocated_sgprs(kd)
     used_v = max(meta.get(".vgpr_count", 0), meta.get(".agpr_count", 0))  # gfx90a+: total
     if used_v > vgprs or meta.get(".sgpr_count", 0) > sgprs:
         raise EmulatorError(
             f"{where}: the descriptor allocates {vgprs} VGPRs and {sgprs} SGPRs but the "
             f"metadata says the kernel uses {used_v} and {meta.get('.sgpr_count', 0)}"
         )
-    if f["group_segment_fixed_size"] > MAX_LDS_BYTES:
+    if f["group_segment_fixed_size"] > gfx950.LDS_BYTES_PER_CU:
         raise EmulatorError(
             f"{where}: group_segment_fixed_size {f['group_segment_fixed_size']} exceeds "
-            f"gfx950's {MAX_LDS_BYTES} bytes of LDS"
+            f"gfx950's {gfx950.LDS_BYTES_PER_CU} bytes of LDS"
         )
     if f["kernarg_size"] > MAX_KERNARG_BYTES:
         raise EmulatorError(

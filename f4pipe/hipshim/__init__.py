@@ -24,6 +24,7 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
+from f4pipe import gfx950
 from f4pipe.errors import ToolchainError
 
 #: What the shim's hipGetDeviceProperties calls itself; HipDevice recognises the shim by it.
@@ -64,6 +65,7 @@ def build_shim(root: Path, hip_version: int, cc: str | None = None) -> Path:
             f'-DF4PIPE_SHIM_DEVICE_NAME="{SHIM_DEVICE_NAME}"',
             f'-DF4PIPE_SHIM_ARCH="{SHIM_ARCH}"',
             f"-DF4PIPE_SHIM_HIP_VERSION={int(hip_version)}",
+            f"-DF4PIPE_SHIM_LDS_BYTES={gfx950.LDS_BYTES_PER_CU}",
             str(src),
             "-o",
             str(lib),

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from f4pipe import gfx950
 from f4pipe.codeobject import CodeObject
 from f4pipe.device import DeviceBuffer
 from f4pipe.errors import DeviceError, F4PipeError, NoDeviceError
@@ -49,8 +50,6 @@ HIP_ERROR_INVALID_HANDLE = 400
 HIP_ERROR_NOT_FOUND = 500
 HIP_ERROR_LAUNCH_FAILURE = 719
 
-#: LDS per workgroup on gfx950 (CDNA4 ISA, "Local Data Share"): static plus dynamic.
-LDS_BYTES = 160 * 1024
 #: aiter's f4gemm kernels are named ..._<tileM>x<tileN> (seed README, "Dependency").
 F4GEMM_SYMBOL = re.compile(r"f4gemm_.*_(\d+)x(\d+)E?$")
 SPLITK_K_ALIGN = 256  # seed README: a K chunk is rounded up to 256 elements
@@ -168,10 +167,10 @@ def check_launch(info: KernelInfo, launch: Launch) -> list[str]:
             f".max_flat_workgroup_size is {info.max_flat_workgroup_size}"
         )
     lds = info.group_segment_fixed_size + launch.shared_mem_bytes
-    if lds > LDS_BYTES:
+    if lds > gfx950.LDS_BYTES_PER_CU:
         problems.append(
             f"LDS {info.group_segment_fixed_size} static + {launch.shared_mem_bytes} dynamic "
-            f"bytes exceeds the gfx950's {LDS_BYTES}"
+            f"bytes exceeds the gfx950's {gfx950.LDS_BYTES_PER_CU}"
         )
     if min(launch.grid) < 1 or min(launch.block) < 1:
         problems.append(f"grid {launch.grid} / block {launch.block} has a zero dimension")

@@ -9,8 +9,9 @@
  * (f4pipe/hipshim/backend.py) and is reached through the callbacks of f4pipe_shim_attach.
  *
  * Built by f4pipe.hipshim.build_shim with the system C compiler, which passes
- * F4PIPE_SHIM_DEVICE_NAME, F4PIPE_SHIM_ARCH and F4PIPE_SHIM_HIP_VERSION (HIP's
- * major * 10000000 + minor * 100000 + patch, as hipRuntimeGetVersion reports it).
+ * F4PIPE_SHIM_DEVICE_NAME, F4PIPE_SHIM_ARCH, F4PIPE_SHIM_HIP_VERSION (HIP's
+ * major * 10000000 + minor * 100000 + patch, as hipRuntimeGetVersion reports it) and
+ * F4PIPE_SHIM_LDS_BYTES (f4pipe.gfx950.LDS_BYTES_PER_CU).
  *
  * Everything runs synchronously on the calling thread: a launch has finished when
  * hipModuleLaunchKernel returns, so streams are only the null stream and events read the
@@ -32,6 +33,9 @@
 #endif
 #ifndef F4PIPE_SHIM_HIP_VERSION
 #error "build with -DF4PIPE_SHIM_HIP_VERSION=..."
+#endif
+#ifndef F4PIPE_SHIM_LDS_BYTES
+#error "build with -DF4PIPE_SHIM_LDS_BYTES=..."
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
@@ -414,7 +418,7 @@ struct hipDeviceProp_tR0600 {
     int asicRevision;
 };
 
-#define LDS_BYTES (160 * 1024) /* gfx950 LDS per workgroup */
+#define LDS_BYTES F4PIPE_SHIM_LDS_BYTES /* gfx950 LDS per workgroup */
 
 EXPORT hipError_t hipGetDevicePropertiesR0600(struct hipDeviceProp_tR0600 *prop, int device) {
     log_call("hipGetDeviceProperties");
