@@ -45,7 +45,7 @@ def ranking(predictor: Predictor, rows: pd.DataFrame, raced_only: bool) -> dict[
     30 rows were timed when aiter shipped 6 f4gemm kernels, not 35)."""
     history = load_history()
     aiter = rows[rows["source"] == "aiter"]
-    first = within = top3 = unsafe = top3_safe = early = 0
+    first = within = top3 = unsafe = top3_safe = early = near_tie = 0
     ranks, gaps = [], []
     for r in aiter.itertuples():
         raced = history.raced(r.m, r.n, r.k, r.kernel, r.us)
@@ -62,6 +62,11 @@ def ranking(predictor: Predictor, rows: pd.DataFrame, raced_only: bool) -> dict[
         top3 += rank <= 3
         unsafe += mine is None  # aiter's kernel breaks a shape-edge rule here: not ranked
         top3_safe += mine is not None and rank <= 3
+        # a miss where the recorded kernel's prediction is within 1 % of the third's: the
+        # model cannot order kernels that close (aiter's re-timings differ by a median 1.8 %)
+        near_tie += (
+            mine is not None and rank > 3 and mine.prediction.us <= 1.01 * safe[2].prediction.us
+        )
         ranks.append(rank)
         gaps.append(gap * 100)
     n = len(aiter)
@@ -74,6 +79,7 @@ def ranking(predictor: Predictor, rows: pd.DataFrame, raced_only: bool) -> dict[
         "median_gap_pct": round(float(np.median(gaps)), 2),
         "recorded_kernel_unsafe": unsafe,
         "top3_pct_where_recorded_kernel_safe": round(100 * top3_safe / (n - unsafe), 1),
+        "top3_misses_within_1pct_of_the_third": near_tie,
     }
     if raced_only:
         out["rows_timed_before_all_35_kernels_existed"] = early
@@ -108,7 +114,10 @@ def measure(with_origami: bool) -> dict:
     cal = load_calibration()
     predictor = Predictor(manifest, cal)
     pred = np.array(
-        [predictor.predict(manifest.get(r.kernel), r.m, r.n, r.k).us for r in rows.itertuples()]
+        [
+            predictor.predict(manifest.get(r.kernel), r.m, r.n, r.k, warm=r.warm).us
+            for r in rows.itertuples()
+        ]
     )
     # one new shape, every kernel, traces and the recorded kernels' cycles already cached
     t1 = time.process_time()
@@ -121,7 +130,7 @@ def measure(with_origami: bool) -> dict:
     one_shape_warm_cpu = time.process_time() - t2
     rank = ranking(predictor, rows, raced_only=False)
     rank_raced = ranking(predictor, rows, raced_only=True)
-    design = fit.design(predictor, rows, list(rows["kernel"]), fit.grid_points())
+    design = fit.design(predictor, rows, list(rows["kernel"]), fit.LATENCY_GRID)
     kfold = fit.cross_validated(design, rows, fit.nk_folds(rows))
     loko = fit.cross_validated(design, rows, rows["kernel"].to_numpy())
     seed = rows["source"] == "seed"

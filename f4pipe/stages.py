@@ -318,7 +318,7 @@ def bench_stage(
         info = getattr(device, "info", None)
         if info is not None:
             row.update(info.fields())
-        row.update(_predicted_fields(predictor, entry, case, log2))
+        row.update(_predicted_fields(predictor, entry, case, log2, warm=not protocol.cold))
         if device is None:
             row["reason"] = f"{settings.skip_reason}; {PREDICTED_NOTE}"
             row["status"] = PREDICTED
@@ -343,11 +343,12 @@ def bench_stage(
 
 
 def _predicted_fields(
-    predictor: Predictor, entry: KernelEntry, case: Case, log2: int
+    predictor: Predictor, entry: KernelEntry, case: Case, log2: int, warm: bool
 ) -> dict[str, Any]:
-    """The cycle model's prediction for a bench row (f4pipe.perf)."""
+    """The cycle model's prediction for a bench row (f4pipe.perf), for the row's protocol:
+    warm caches unless its launches rotate operand copies."""
     try:
-        p = predictor.predict(entry, case.m, case.n, case.k, log2)
+        p = predictor.predict(entry, case.m, case.n, case.k, log2, warm)
     except (ShapeError, EmulatorError) as exc:
         return {"us_pred": None, "tflops_pred": None, "bound": f"not predicted: {exc}"}
     return {

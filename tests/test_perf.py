@@ -116,7 +116,10 @@ def test_the_committed_calibration_reproduces_its_reported_accuracy(f4gemm_dir):
     assert len(rows) == cal.fitted_on["rows"]
     predictor = Predictor(manifest, cal)
     pred = np.array(
-        [predictor.predict(manifest.get(r.kernel), r.m, r.n, r.k).us for r in rows.itertuples()]
+        [
+            predictor.predict(manifest.get(r.kernel), r.m, r.n, r.k, warm=r.warm).us
+            for r in rows.itertuples()
+        ]
     )
     got = by_range(pred, rows)
     for name in ["all", *(r[0] for r in M_RANGES)]:
@@ -251,3 +254,55 @@ def test_a_partial_last_round_runs_at_a_higher_clock_than_full_rounds():
     _, compute_1, _, _ = combine(cal, 1, cycles, 0.0, 0.0)
     assert compute_512 == pytest.approx(2 * cycles / (loaded * 1e3))
     assert compute_1 == pytest.approx(cycles / (clock[2] * 1e3))
+
+
+def test_a_cus_rate_mixes_l2_and_hbm_served_bytes_by_clocks_per_byte():
+    """All bytes from the L2: the L2 rate; all from HBM: the HBM rate; half and half: clocks
+    per byte add up (the harmonic mean)."""
+    from f4pipe.perf.costs import DEFAULT_CALIBRATION as cal
+    from f4pipe.perf.model import effective_bytes_per_clk, hbm_share
+
+    l2, hbm = cal.cu_vmem_bytes_per_clk, cal.cu_hbm_bytes_per_clk
+    rates = effective_bytes_per_clk(cal, np.array([0.0, 0.5, 1.0]))
+    assert rates.tolist() == pytest.approx([l2, 2 / (1 / l2 + 1 / hbm), hbm])
+    assert hbm_share(np.array([100.0, 100.0, 0.0]), np.array([25.0, 400.0, 5.0])).tolist() == [
+        0.25,
+        1.0,
+        1.0,
+    ]
+
+
+def test_cycles_at_a_rate_between_simulated_rates_interpolate_in_clocks_per_byte(f4gemm_dir):
+    """A shape's own rate is served by the two simulated rates around it: equal to the
+    simulation at a simulated rate, between the two elsewhere, linear in clocks per byte."""
+    from f4pipe.perf.model import SIM_BYTES_PER_CLK
+
+    profile = KernelProfile(read_manifest(f4gemm_dir).get(KERNEL), f4gemm_dir / f"{KERNEL}.co")
+    cal = load_calibration().calibration
+    lo, hi = SIM_BYTES_PER_CLK[1], SIM_BYTES_PER_CLK[2]
+    at_lo = profile.simulated(2048, 0, cal, (1.0, 1.0), lo).cycles
+    at_hi = profile.simulated(2048, 0, cal, (1.0, 1.0), hi).cycles
+    assert profile.cycles(2048, 0, cal, (1.0, 1.0), hi).cycles == pytest.approx(at_hi)
+    mid = 2 / (1 / lo + 1 / hi)  # halfway in clocks per byte
+    got = profile.cycles(2048, 0, cal, (1.0, 1.0), mid).cycles
+    assert at_hi < at_lo  # a faster path never slows the workgroup (32x128 waits on memory)
+    assert got == pytest.approx((at_lo + at_hi) / 2)
+
+
+def test_warm_launches_find_a_and_b_in_the_infinity_cache(f4gemm_dir):
+    """Repeated launches on the same buffers (the seed's timing): HBM serves only D when A and
+    B fit in the 256 MiB Infinity Cache, so a streaming small-M shape predicts faster warm than
+    cold; past the cache, warm and cold are alike."""
+    from f4pipe.perf.model import hbm_bytes
+
+    assert hbm_bytes(32, 128, 16, 8192, 8192, (64, 1, 1), warm=True) == 16 * 8192 * 2
+    cold = hbm_bytes(32, 128, 16, 8192, 8192, (64, 1, 1))
+    assert cold > 16 * 8192 * 2 * 10
+    big = (64, 1, 1), 32, 128, 32, 1 << 20, 4096  # B alone is 2 GiB
+    grid, tm, tn, m, n, k = big
+    assert hbm_bytes(tm, tn, m, n, k, grid, warm=True) == hbm_bytes(tm, tn, m, n, k, grid)
+    predictor = Predictor(read_manifest(f4gemm_dir))
+    entry = predictor.manifest.get(KERNEL)
+    warm = predictor.predict(entry, 16, 8192, 8192, warm=True)
+    cold = predictor.predict(entry, 16, 8192, 8192)
+    assert warm.us < cold.us

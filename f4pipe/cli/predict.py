@@ -57,7 +57,7 @@ def read_shapes(path: Path) -> list[tuple[int, int, int, str | None]]:
     return out
 
 
-def record(predictor: Predictor, r: Ranked) -> dict[str, Any]:
+def record(predictor: Predictor, r: Ranked, warm: bool = False) -> dict[str, Any]:
     p = r.prediction
     med, p90 = predictor.calibration_file.error_band(p.m)
     return {
@@ -71,6 +71,7 @@ def record(predictor: Predictor, r: Ranked) -> dict[str, Any]:
         "bound": p.bound,
         "safe": r.safe,
         "rank": r.rank,
+        "warm": warm,
         "predicted": True,
         "model": predictor.model_id,
         "calibration_id": predictor.calibration_id,
@@ -94,8 +95,8 @@ def run_predict(args: argparse.Namespace) -> int:
         check_shape(m, n, k, args.splitk)
     for m, n, k, kernel in shapes:
         kernels = [manifest.get(kernel)] if kernel else (wanted or None)
-        ranked = predictor.rank(m, n, k, args.splitk, kernels)
-        rows = [record(predictor, r) for r in ranked]
+        ranked = predictor.rank(m, n, k, args.splitk, kernels, warm=args.warm)
+        rows = [record(predictor, r, args.warm) for r in ranked]
         if args.json:
             for row in rows:
                 print(json_text(row))
@@ -151,6 +152,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--shapes",
         type=Path,
         help="CSV with columns M, N, K and optionally kernel: many shapes in one process",
+    )
+    p.add_argument(
+        "--warm",
+        action="store_true",
+        help="A and B already in the Infinity Cache, as when launches repeat on the same "
+        "buffers (the seed driver's timing); default: cold, as aiter's tuner times with "
+        "rotated copies",
     )
     p.add_argument(
         "--json", action="store_true", help="one JSON object per kernel and shape, one per line"

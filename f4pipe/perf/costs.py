@@ -132,7 +132,8 @@ class Calibration:
     clock_ghz: float  # sustained engine clock under FP4 MFMA load with every CU busy
     clock_light_ghz: float  # ... with (almost) no other CU busy; linear in the busy share between
     vmem_latency: float  # clk, loaded round trip of a buffer load (L2 / Infinity Cache)
-    cu_vmem_bytes_per_clk: float  # a CU's vector-memory path (buffer loads, LDS DMA, stores)
+    cu_vmem_bytes_per_clk: float  # a CU's vector-memory path for bytes the L2 (or MALL) serves
+    cu_hbm_bytes_per_clk: float  # ... for bytes HBM serves (cold streams queue in the fabric)
     hbm_tbps: float  # bytes from HBM (first touch; L2 misses when A + B exceed the MALL), TB/s
     l2_tbps: float  # bytes every workgroup's buffer accesses move, through the L2s, TB/s
     launch_us: float  # launch and drain overhead per kernel, us
@@ -171,12 +172,13 @@ class CalibrationFile:
 
 #: Before any fit: figures from the sources (about 1.36 GHz sustained under full FP4 load, the
 #: 2.4 GHz peak not quite held at light load; GT's ~1,000 clk round trip; one 128 B L1 line per
-#: clk per CU; 8 TB/s peak HBM at ~70 %).
+#: clk per CU, and for HBM a 256th of 8 TB/s at ~70 % and 1.36 GHz; 8 TB/s peak HBM at ~70 %).
 DEFAULT_CALIBRATION = Calibration(
     clock_ghz=1.36,
     clock_light_ghz=2.1,
     vmem_latency=1000.0,
     cu_vmem_bytes_per_clk=128.0,
+    cu_hbm_bytes_per_clk=16.0,
     hbm_tbps=5.6,
     l2_tbps=12.0,
     launch_us=4.0,

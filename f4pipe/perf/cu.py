@@ -150,6 +150,19 @@ class _Wave:
         self.end = 0.0
 
 
+def wave_vmem_bytes(trace: WorkgroupTrace, m_frac: float = 1.0, n_frac: float = 1.0) -> list:
+    """Per wave, the in-range bytes of each of its buffer accesses: the traced bytes, those of
+    A and B scaled by the share of the tile's rows the launch really has (out-of-range lanes
+    move nothing)."""
+    scale = np.array([1.0, m_frac, n_frac])
+    return [(w.vmem_bytes * scale[w.vmem_side]).tolist() for w in trace.waves]
+
+
+def workgroup_vmem_bytes(trace: WorkgroupTrace, m_frac: float = 1.0, n_frac: float = 1.0) -> float:
+    """Bytes all the workgroup's buffer accesses move (in range)."""
+    return float(sum(sum(b) for b in wave_vmem_bytes(trace, m_frac, n_frac)))
+
+
 def simulate_workgroup(
     ops: dict[int, Op],
     trace: WorkgroupTrace,
@@ -173,8 +186,7 @@ def simulate_workgroup(
     waves = [_Wave() for _ in trace.waves]
     paths = [[ops[int(pc)] for pc in w.pcs] for w in trace.waves]
     lds_cyc = [w.lds_cycles.tolist() for w in trace.waves]
-    scale = np.array([1.0, m_frac, n_frac])
-    vm_bytes = [(w.vmem_bytes * scale[w.vmem_side]).tolist() for w in trace.waves]
+    vm_bytes = wave_vmem_bytes(trace, m_frac, n_frac)
     ready: list[dict[int, float]] = [{} for _ in waves]
     pair_free = [0.0, 0.0]
     bank_free = 0.0

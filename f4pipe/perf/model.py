@@ -8,7 +8,10 @@ turn). Per shape:
 - **compute**: per round, the workgroup's cycles at its K (cu.py on the emulator's path, traced
   at K = 256, 512, 1024, 2048 and linear in K beyond: the main loop is the same every
   iteration) / the clock that round sustains: full rounds at the clock of a fully loaded part,
-  a last partial round faster, as fewer busy CUs draw less power (round_clocks).
+  a last partial round faster, as fewer busy CUs draw less power (round_clocks). The CU's
+  vector-memory path moves bytes the L2 serves at one rate and bytes HBM serves at another
+  (a cold stream's requests queue in the fabric and at HBM): the workgroup is simulated at the
+  rate of its shape's mix (effective_bytes_per_clk).
 - **memory**: the bytes every workgroup's buffer accesses move (the trace's in-range bytes,
   times the workgroups) over the L2 bandwidth, and the bytes HBM serves over the HBM
   bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what the
@@ -41,6 +44,9 @@ TRACE_KS = (256, 512, 1024, 2048)
 FP4_BYTES_PER_K = 0.5
 SCALE_BYTES_PER_K = 1 / 32
 D_BYTES = 2  # bf16 output
+#: A CU's vector-memory bytes per clock at which workgroups are simulated: a shape's own rate
+#: is interpolated between the two around it, linearly in clocks per byte.
+SIM_BYTES_PER_CLK = (12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0, 64.0, 96.0, 128.0)
 
 
 @dataclass(frozen=True)
@@ -80,17 +86,24 @@ def interpolate_cycles(points: dict[int, float], k: int) -> float:
 
 
 def hbm_bytes(
-    tile_m: int, tile_n: int, m: int, n: int, k_local: int, grid: tuple[int, int, int]
+    tile_m: int,
+    tile_n: int,
+    m: int,
+    n: int,
+    k_local: int,
+    grid: tuple[int, int, int],
+    warm: bool = False,
 ) -> float:
     """Bytes HBM serves over the launch: first touch of A, B, scales and D when A and B fit in
-    the Infinity Cache; else every tile an XCD's L2 fetches (per round and XCD, each distinct
-    A row tile and B column tile once), plus D."""
+    the Infinity Cache (only D when `warm`: launches repeated on the same buffers find A and B
+    there); else every tile an XCD's L2 fetches (per round and XCD, each distinct A row tile
+    and B column tile once), plus D."""
     gdx, gdy, gdz = grid
     row_bytes = k_local * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     d_bytes = m * n * D_BYTES * gdz
     footprint = (m + n) * k_local * gdz * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     if footprint <= COST["mall_bytes"]:
-        return float(footprint + d_bytes)
+        return float(d_bytes if warm else footprint + d_bytes)
     num_cu = int(COST["num_cu"])
     num_xcd = int(COST["num_xcd"])
     ids = np.arange(gdx * gdy * gdz, dtype=np.int64)
@@ -101,6 +114,28 @@ def hbm_bytes(
     a_tiles = np.unique(where * gdy + y).size
     b_tiles = np.unique(where * gdx + x).size
     return float((a_tiles * min(tile_m, m) + b_tiles * tile_n) * row_bytes + d_bytes)
+
+
+def hbm_share(l2_bytes, hbm_bytes):
+    """The share of the bytes the workgroups move that HBM serves (scalars or arrays)."""
+    return np.clip(np.divide(hbm_bytes, np.maximum(l2_bytes, 1.0)), 0.0, 1.0)
+
+
+def effective_bytes_per_clk(cal: Calibration, share):
+    """A CU's vector-memory rate when `share` of its bytes come from HBM and the rest from the
+    L2: clocks per byte add up."""
+    return 1.0 / ((1.0 - share) / cal.cu_vmem_bytes_per_clk + share / cal.cu_hbm_bytes_per_clk)
+
+
+def bracket_bytes_per_clk(bpc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices into SIM_BYTES_PER_CLK of the simulated rates around `bpc` (clamped to the
+    grid) and the weight of the upper one, linear in clocks per byte."""
+    grid = np.array(SIM_BYTES_PER_CLK)
+    b = np.clip(np.asarray(bpc, dtype=float), grid[0], grid[-1])
+    hi = np.clip(np.searchsorted(grid, b), 1, len(grid) - 1)
+    lo = hi - 1
+    weight = (1 / grid[lo] - 1 / b) / (1 / grid[lo] - 1 / grid[hi])
+    return lo, hi, weight
 
 
 def workgroups_and_rounds(geometry: LaunchGeometry) -> tuple[int, int]:
@@ -146,11 +181,11 @@ def kernel_time(
     geometry: LaunchGeometry,
     wg: WorkgroupCycles,
     cal: Calibration,
+    hbm: float,
 ) -> Prediction:
     """Predicted time of one launch (its `geometry`), given the workgroup's simulated cycles
-    at its K."""
+    at its K and the bytes HBM serves."""
     workgroups, rounds = workgroups_and_rounds(geometry)
-    hbm = hbm_bytes(entry.tile_m, entry.tile_n, m, n, geometry.k_per_tg, geometry.grid)
     us, compute_us, l2_us, hbm_us = combine(
         cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm
     )

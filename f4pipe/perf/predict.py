@@ -27,14 +27,26 @@ from f4pipe.perf.cu import (
     WorkgroupCycles,
     decode_ops,
     simulate_workgroup,
+    workgroup_vmem_bytes,
 )
-from f4pipe.perf.model import TRACE_KS, Prediction, interpolate_cycles, kernel_time
+from f4pipe.perf.model import (
+    SIM_BYTES_PER_CLK,
+    TRACE_KS,
+    Prediction,
+    bracket_bytes_per_clk,
+    effective_bytes_per_clk,
+    hbm_bytes,
+    hbm_share,
+    interpolate_cycles,
+    kernel_time,
+    workgroups_and_rounds,
+)
 from f4pipe.safety import is_safe
 from f4pipe.toolchain import cache_root
 
 log = logging.getLogger(__name__)
 
-MODEL_ID = "f4pipe-cu-2"  # bump when the model's structure changes
+MODEL_ID = "f4pipe-cu-3"  # bump when the model's structure changes
 
 
 def trace_cache_dir() -> Path:
@@ -102,19 +114,24 @@ class KernelProfile:
         return tr
 
     def simulated(
-        self, k_local: int, log2_k_split: int, cal: Calibration, fracs: tuple[float, float]
+        self,
+        k_local: int,
+        log2_k_split: int,
+        cal: Calibration,
+        fracs: tuple[float, float],
+        bytes_per_clk: float | None = None,
     ) -> WorkgroupCycles:
-        """Simulated cycles at a traced K, with the operands' row fractions `fracs`."""
-        key = (k_local, log2_k_split, cal.vmem_latency, cal.cu_vmem_bytes_per_clk, fracs)
+        """Simulated cycles at a traced K, with the operands' row fractions `fracs`, the CU's
+        vector-memory path at `bytes_per_clk` (default: the L2-served rate)."""
+        bpc = cal.cu_vmem_bytes_per_clk if bytes_per_clk is None else float(bytes_per_clk)
+        key = (k_local, log2_k_split, cal.vmem_latency, bpc, fracs)
         if key not in self._cycles:
             stored = self._stored_cycles().get(repr(key))
             if stored is not None:
                 self._cycles[key] = WorkgroupCycles(**stored)
             else:
                 tr = self.trace(k_local, log2_k_split)
-                self._cycles[key] = simulate_workgroup(
-                    self.ops, tr, cal.vmem_latency, cal.cu_vmem_bytes_per_clk, *fracs
-                )
+                self._cycles[key] = simulate_workgroup(self.ops, tr, cal.vmem_latency, bpc, *fracs)
                 self._store_cycles(repr(key), self._cycles[key])
         return self._cycles[key]
 
@@ -161,16 +178,23 @@ class KernelProfile:
         log2_k_split: int,
         cal: Calibration,
         fracs: tuple[float, float] = (1.0, 1.0),
+        bytes_per_clk: float | None = None,
     ) -> WorkgroupCycles:
         """Workgroup cycles at any per-workgroup K: simulated at the traced Ks around it and
-        interpolated (linear in K beyond the largest: the main loop repeats)."""
-        if k_local in TRACE_KS:
-            ks = [k_local]
-        elif k_local < TRACE_KS[-1]:
-            ks = [max(x for x in TRACE_KS if x < k_local), min(x for x in TRACE_KS if x > k_local)]
-        else:
-            ks = list(TRACE_KS[-2:])
-        points = {x: self.simulated(x, log2_k_split, cal, fracs) for x in ks}
+        interpolated (linear in K beyond the largest: the main loop repeats). With
+        `bytes_per_clk`, simulated at the rates of SIM_BYTES_PER_CLK around it and interpolated
+        in clocks per byte (so a few simulations serve every shape's rate)."""
+        if bytes_per_clk is None:
+            return self._at_k(k_local, log2_k_split, cal, fracs, None)
+        lo, hi, weight = bracket_bytes_per_clk(bytes_per_clk)
+        a = self._at_k(k_local, log2_k_split, cal, fracs, SIM_BYTES_PER_CLK[int(lo)])
+        b = self._at_k(k_local, log2_k_split, cal, fracs, SIM_BYTES_PER_CLK[int(hi)])
+        return blend_cycles(a, b, float(weight))
+
+    def _at_k(self, k_local, log2_k_split, cal, fracs, bpc) -> WorkgroupCycles:
+        points = {
+            x: self.simulated(x, log2_k_split, cal, fracs, bpc) for x in _traced_ks_around(k_local)
+        }
         if k_local in points:
             return points[k_local]
         values = {}
@@ -180,18 +204,58 @@ class KernelProfile:
         values["mfma_count"] = round(values["mfma_count"])
         return WorkgroupCycles(**values)
 
+    def vmem_bytes(self, k_local: int, log2_k_split: int, fracs: tuple[float, float]) -> float:
+        """Bytes one workgroup's buffer accesses move at per-workgroup K (from the traces:
+        linear in K between and beyond the traced Ks)."""
+        points = {
+            x: workgroup_vmem_bytes(self.trace(x, log2_k_split), *fracs)
+            for x in _traced_ks_around(k_local)
+        }
+        return interpolate_cycles(points, k_local) if k_local not in points else points[k_local]
+
+
+def _traced_ks_around(k_local: int) -> list[int]:
+    if k_local in TRACE_KS:
+        return [k_local]
+    if k_local < TRACE_KS[-1]:
+        return [max(x for x in TRACE_KS if x < k_local), min(x for x in TRACE_KS if x > k_local)]
+    return list(TRACE_KS[-2:])
+
+
+def blend_cycles(a: WorkgroupCycles, b: WorkgroupCycles, weight: float) -> WorkgroupCycles:
+    """(1 - weight) a + weight b, field by field."""
+    values = {
+        f.name: (1 - weight) * float(getattr(a, f.name)) + weight * float(getattr(b, f.name))
+        for f in fields(WorkgroupCycles)
+    }
+    values["mfma_count"] = round(values["mfma_count"])
+    return WorkgroupCycles(**values)
+
 
 def predict_profile(
-    profile: KernelProfile, m: int, n: int, k: int, log2_k_split: int, cal: Calibration
+    profile: KernelProfile,
+    m: int,
+    n: int,
+    k: int,
+    log2_k_split: int,
+    cal: Calibration,
+    warm: bool = False,
 ) -> Prediction:
-    """One kernel's predicted time at a shape."""
+    """One kernel's predicted time at a shape; `warm`: A and B already in the Infinity Cache
+    (launches repeated on the same buffers), else cold as aiter's tuner times (rotated
+    copies)."""
     entry = profile.entry
     split = log2_k_split if entry.splitk else 0
     geometry = launch_geometry(entry.tile_m, entry.tile_n, m, n, k, split)
     if geometry.gdz == 1:
         split = 0  # a split that collapses runs the unsplit path
-    wg = profile.cycles(geometry.k_per_tg, split, cal, profile.row_fractions(m, n))
-    return kernel_time(entry, m, n, k, split, geometry, wg, cal)
+    fracs = profile.row_fractions(m, n)
+    workgroups, _rounds = workgroups_and_rounds(geometry)
+    hbm = hbm_bytes(entry.tile_m, entry.tile_n, m, n, geometry.k_per_tg, geometry.grid, warm)
+    moved = workgroups * profile.vmem_bytes(geometry.k_per_tg, split, fracs)
+    bpc = effective_bytes_per_clk(cal, hbm_share(moved, hbm))
+    wg = profile.cycles(geometry.k_per_tg, split, cal, fracs, bpc)
+    return kernel_time(entry, m, n, k, split, geometry, wg, cal, hbm)
 
 
 def reference_shape(entry: KernelEntry) -> tuple[int, int, int]:
@@ -309,9 +373,15 @@ class Predictor:
         return self.profiles[entry.name]
 
     def predict(
-        self, entry: KernelEntry, m: int, n: int, k: int, log2_k_split: int = 0
+        self,
+        entry: KernelEntry,
+        m: int,
+        n: int,
+        k: int,
+        log2_k_split: int = 0,
+        warm: bool = False,
     ) -> Prediction:
-        return predict_profile(self.profile(entry), m, n, k, log2_k_split, self.calibration)
+        return predict_profile(self.profile(entry), m, n, k, log2_k_split, self.calibration, warm)
 
     def rank(
         self,
@@ -320,11 +390,14 @@ class Predictor:
         k: int,
         log2_k_split: int = 0,
         kernels: list[KernelEntry] | None = None,
+        warm: bool = False,
     ) -> list[Ranked]:
         """Every kernel (or `kernels`) at the shape, safe ones ranked fastest first, then the
         unsafe ones (rank 0)."""
         entries = list(self.manifest) if kernels is None else kernels
-        preds = [(self.predict(e, m, n, k, log2_k_split), is_safe(e, m, n, k)) for e in entries]
+        preds = [
+            (self.predict(e, m, n, k, log2_k_split, warm), is_safe(e, m, n, k)) for e in entries
+        ]
         safe = sorted((p for p in preds if p[1]), key=lambda p: p[0].us)
         unsafe = sorted((p for p in preds if not p[1]), key=lambda p: p[0].us)
         ranked = [Ranked(p, True, i + 1) for i, (p, _) in enumerate(safe)]
