@@ -227,6 +227,31 @@ def test_apply_repairs_a_broken_edit_with_one_inserted_line(
     assert out[:at] + out[at + 1 :] == lines
 
 
+def test_apply_repairs_a_dropped_barrier_with_one_wait_and_one_barrier(
+    shipped_asm, f4gemm_dir, tmp_path, capsys
+):
+    """The main loop's s_barrier dropped: no static check can see it (which LDS words two waves
+    share is data), so --apply runs the kernel, finds a DS read of words another wave's LDS
+    DMA wrote with no barrier between, and inserts right before that read a wait retiring the
+    DMA (strict: vmcnt(0)) and an s_barrier. Two lines, nothing else changed; it runs clean."""
+    loop_wait = first(shipped_asm, "s_waitcnt vmcnt(12) lgkmcnt(5)")
+    barrier = next(i for i in range(loop_wait, len(shipped_asm)) if "s_barrier" in shipped_asm[i])
+    lines = shipped_asm[:barrier] + shipped_asm[barrier + 1 :]
+    broken, fixed = tmp_path / "broken.s", tmp_path / "fixed.s"
+    broken.write_text("\n".join(lines) + "\n")
+    assert main(["waits", str(broken)]) == 0  # statically nothing is missing
+    capsys.readouterr()
+    apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed)]
+    assert main(["waits", str(broken), *apply]) == 0
+    assert "2 change(s)" in capsys.readouterr().out
+    out = fixed.read_text().splitlines()
+    added = [i for i, line in enumerate(out) if "// f4pipe waits: inserted" in line]
+    assert len(out) == len(lines) + 2 and added == [added[0], added[0] + 1]
+    assert [out[i].split("//")[0].strip() for i in added] == ["s_waitcnt vmcnt(0)", "s_barrier"]
+    assert out[: added[0]] + out[added[1] + 1 :] == lines
+    assert "lds-visibility" in out[added[0]] and "ds_read" in out[added[1] + 1]
+
+
 def test_apply_on_a_correct_kernel_changes_nothing(shipped, f4gemm_dir, tmp_path, capsys):
     _, co = shipped
     out = tmp_path / "same.s"

@@ -116,6 +116,11 @@ def _explain(program, pc: int) -> list[str]:
     return lines
 
 
+#: Rounds of emulated runs, each adding at most one s_barrier (before the first unordered LDS
+#: access the run met: ordering it usually orders the ones after it too).
+MAX_BARRIER_ROUNDS = 8
+
+
 def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> int:
     """--apply -o Y.s: write the repaired (and with --loosen, loosened) assembly, then prove it:
     the static check finds nothing, and for an f4gemm kernel the emulator runs it clean."""
@@ -147,6 +152,8 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
             loosened, _ = loosen_in_turn(entry, co_path, device, _cases(args, entry), tmp)
         finally:
             device.close()
+    if entry is not None and not args.loosen:
+        fixes = _with_barriers(args, entry, asm, program, fixes, tc, tmp)
     lines, changes = apply_repairs(asm.splitlines(), program, fixes, loosened)
     text = "\n".join(lines) + "\n"
     check = assemble_text(text, tmp / "applied.s", tc)
@@ -176,6 +183,34 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
         + ("" if changes else " (nothing to change)")
     )
     return EXIT_OK
+
+
+def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -> list:
+    """`fixes` plus the fewest s_barrier (each after a wait) that order every LDS access the
+    emulator finds unordered with another wave's (a dropped barrier: which words two waves
+    share is data, so only a run shows it): one round at a time on the repaired kernel, a
+    barrier before the first such access the run met, until a run finds none."""
+    from f4pipe.edits.waitfix import apply_repairs, original_pcs
+    from f4pipe.emu.program import Program
+    from f4pipe.emu.waits import barrier_repairs, lds_order_hazards
+    from f4pipe.trykernel import open_devices
+
+    original = asm.splitlines()
+    (device,) = open_devices("emulator", True)
+    try:
+        for step in range(MAX_BARRIER_ROUNDS):
+            lines, _ = apply_repairs(original, program, fixes)
+            path = tmp / f"barriers-{step}.s"
+            co = assemble_text("\n".join(lines) + "\n", path, tc)
+            hazards = lds_order_hazards(device, entry, co, _cases(args, entry))
+            if not hazards:
+                break
+            ran = Program.load(co, program.symbol)
+            to_pc = original_pcs(lines, ran, original, program)
+            fixes = fixes + barrier_repairs(ran, hazards[:1], to_pc.__getitem__)
+    finally:
+        device.close()
+    return fixes
 
 
 def assemble_text(text: str, path: Path, tc) -> Path:

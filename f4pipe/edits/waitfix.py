@@ -4,6 +4,8 @@ inserted, and (--loosen) its waits relaxed to the loosest the emulator confirms.
 Minimal means: every inserted line sits immediately before an instruction the static check
 flags, one s_waitcnt per such instruction (with the loosest counts that cover every op it reads
 too early) and the fewest s_nop (an `s_nop N` supplies N+1 wait states, at most 8 per s_nop);
+for an LDS access the emulator finds unordered with another wave's (a dropped s_barrier), one
+s_waitcnt and one s_barrier right before it (f4pipe.emu.waits.barrier_repairs);
 a loosened wait keeps its line and changes only its counts; no other line changes. Every
 changed line carries a `// f4pipe waits:` comment saying why.
 
@@ -54,6 +56,41 @@ def pc_lines(asm: list[str], program: Program) -> dict[int, int]:
     return out
 
 
+def original_pcs(
+    applied: list[str], program: Program, original: list[str], original_program: Program
+) -> dict[int, int]:
+    """pc in the applied text's program -> pc of the same instruction in the original (lines
+    this module inserted, marked `inserted`, have none)."""
+    orig_pc = {line: pc for pc, line in pc_lines(original, original_program).items()}
+    out = {}
+    for pc, line in pc_lines(applied, program).items():
+        shift = sum(1 for i in range(line) if f"{MARK} inserted" in applied[i])
+        if f"{MARK} inserted" not in applied[line] and line - shift in orig_pc:
+            out[pc] = orig_pc[line - shift]
+    return out
+
+
+def merge_repairs(fixes: list[Repair]) -> list[Repair]:
+    """One Repair per pc: the strictest wait, the most wait states, a barrier if any asks."""
+    by_pc: dict[int, Repair] = {}
+    for r in fixes:
+        old = by_pc.get(r.before_pc)
+        if old is None:
+            by_pc[r.before_pc] = r
+            continue
+        waits = [w for w in (old.wait, r.wait) if w is not None]
+        wait = (min(w[0] for w in waits), min(w[1] for w in waits)) if waits else None
+        by_pc[r.before_pc] = Repair(
+            r.before_pc,
+            wait,
+            max(old.wait_states, r.wait_states),
+            old.why + r.why,
+            old.why_states + r.why_states,
+            old.barrier or r.barrier,
+        )
+    return [by_pc[pc] for pc in sorted(by_pc)]
+
+
 def waitcnt_text(vm: int, lgkm: int) -> str:
     parts = [f"vmcnt({vm})" if vm < VM_MAX else "", f"lgkmcnt({lgkm})" if lgkm < LGKM_MAX else ""]
     return "s_waitcnt " + " ".join(p for p in parts if p) if any(parts) else "s_nop 0"
@@ -79,11 +116,13 @@ def apply_repairs(
     where = pc_lines(asm, program)
     inserts: dict[int, list[str]] = {}
     changes: list[str] = []
-    for r in fixes:
+    for r in merge_repairs(fixes):
         line = where[r.before_pc]
         new = []
         if r.wait is not None:
             new.append(f"\t{waitcnt_text(*r.wait)}\t{MARK} inserted: {r.why[0][:160]}")
+        if r.barrier:
+            new.append(f"\ts_barrier\t{MARK} inserted: another wave's LDS op is unordered here")
         rule = r.why_states[0].split("]", 1)[0].removeprefix("hazard [") if r.why_states else ""
         new += [
             f"\t{n}\t{MARK} inserted: {r.wait_states} wait state(s) for rule {rule}"

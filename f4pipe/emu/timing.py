@@ -65,6 +65,9 @@ class Hazard:
     producer_pc: int
     message: str
     advisory: bool = False
+    #: LDS rules: the other instruction ran on another wave of the workgroup (an s_barrier, with
+    #: the op retired before it, orders the two; f4pipe.emu.waits.barrier_repairs).
+    across_waves: bool = False
 
     def key(self) -> tuple[str, int, int]:
         return self.rule, self.producer_pc, self.consumer_pc
@@ -561,6 +564,7 @@ class TimingRun:
             f"{verb} LDS byte {4 * int(word[i]):#x}, {done} by {who} at pc {w_pc:#x} "
             f"`{self.model.text(w_pc)}`, which it {when}",
             wg=int(self.wave_wg[reader[i]]),
+            across_waves=not own[i],
         )
 
     def lds_write(self, ex, inst, sel, widx: np.ndarray, lanes: np.ndarray, dma: bool) -> None:
@@ -651,7 +655,9 @@ class TimingRun:
             )
         rule = "lds-war-in-flight" if in_flight else "lds-war"
         wg = int(self.wave_wg[np.arange(self.W)[sel][n_idx]])
-        self._lds_hazard(ex, sel, rule, inst.pc, r_pc, what, advisory=in_flight, wg=wg)
+        self._lds_hazard(
+            ex, sel, rule, inst.pc, r_pc, what, advisory=in_flight, wg=wg, across_waves=not own
+        )
 
     def _lds_hazard(
         self,
@@ -663,11 +669,12 @@ class TimingRun:
         what: str,
         advisory: bool = False,
         wg: int = 0,
+        across_waves: bool = False,
     ) -> None:
         """Report an LDS hazard of the waves `sel` (per workgroup: of workgroup `wg`'s there)."""
         kind = "advisory" if advisory else "hazard"
         msg = f"{kind} [{rule}]: pc {pc:#x} `{self.model.text(pc)}` {what}"
-        hazard = Hazard(rule, pc, other_pc, msg, advisory)
+        hazard = Hazard(rule, pc, other_pc, msg, advisory, bool(across_waves))
         if self.events is None:
             self.report.add(hazard, ex.where_wave(sel))
             return

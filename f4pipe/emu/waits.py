@@ -21,14 +21,15 @@ Scalar loads return out of order, so an SMEM op W must retire forces lgkmcnt(0).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from f4pipe.emu.effects import NO_OFFSETS, Effects
+from f4pipe.emu.effects import NO_OFFSETS, Effects, effects_of
 from f4pipe.emu.hazards import Cfg, build_cfg, counter_findings
 from f4pipe.emu.program import Program
-from f4pipe.emu.timing import LGKM_MAX, VM_MAX, TimingModel
+from f4pipe.emu.timing import LGKM_MAX, VM_MAX, Hazard, TimingModel
 
 if TYPE_CHECKING:
     from f4pipe.device import Device
@@ -340,6 +341,7 @@ class Repair:
     wait_states: int
     why: tuple[str, ...]  # the counter findings the wait fixes
     why_states: tuple[str, ...] = ()  # the wait-state findings the s_nop fix
+    barrier: bool = False  # an s_barrier after the wait (LDS between waves: barrier_repairs)
 
 
 def repairs(program: Program) -> list[Repair]:
@@ -365,6 +367,51 @@ def repairs(program: Program) -> list[Repair]:
         )
         for pc in sorted(set(waits) | set(states))
     ]
+
+
+#: Emulator rules a missing s_barrier breaks, between two waves of a workgroup: a read of LDS
+#: words another wave wrote, a write over words another wave may still read or an LDS DMA of
+#: another wave may still land on.
+BARRIER_RULES = frozenset({"lds-visibility", "lds-war", "lds-waw"})
+
+
+def barrier_repairs(
+    program: Program, hazards: Iterable[Hazard], to_pc: Callable[[int], int] = int
+) -> list[Repair]:
+    """For each instruction the emulator found touching LDS words another wave's op left
+    unordered (BARRIER_RULES across waves): an s_barrier right before it, after a wait that
+    retires every op of that op's counter (vmcnt for an LDS DMA, lgkmcnt for a DS access).
+    Where the barrier belongs can only be seen on a run: which words two waves share is data,
+    not code. Every wave runs the same path in an f4gemm kernel, so each reaches the barrier.
+    Strict counts (0): `--loosen` relaxes the wait afterwards if the emulator allows.
+    `program` ran; `to_pc` maps its pcs to those of the text the repairs apply to."""
+    effects = {inst.pc: effects_of(inst) for inst in program.instructions()}
+    need: dict[int, tuple[int, int]] = {}
+    why: dict[int, list[str]] = {}
+    for h in hazards:
+        if h.advisory or not h.across_waves or h.rule not in BARRIER_RULES:
+            continue
+        dma = effects[h.producer_pc].counter == "vm"
+        pc = to_pc(h.consumer_pc)
+        vm, lgkm = need.get(pc, (VM_MAX, LGKM_MAX))
+        need[pc] = (0, lgkm) if dma else (vm, 0)
+        why.setdefault(pc, []).append(h.message)
+    return [Repair(pc, need[pc], 0, tuple(why[pc]), barrier=True) for pc in sorted(need)]
+
+
+def lds_order_hazards(device: Device, entry: KernelEntry, co_path: Path, cases) -> list[Hazard]:
+    """The LDS hazards between waves that emulated launches of `cases` report."""
+    from f4pipe.gemm import GemmRequest, run_gemm
+
+    found: dict[tuple, Hazard] = {}
+    for case in cases:
+        request = GemmRequest(case.m, case.n, case.k, case.log2_k_split, edge_policy="pad")
+        result = run_gemm(device, entry, co_path, request)
+        report = result.launch.hazards if result.launch is not None else None
+        for h in report.hazards if report is not None else []:
+            if h.across_waves and h.rule in BARRIER_RULES:
+                found.setdefault(h.key(), h)
+    return list(found.values())
 
 
 #: The pc of a wait the repair inserts before `pc` is pc | VIRTUAL (no real pc has the bit).
