@@ -7,13 +7,13 @@ rotated inputs) and the seed driver's 4 MI355X shapes (hipEvents, warm caches). 
 one (M, N, K, kernel, measured us).
 
 A CU's vector-memory bytes per clock for L2-served bytes is chosen on a grid (the loaded VMEM
-round trip is fixed at its measured ~1,000 clk, LATENCY_GRID); workgroups are simulated once per latency and per rate of
-model.SIM_BYTES_PER_CLK, and a row's own rate (its mix of L2- and HBM-served bytes) is
-interpolated between them. The other seven constants (clocks, a CU's rate for HBM-served
-bytes, bandwidths, launch, overlap) are fitted by robust least squares on log(predicted /
-measured) at each grid point. The seed's rows are warm (its launches repeat on the same
-buffers), aiter's cold (rotated copies). Out-of-sample accuracy refits on the
-same grid with the held-out rows removed: k-fold over (N, K) groups, and leave-one-kernel-out.
+round trip is fixed at its measured ~1,000 clk, LATENCY_GRID); workgroups are simulated once
+per latency and per rate of model.SIM_BYTES_PER_CLK, and a row's own rate (its mix of L2- and
+HBM-served bytes) is interpolated between them. The other seven constants (clocks, a CU's
+rate for HBM-served bytes, bandwidths, launch, overlap) are fitted by robust least squares on
+log(predicted / measured) at each grid point. The seed's rows are warm (its launches repeat on
+the same buffers), aiter's cold (rotated copies). Out-of-sample accuracy refits on the same
+grid with the held-out rows removed: k-fold over (N, K) groups, and leave-one-kernel-out.
 
 `python -m f4pipe.perf.fit [--f4gemm-dir DIR]` fits and rewrites calibration.json;
 benchmarks/predict_accuracy.py reports the committed calibration's accuracy.
