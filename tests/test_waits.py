@@ -5,6 +5,7 @@ whose every loosening the emulator then tries."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from emu_snippets import assemble
@@ -243,7 +244,11 @@ def test_apply_repairs_a_dropped_barrier_with_one_wait_and_one_barrier(
     capsys.readouterr()
     apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed)]
     assert main(["waits", str(broken), *apply]) == 0
-    assert "2 change(s)" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "2 change(s)" in said
+    # what the repair costs, beside it: the cycle model's main loop before and after
+    before, after = map(float, re.search(r"main loop (\d+) -> (\d+) clk", said).groups())
+    assert "PREDICTED" in said and after >= before
     out = fixed.read_text().splitlines()
     added = [i for i, line in enumerate(out) if "// f4pipe waits: inserted" in line]
     assert len(out) == len(lines) + 2 and added == [added[0], added[0] + 1]

@@ -175,6 +175,10 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     write_text(args.output, text)
     for c in changes:
         print(f"  {c}")
+    if entry is not None and changes:
+        from f4pipe.perf.predict import predicted_change
+
+        print(f"  {predicted_change(entry, co_path, check).render()}")
     extra = f" and {len(args.case)} --case shape(s)" if args.case else ""
     extra += ", the seed's every-kernel shape and the safety sweep's" if args.thorough else ""
     runs = f"; the emulator runs it clean at try's shapes{extra}" if entry is not None else ""
