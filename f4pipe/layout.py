@@ -97,6 +97,8 @@ def aiter_dir(resources_dir: str | Path, aiter_id: str) -> Path:
 F4GEMM_DIR = "f4gemm"
 #: The fetch record beside it.
 PROVENANCE_JSON = "provenance.json"
+#: The tuned tables beside it, at their paths below aiter's `aiter/configs`.
+TUNED_TABLES_DIR = "configs"
 #: aiter's a4w4 tuned table `f4pipe tuned-csv` copies by default (a path inside the source).
 TUNED_CSV_MEMBER = "aiter/configs/a4w4_blockscale_tuned_gemm.csv"
 

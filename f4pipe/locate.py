@@ -1,12 +1,12 @@
-"""Defaults for the commands people type: where the fetched aiter is, and the artifact keys.
+"""Defaults for the commands people type: which aiter directory, and the artifact keys.
 
 After `snakemake all` or `f4pipe fetch`, a command run from the working directory should need no
 pipeline flags. The code objects are found in this order: `--co-dir`, `$AITER_ASM_DIR`, then the
-aiter that `config/config.yaml` names if it has been fetched under `resources/`, then the most
-recently fetched aiter under `resources/aiter/`. The aiter id is the fetched directory's, else the
-content id of a local directory (as `f4pipe fetch --source local` would name it); the toolchain id
+aiter that `config/config.yaml` names if it has been fetched under `resources/` (when naming it
+needs no network), then the most recently fetched aiter under `resources/aiter/`. What the
+chosen directory is called and which tables go with it is f4pipe.aiterdir's. The toolchain id
 comes from `results/<aiter-id>/toolchain.json` when the pipeline wrote one, else from the
-toolchain f4pipe finds (or provisions).
+toolchain f4pipe finds; naming a key never provisions one (an error names the options instead).
 """
 
 from __future__ import annotations
@@ -17,25 +17,17 @@ from pathlib import Path
 
 import yaml
 
-from f4pipe.errors import F4PipeError, ManifestError
-from f4pipe.fetch import (
-    aiter_id_for,
-    local_configs_dir,
-    read_provenance,
-    tuned_tables,
-)
+from f4pipe.aiterdir import AiterDir, aiter_id_of, fetched_under
+from f4pipe.errors import F4PipeError, ManifestError, ToolchainError
+from f4pipe.fetch.sources import offline_id
 from f4pipe.layout import (
     AITER_RESOURCES_DIR,
     DEFAULT_RESOURCES_DIR,
     DEFAULT_RESULTS_DIR,
-    F4GEMM_DIR,
-    PROVENANCE_JSON,
     TOOLCHAIN_JSON,
-    aiter_dir,
 )
 from f4pipe.manifest import find_f4gemm_dir
 from f4pipe.schemas import ArtifactKeys
-from f4pipe.tables import find_tables
 from f4pipe.toolchain import find_toolchain, read_toolchain_id
 
 DEFAULT_RESOURCES = Path(DEFAULT_RESOURCES_DIR)
@@ -47,78 +39,51 @@ DEFAULT_RESULTS = Path(DEFAULT_RESULTS_DIR)
 class Located:
     co_dir: Path  # the f4gemm directory
     how: str  # which rule found it, for the one line a command prints
-    aiter_dir: Path | None  # resources/aiter/<id> when the code objects are a fetched copy
+    fetched: AiterDir | None  # when the code objects are a fetched copy
 
 
-def _fetched_dirs(resources: Path) -> list[Path]:
-    root = resources / AITER_RESOURCES_DIR
-    if not root.is_dir():
-        return []
-    return [p for p in root.iterdir() if (p / PROVENANCE_JSON).is_file()]
-
-
-def _configured_dir(resources: Path, config: Path) -> Path | None:
-    """resources/aiter/<id> of the config's source, if fetched and its id needs no network."""
+def _configured_dir(resources: Path, config: Path) -> AiterDir | None:
+    """The config's source under `resources`, if fetched and its id needs no network."""
     try:
-        source = yaml.safe_load(config.read_text())["aiter"]
-        if source.get("kind") == "git" and len(str(source.get("rev", ""))) != 40:
-            return None  # a branch: naming its commit needs the network
-        path = aiter_dir(resources, aiter_id_for(source))
-    except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError, F4PipeError):
+        aiter_id = offline_id(yaml.safe_load(config.read_text())["aiter"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError, F4PipeError):
         return None
-    return path if (path / PROVENANCE_JSON).is_file() else None
+    if aiter_id is None:
+        return None
+    found = AiterDir.at(resources, aiter_id)
+    return found if found.is_fetched() else None
 
 
 def fetched_aiter_dir(
     resources: Path = DEFAULT_RESOURCES, config: Path = DEFAULT_CONFIG
-) -> Path | None:
+) -> AiterDir | None:
     """The fetched aiter a hand-typed command should use, or None when nothing was fetched."""
     configured = _configured_dir(resources, config)
     if configured is not None:
         return configured
-    fetched = _fetched_dirs(resources)
+    fetched = fetched_under(resources)
     if not fetched:
         return None
-    return max(fetched, key=lambda p: (read_provenance(p).get("fetched_at", ""), p.name))
+    return max(fetched, key=lambda d: (d.provenance().get("fetched_at", ""), d.path.name))
 
 
 def locate_co_dir(co_dir: str | os.PathLike[str] | None = None) -> Located:
     """The f4gemm directory by the rules in the module docstring; ManifestError naming them."""
     if co_dir:
         found = find_f4gemm_dir(co_dir)
-        return Located(found, f"--co-dir {co_dir}", _aiter_dir_of(found))
+        return Located(found, f"--co-dir {co_dir}", AiterDir.holding(found))
     env = os.environ.get("AITER_ASM_DIR")
     if env:
         found = find_f4gemm_dir(env)
-        return Located(found, f"$AITER_ASM_DIR={env}", _aiter_dir_of(found))
+        return Located(found, f"$AITER_ASM_DIR={env}", AiterDir.holding(found))
     fetched = fetched_aiter_dir()
     if fetched is not None:
-        return Located(fetched / F4GEMM_DIR, f"fetched {fetched}", fetched)
+        return Located(fetched.f4gemm, f"fetched {fetched.path}", fetched)
     raise ManifestError(
         "no code object directory: pass --co-dir DIR, set AITER_ASM_DIR (aiter's "
         "hsa/gfx950/f4gemm directory, or either parent), or run `f4pipe fetch` (or `snakemake "
         f"all`) here so that {DEFAULT_RESOURCES / AITER_RESOURCES_DIR}/ holds a fetched aiter"
     )
-
-
-def _aiter_dir_of(f4gemm_dir: Path) -> Path | None:
-    parent = Path(f4gemm_dir).resolve().parent
-    return parent if (parent / PROVENANCE_JSON).is_file() else None
-
-
-def aiter_id_of(located: Located) -> str:
-    """The aiter id of the located code objects (a fetched copy's, else their content id)."""
-    if located.aiter_dir is not None:
-        return str(read_provenance(located.aiter_dir)["aiter_id"])
-    return aiter_id_for({"kind": "local", "path": str(located.co_dir)})
-
-
-def default_tables(located: Located) -> dict[str, Path]:
-    """The tuned tables fetched with the located code objects, or, for code objects in an aiter
-    checkout or installed wheel, the tables in its aiter/configs ({} when there are none)."""
-    if located.aiter_dir is not None:
-        return tuned_tables(located.aiter_dir)
-    return find_tables(local_configs_dir(located.co_dir))
 
 
 def toolchain_json_for(aiter_id: str, results: Path = DEFAULT_RESULTS) -> Path | None:
@@ -136,9 +101,22 @@ def artifact_keys(
     toolchain_json: str | os.PathLike[str] | None = None,
 ) -> ArtifactKeys:
     """The keys given, else the located aiter's id and the toolchain the pipeline recorded for
-    it (or the one f4pipe finds, provisioning it if need be)."""
-    aiter_id = aiter_id or aiter_id_of(located)
+    it, else the toolchain f4pipe finds without provisioning one."""
+    aiter_id = aiter_id or aiter_id_of(located.co_dir)
     if not toolchain_id:
         recorded = toolchain_json or toolchain_json_for(aiter_id)
-        toolchain_id = read_toolchain_id(recorded) if recorded else find_toolchain().toolchain_id
+        toolchain_id = read_toolchain_id(recorded) if recorded else _found_toolchain_id()
     return ArtifactKeys(aiter_id, str(toolchain_id), device_id)
+
+
+def _found_toolchain_id() -> str:
+    """The id of a toolchain already there. Provisioning one (a download) only to name a key
+    would be the wrong side effect for a command that runs no LLVM tool."""
+    try:
+        return find_toolchain(provision=False).toolchain_id
+    except ToolchainError:
+        raise ToolchainError(
+            "no LLVM toolchain here to name the rows' toolchain key by (naming a key never "
+            "provisions one): pass --toolchain-id or --toolchain-json, or run `f4pipe "
+            "toolchain` once to find or provision LLVM"
+        ) from None

@@ -11,16 +11,15 @@ from typing import Any
 
 import pandas as pd
 
+from f4pipe.aiterdir import AiterDir
 from f4pipe.errors import InputError
 from f4pipe.fsio import read_json_file
 from f4pipe.layout import (
     DEFAULT_RESOURCES_DIR,
     GEMM_STAGES,
     NO_DEVICE,
-    PROVENANCE_JSON,
     TABLES,
     TOOLCHAIN_JSON,
-    aiter_dir,
     table_file,
 )
 from f4pipe.schemas import ADDED_COLUMNS, TABLE_SCHEMAS, read_table
@@ -117,7 +116,7 @@ class ResultSet:
 def find_aiter_provenance(result_dir: Path, aiter_id: str) -> Path | None:
     """resources/aiter/<aiter_id>/provenance.json of the workflow that wrote results/<aiter_id>."""
     for root in (result_dir.parent.parent, Path.cwd()):
-        path = aiter_dir(root / DEFAULT_RESOURCES_DIR, aiter_id) / PROVENANCE_JSON
-        if path.is_file():
-            return path
+        fetched = AiterDir.at(root / DEFAULT_RESOURCES_DIR, aiter_id)
+        if fetched.is_fetched():
+            return fetched.provenance_json
     return None

@@ -1,9 +1,10 @@
-"""Which of aiter's files are a4w4 tuned GEMM tables, and where they sit beside the kernels.
+"""Which of aiter's files are a4w4 tuned GEMM tables, how they are found and copied.
 
 aiter keeps its tuned tables under `aiter/configs/` in the repository and in the wheel alike:
 `a4w4_blockscale_tuned_gemm.csv` and per-model tables under `model_configs/` (dsv3, kimik3, ...).
 f4pipe fetches every one of them with the code objects (f4pipe.fetch) into `<aiter-id>/configs/`,
-keeping their paths below `aiter/configs`, and audits each (f4pipe.audit).
+keeping their paths below `aiter/configs`, and audits each (f4pipe.audit); which tables belong
+with an f4gemm directory is f4pipe.aiterdir's.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from f4pipe.fsio import sha256_file
 
 #: Where aiter keeps its tuned tables: in the repository and in the wheel alike.
 CONFIGS_PATH = "aiter/configs"
-#: The tables' directory inside a fetched aiter directory.
-TABLES_DIR = "configs"
 
 
 def is_tuned_table(rel_path: str) -> bool:
@@ -53,18 +52,3 @@ def copy_tables(configs_dir: Path | None, dest: Path) -> dict[str, dict[str, Any
         shutil.copyfile(path, target)
         tables[rel] = {"sha256": sha256_file(target), "size": target.stat().st_size}
     return tables
-
-
-def configs_dir_beside(f4gemm_dir: Path) -> Path | None:
-    """aiter/configs of the tree a local f4gemm directory sits in: an aiter checkout
-    (<root>/hsa/gfx950/f4gemm beside <root>/aiter/configs), an installed wheel
-    (<site>/aiter_meta/hsa/gfx950/f4gemm beside <site>/aiter/configs), or a copy of an aiter
-    f4pipe fetched (<dir>/f4gemm beside <dir>/configs, as under resources/aiter/<id>/); None
-    if none of these."""
-    fetched = Path(f4gemm_dir).resolve().parent / TABLES_DIR
-    if fetched.is_dir():
-        return fetched
-    for ancestor in Path(f4gemm_dir).resolve().parents[:4]:
-        if (ancestor / CONFIGS_PATH).is_dir():
-            return ancestor / CONFIGS_PATH
-    return None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from f4pipe.aiterdir import AiterDir
 from f4pipe.cli import main
 from f4pipe.errors import ChecksumError, ConfigError, FetchError, ManifestError
 from f4pipe.fetch import (
@@ -28,9 +29,6 @@ from f4pipe.fetch import (
     extract_wheel_file,
     extract_wheel_tree,
     fetch_aiter,
-    read_provenance,
-    tuned_tables,
-    verify_aiter_dir,
     wheel_cache_dir,
 )
 from f4pipe.fsio import sha256_file
@@ -99,7 +97,7 @@ def mtimes(directory: Path) -> dict[str, int]:
 
 def assert_fetched_copy(aiter_dir: Path, source_dir: Path, names: tuple[str, ...]) -> dict:
     """The copy holds exactly the manifest + listed .co, byte-identical, as recorded."""
-    record = verify_aiter_dir(aiter_dir)
+    record = AiterDir(aiter_dir).verify()
     f4gemm = aiter_dir / "f4gemm"
     assert sorted(p.name for p in f4gemm.iterdir()) == sorted([MANIFEST_NAME, *names])
     for name in [MANIFEST_NAME, *names]:
@@ -141,7 +139,7 @@ def test_pypi_fetch_records_wheel_and_rerun_is_offline(tmp_path: Path) -> None:
     }
     # the wheel's one a4w4 tuned table comes along (the untuned shape list does not)
     assert list(record["tables"]) == ["a4w4_blockscale_tuned_gemm.csv"]
-    assert tuned_tables(result.f4gemm_dir.parent) == {
+    assert result.aiter.tuned_tables() == {
         "a4w4_blockscale_tuned_gemm.csv": result.f4gemm_dir.parent
         / "configs"
         / "a4w4_blockscale_tuned_gemm.csv"
@@ -162,7 +160,7 @@ def test_pypi_fetch_records_wheel_and_rerun_is_offline(tmp_path: Path) -> None:
 def test_pypi_changed_pin_and_tampered_copy_are_errors(tmp_path: Path) -> None:
     res = tmp_path / "resources"
     result = fetch_aiter(PYPI, res)
-    recorded = read_provenance(result.f4gemm_dir.parent)["source"]["wheel_sha256"]
+    recorded = result.aiter.provenance()["source"]["wheel_sha256"]
     wrong = "0" * 64
     with pytest.raises(ChecksumError, match=f"expected wheel sha256 {wrong}.*records {recorded}"):
         fetch_aiter({**PYPI, "sha256": wrong}, res)
@@ -262,7 +260,7 @@ def test_git_fetch_branch_then_pinned_commit_offline(
     assert record["skipped"] == sorted(["codegen.py", UNLISTED])
     # every a4w4 tuned GEMM table, model_configs included; untuned and other tables stay out
     assert sorted(record["tables"]) == sorted([TUNED, MODEL_TUNED])
-    for rel, path in tuned_tables(result.f4gemm_dir.parent).items():
+    for rel, path in result.aiter.tuned_tables().items():
         assert path.read_bytes() == (repo / "aiter" / "configs" / rel).read_bytes()
     assert [e.co_name for e in read_manifest(result.f4gemm_dir)] == [
         e.co_name for e in read_manifest(repo / GIT_F4GEMM_PATH)
@@ -289,9 +287,9 @@ def test_a_local_copy_of_a_fetched_aiter_keeps_its_tuned_tables(
     shutil.copytree(first.f4gemm_dir.parent, copy)
     (copy / "provenance.json").unlink()
     local = fetch_aiter({"kind": "local", "path": str(copy / "f4gemm")}, tmp_path / "res2")
-    tables = tuned_tables(local.f4gemm_dir.parent)
+    tables = local.aiter.tuned_tables()
     assert sorted(tables) == sorted([TUNED, MODEL_TUNED])
-    for rel, path in tuned_tables(first.f4gemm_dir.parent).items():
+    for rel, path in first.aiter.tuned_tables().items():
         assert tables[rel].read_bytes() == path.read_bytes()
 
 
@@ -363,7 +361,7 @@ def test_local_changed_bytes_new_id_or_pin_error(tmp_path: Path, aiter_tree: Pat
     res = tmp_path / "resources"
     f4gemm = aiter_tree / "hsa" / "gfx950" / "f4gemm"
     first = fetch_aiter({"kind": "local", "path": str(f4gemm)}, res)
-    digest = read_provenance(first.f4gemm_dir.parent)["content_sha256"]
+    digest = first.aiter.provenance()["content_sha256"]
     old_sha = sha256_file(f4gemm / SAMPLE[2])
     data = bytearray((f4gemm / SAMPLE[2]).read_bytes())
     data[-1] ^= 0xFF
@@ -373,7 +371,7 @@ def test_local_changed_bytes_new_id_or_pin_error(tmp_path: Path, aiter_tree: Pat
     # Unpinned: different content is a different aiter id; the first stays valid.
     second = fetch_aiter({"kind": "local", "path": str(f4gemm)}, res)
     assert second.fetched and second.aiter_id != first.aiter_id
-    verify_aiter_dir(first.f4gemm_dir.parent)
+    first.aiter.verify()
 
     # Pinned to the first content: the change is an error naming the file and both digests.
     with pytest.raises(ChecksumError) as err:
@@ -492,10 +490,7 @@ def test_local_id_names_the_tables_too(tmp_path: Path, aiter_tree: Path) -> None
     table.write_text(table.read_text().replace(",0.0\n", ",0.5\n", 1))
     second = fetch_aiter(source, tmp_path / "res")
     assert second.fetched and second.aiter_id != first.aiter_id
-    assert (
-        read_provenance(first.f4gemm_dir.parent)["files"]
-        == read_provenance(second.f4gemm_dir.parent)["files"]
-    )
+    assert first.aiter.provenance()["files"] == second.aiter.provenance()["files"]
 
 
 def test_changed_table_in_a_fetch_is_an_error(tmp_path: Path, aiter_tree: Path) -> None:
@@ -503,7 +498,38 @@ def test_changed_table_in_a_fetch_is_an_error(tmp_path: Path, aiter_tree: Path) 
     copy = result.f4gemm_dir.parent / "configs" / TUNED
     copy.write_text(copy.read_text() + "256,1,1,1,0,0,1.0,x,1,1,0.0\n")
     with pytest.raises(ChecksumError, match=f"{TUNED} is missing or changed after it was fetched"):
-        verify_aiter_dir(result.f4gemm_dir.parent)
+        result.aiter.verify()
+
+
+def test_reading_a_fetch_made_before_tables_never_fetches(
+    tmp_path: Path, git_repo: tuple[str, str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A provenance without "tables" (an older f4pipe): reading the tables is an error naming
+    `f4pipe fetch` and changes nothing, even with the source at hand; the next fetch of the
+    source adds the tables, nothing else changed."""
+    url, commit, _ = git_repo
+    source = {"kind": "git", "url": url, "rev": commit}
+    fetched = fetch_aiter(source, tmp_path / "res").aiter
+    record = fetched.provenance()
+    legacy = {k: v for k, v in record.items() if k not in ("tables", "manifest_header")}
+    legacy["source"] = {k: v for k, v in record["source"].items() if k != "tables_dir"}
+    shutil.rmtree(fetched.configs)
+    fetched.provenance_json.write_text(json.dumps(legacy))
+    f4gemm_before = mtimes(fetched.f4gemm)
+    before = {**mtimes(fetched.path), "provenance": fetched.provenance_json.read_bytes()}
+    with pytest.raises(FetchError, match="run `f4pipe fetch` with its source again"):
+        fetched.tuned_tables()
+    argv = ["audit-tuned", "--co-dir", str(fetched.f4gemm), "--no-emulate", "--toolchain-id", "t"]
+    assert main(argv) == 2
+    assert "before f4pipe fetched aiter's tuned tables" in capsys.readouterr().err
+    assert {**mtimes(fetched.path), "provenance": fetched.provenance_json.read_bytes()} == before
+    again = fetch_aiter(source, tmp_path / "res")  # the source completes it
+    assert not again.fetched
+    assert sorted(fetched.tuned_tables()) == sorted([TUNED, MODEL_TUNED])
+    completed = fetched.verify()
+    assert completed["tables"] == record["tables"]
+    assert completed["content_sha256"] == record["content_sha256"]
+    assert mtimes(fetched.f4gemm) == f4gemm_before
 
 
 @pytest.mark.network
@@ -512,16 +538,16 @@ def test_fetch_made_before_tables_is_completed_once(tmp_path: Path) -> None:
     else changed."""
     res = tmp_path / "resources"
     aiter_dir = fetch_aiter(PYPI, res).f4gemm_dir.parent
-    record = read_provenance(aiter_dir)
+    record = AiterDir(aiter_dir).provenance()
     legacy = {k: v for k, v in record.items() if k not in ("tables", "manifest_header")}
     legacy["source"] = {k: v for k, v in record["source"].items() if k != "tables_dir"}
     shutil.rmtree(aiter_dir / "configs")
     (aiter_dir / PROVENANCE_JSON).write_text(json.dumps(legacy))
     f4gemm_before = mtimes(aiter_dir / "f4gemm")
-    assert tuned_tables(aiter_dir) == {TUNED: aiter_dir / "configs" / TUNED}  # completes it
     again = fetch_aiter(PYPI, res)
     assert not again.fetched
-    completed = verify_aiter_dir(aiter_dir)
+    assert AiterDir(aiter_dir).tuned_tables() == {TUNED: aiter_dir / "configs" / TUNED}
+    completed = AiterDir(aiter_dir).verify()
     assert completed["tables"] == record["tables"]
     assert completed["content_sha256"] == record["content_sha256"]
     assert mtimes(aiter_dir / "f4gemm") == f4gemm_before

@@ -9,7 +9,7 @@ from typing import Any
 from f4pipe.cli import command_help
 from f4pipe.cli.args import add_json_flag
 from f4pipe.errors import ConfigError
-from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter, read_provenance
+from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter
 from f4pipe.fsio import json_text
 
 
@@ -69,7 +69,7 @@ def source_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     result = fetch_aiter(source_from_args(args), args.resources, cache_dir=args.cache_dir)
-    record = read_provenance(result.f4gemm_dir.parent)
+    record = result.aiter.provenance()
     if args.json:
         out = {
             "aiter_id": result.aiter_id,

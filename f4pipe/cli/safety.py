@@ -28,7 +28,7 @@ from f4pipe.cli.args import (
 )
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
 from f4pipe.errors import InputError
-from f4pipe.fetch import extract_wheel_file, fetch_aiter, tuned_tables
+from f4pipe.fetch import extract_wheel_file, fetch_aiter
 from f4pipe.fsio import write_bytes
 from f4pipe.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.manifest import Manifest, read_manifest
@@ -92,11 +92,11 @@ def run_safety(args: argparse.Namespace) -> int:
 def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]:
     """The tables to audit: the CSV files given, else the located aiter's tuned tables
     (only those named by --table, when given)."""
-    from f4pipe.locate import default_tables
+    from f4pipe.aiterdir import tuned_tables_of
 
     if args.csv:
         return {path.name if len(args.csv) == 1 else str(path): path for path in args.csv}
-    tables = default_tables(located)
+    tables = tuned_tables_of(located.co_dir)
     if args.table:
         wanted = {t.removeprefix(f"{CONFIGS_PATH}/") for t in args.table}
         missing = sorted(wanted - tables.keys())
@@ -106,7 +106,7 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
                 f"({sorted(tables) or 'none'})"
             )
         tables = {name: path for name, path in tables.items() if name in wanted}
-    if not tables and located.aiter_dir is None:
+    if not tables and located.fetched is None:
         raise InputError(
             f"no tuned table given and none beside {located.co_dir} (no aiter/configs with a4w4 "
             "tuned tables): pass the CSV, e.g. aiter/configs/a4w4_blockscale_tuned_gemm.csv"
@@ -240,7 +240,7 @@ def run_tuned_csv(args: argparse.Namespace) -> int:
         print(f"f4pipe tuned-csv: {CONFIGS_PATH}/{member} -> {out}")
         return EXIT_OK
     if source is not None:
-        aiter_dir = fetch_aiter(source, args.resources, cache_dir=args.cache_dir).f4gemm_dir.parent
+        fetched = fetch_aiter(source, args.resources, cache_dir=args.cache_dir).aiter
     else:
         found = fetched_aiter_dir(args.resources)
         if found is None:
@@ -248,14 +248,14 @@ def run_tuned_csv(args: argparse.Namespace) -> int:
                 f"no aiter fetched under {args.resources}: give --source (pypi, git or local) "
                 "or run `f4pipe fetch` first"
             )
-        aiter_dir = found
-    tables = tuned_tables(aiter_dir)
+        fetched = found
+    tables = fetched.tuned_tables()
     if member not in tables:
         raise InputError(
-            f"{aiter_dir.name} has no tuned table {member!r}; it has {sorted(tables) or 'none'}"
+            f"{fetched.path.name} has no tuned table {member!r}; it has {sorted(tables) or 'none'}"
         )
     write_bytes(args.output, tables[member].read_bytes())
-    print(f"f4pipe tuned-csv: {aiter_dir.name}:{CONFIGS_PATH}/{member} -> {args.output}")
+    print(f"f4pipe tuned-csv: {fetched.path.name}:{CONFIGS_PATH}/{member} -> {args.output}")
     return EXIT_OK
 
 

@@ -28,13 +28,15 @@ a local directory, put its `content_sha256` in the source as `sha256`, and a cha
 ChecksumError naming the changed files. A git commit pins its tree by construction; only a branch
 or tag needs the network on a re-run (to learn which commit it names now).
 
-A fetch made before tables were fetched (its provenance has no "tables") is completed once: the
-tables of the same wheel or commit are added and the record rewritten; nothing else changes.
+A fetch made before tables were fetched (its provenance has no "tables") is completed once, by
+the next fetch of its source: the tables of the same wheel or commit are added and the record
+rewritten; nothing else changes. Reading such a directory (f4pipe.aiterdir) never completes it.
 
-The parts: `sources` (the config's source, checked), `record` (provenance.json, verifying a
-fetched directory, the locked atomic copy), `process` (pip and git failures as FetchErrors) and
-`wheel` (the PyPI wheel cache and extraction); this module fetches each kind of source and names
-the aiter id a source gives.
+The parts: `sources` (the config's source, checked, and the id it names offline), `record`
+(provenance.json and the locked atomic copy), `process` (pip and git failures as FetchErrors)
+and `wheel` (the PyPI wheel cache and extraction); this module fetches each kind of source and
+names the aiter id a source gives. What a fetched directory holds, its id and the re-hash against
+its record are f4pipe.aiterdir's, which this package writes and never reads around.
 """
 
 from __future__ import annotations
@@ -45,20 +47,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from f4pipe.aiterdir import AiterDir, configs_beside, content_digest, content_files, local_id
 from f4pipe.errors import ChecksumError, FetchError, ManifestError
 from f4pipe.fetch.process import run_fetch_tool
-from f4pipe.fetch.record import (
-    FetchResult,
-    complete_tables,
-    content_digest,
-    fetch_into,
-    fetch_result,
-    listed_names,
-    locked,
-    read_provenance,
-    tuned_tables,
-    verify_aiter_dir,
-)
+from f4pipe.fetch.record import FetchResult, complete_tables, fetch_into, fetch_result, locked
 from f4pipe.fetch.sources import (
     DEFAULT_PACKAGE,
     DEFAULT_VERSION,
@@ -67,6 +59,8 @@ from f4pipe.fetch.sources import (
     GitSource,
     LocalSource,
     PypiSource,
+    git_id,
+    offline_id,
     parse_source,
     pypi_id,
 )
@@ -80,10 +74,9 @@ from f4pipe.fetch.wheel import (
     extract_wheel_tree,
     wheel_cache_dir,
 )
-from f4pipe.fsio import sha256_file
-from f4pipe.layout import F4GEMM_DIR, PROVENANCE_JSON, aiter_dir
-from f4pipe.manifest import MANIFEST_NAME, find_f4gemm_dir
-from f4pipe.tables import CONFIGS_PATH, TABLES_DIR, configs_dir_beside, find_tables
+from f4pipe.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
+from f4pipe.manifest import MANIFEST_NAME
+from f4pipe.tables import CONFIGS_PATH
 
 #: The public API; the parts live in sources, record, process and wheel.
 __all__ = [
@@ -102,11 +95,7 @@ __all__ = [
     "extract_wheel_file",
     "extract_wheel_tree",
     "fetch_aiter",
-    "local_configs_dir",
     "parse_source",
-    "read_provenance",
-    "tuned_tables",
-    "verify_aiter_dir",
     "wheel_cache_dir",
 ]
 
@@ -135,21 +124,15 @@ def fetch_aiter(
 
 
 def aiter_id_for(source: Mapping[str, Any] | AiterSource) -> str:
-    """The aiter id a fetch of `source` produces.
-
-    pypi: from the config alone. git: a full commit sha needs nothing; a branch or tag is
-    resolved (a shallow, blob-less fetch). local: the directory's content digest is computed.
-    """
+    """The aiter id a fetch of `source` produces: sources.offline_id, else (a git branch or
+    tag) the commit it names now, resolved by a shallow, blob-less fetch."""
     src = parse_source(source)
-    if isinstance(src, PypiSource):
-        return pypi_id(src)
-    if isinstance(src, GitSource):
-        if HEX40.match(src.rev):
-            return f"git-{src.rev[:12]}"
-        with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
-            return f"git-{_git_fetch_commit(src, Path(tmp))[:12]}"
-    _, files, tables = _local_files(src)
-    return f"local-{content_digest(files, tables)[:12]}"
+    known = offline_id(src)
+    if known is not None:
+        return known
+    assert isinstance(src, GitSource)  # only a git branch or tag needs the server
+    with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
+        return git_id(_git_fetch_commit(src, Path(tmp)))
 
 
 def _lock_for(resources_dir: Path, aiter_id: str) -> Path:
@@ -161,7 +144,7 @@ def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) ->
     target = aiter_dir(resources_dir, aiter_id)
     with locked(_lock_for(resources_dir, aiter_id)):
         if target.exists():
-            record = verify_aiter_dir(target)
+            record = AiterDir(target).verify()
             recorded = record["source"].get("wheel_sha256")
             if src.sha256 is not None and src.sha256 != recorded:
                 raise ChecksumError(
@@ -270,18 +253,18 @@ def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
 
 def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
     if HEX40.match(src.rev):  # a commit pins its tree: no network when already fetched
-        aiter_id = f"git-{src.rev[:12]}"
+        aiter_id = git_id(src.rev)
         target = aiter_dir(resources_dir, aiter_id)
         with locked(_lock_for(resources_dir, aiter_id)):
-            if target.exists() and "tables" in read_provenance(target):
+            if target.exists() and "tables" in AiterDir(target).provenance():
                 return _reuse_git(target, src.rev)
     with tempfile.TemporaryDirectory(prefix="f4pipe-git-") as tmp:
         repo = Path(tmp) / "repo"
         commit = _git_fetch_commit(src, repo)
-        aiter_id = f"git-{commit[:12]}"
+        aiter_id = git_id(commit)
         target = aiter_dir(resources_dir, aiter_id)
         with locked(_lock_for(resources_dir, aiter_id)):
-            if target.exists() and "tables" in read_provenance(target):
+            if target.exists() and "tables" in AiterDir(target).provenance():
                 return _reuse_git(target, commit)
             f4gemm = _git_checkout_f4gemm(src, repo, commit)
             if target.exists():  # fetched before tables were: add them
@@ -303,7 +286,7 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
 
 
 def _reuse_git(target: Path, commit: str) -> FetchResult:
-    record = verify_aiter_dir(target)
+    record = AiterDir(target).verify()
     if record["source"].get("commit") != commit:
         raise ChecksumError(
             f"{target} records commit {record['source'].get('commit')}, not {commit} (a 12-hex "
@@ -312,49 +295,19 @@ def _reuse_git(target: Path, commit: str) -> FetchResult:
     return fetch_result(target, fetched=False)
 
 
-def local_configs_dir(f4gemm_dir: Path) -> Path | None:
-    """The tables beside a local f4gemm directory: a fetched copy's (<id>/configs), else
-    tables.configs_dir_beside's (an aiter checkout or an installed wheel)."""
-    if (Path(f4gemm_dir).resolve().parent / PROVENANCE_JSON).is_file():
-        return Path(f4gemm_dir).resolve().parent / TABLES_DIR
-    return configs_dir_beside(f4gemm_dir)
-
-
-def _local_files(
-    src: LocalSource,
-) -> tuple[Path, dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The f4gemm directory used for a local source, sha256 + size of what would be copied,
-    and the same for its tuned tables.
-
-    `path` may be the f4gemm directory or either meaning of AITER_ASM_DIR (find_f4gemm_dir);
-    the directory used is recorded in the provenance.
-    """
-    directory = find_f4gemm_dir(src.path)
-    directory, names = listed_names(directory, str(directory))
-    files = {}
-    for name in names:
-        path = directory / name
-        files[name] = {"sha256": sha256_file(path), "size": path.stat().st_size}
-    tables = {
-        rel: {"sha256": sha256_file(path), "size": path.stat().st_size}
-        for rel, path in find_tables(local_configs_dir(directory)).items()
-    }
-    return directory, files, tables
-
-
 def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
-    directory, files, tables = _local_files(src)
+    directory, files, tables = content_files(src.path)
     digest = content_digest(files, tables)
     if src.sha256 is not None and src.sha256 != digest:
-        named = {**files, **{f"{TABLES_DIR}/{rel}": v for rel, v in tables.items()}}
+        named = {**files, **{f"{TUNED_TABLES_DIR}/{rel}": v for rel, v in tables.items()}}
         raise ChecksumError(_local_pin_message(src, directory, digest, named, resources_dir))
-    aiter_id = f"local-{digest[:12]}"
+    aiter_id = local_id(digest)
     target = aiter_dir(resources_dir, aiter_id)
     with locked(_lock_for(resources_dir, aiter_id)):
         if target.exists():
-            verify_aiter_dir(target)
+            AiterDir(target).verify()
             return fetch_result(target, fetched=False)
-        configs = local_configs_dir(directory)
+        configs = configs_beside(directory)
         provenance = {
             "kind": "local",
             "path": str(src.path),
@@ -362,7 +315,7 @@ def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
             "tables_dir": str(configs) if configs is not None else "",
         }
         result = fetch_into(resources_dir, aiter_id, directory, provenance, str(directory), configs)
-        copied = read_provenance(target)["content_sha256"]
+        copied = AiterDir(target).provenance()["content_sha256"]
         if copied != digest:
             shutil.rmtree(target)
             raise FetchError(f"{directory} changed while it was being copied; fetch again")
@@ -378,12 +331,12 @@ def _local_pin_message(
         f"local aiter directory {directory}: content sha256 {digest}, but the source pins "
         f"{src.sha256}"
     )
-    pinned_dir = aiter_dir(resources_dir, f"local-{src.sha256[:12]}")
-    if (pinned_dir / PROVENANCE_JSON).is_file():
-        record = read_provenance(pinned_dir)
+    pinned = AiterDir.at(resources_dir, local_id(src.sha256))
+    if pinned.is_fetched():
+        record = pinned.provenance()
         recorded = {
             **record["files"],
-            **{f"{TABLES_DIR}/{rel}": v for rel, v in record.get("tables", {}).items()},
+            **{f"{TUNED_TABLES_DIR}/{rel}": v for rel, v in record.get("tables", {}).items()},
         }
         changed = [
             f"{name}: expected sha256 {recorded[name]['sha256'] if name in recorded else None}, "
@@ -391,7 +344,7 @@ def _local_pin_message(
             for name in sorted(recorded.keys() | files.keys())
             if recorded.get(name, {}).get("sha256") != files.get(name, {}).get("sha256")
         ]
-        message += f" (recorded in {pinned_dir / PROVENANCE_JSON}); changed: " + "; ".join(changed)
+        message += f" (recorded in {pinned.provenance_json}); changed: " + "; ".join(changed)
     return message + (
         "; restore the pinned files, or, if the change is intended, set the pin to the new "
         "content sha256 (or drop it)"

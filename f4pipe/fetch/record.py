@@ -1,34 +1,24 @@
-"""What a fetch leaves behind and how it is checked: the FetchResult, provenance.json, the
-re-hash of a fetched directory against it, and the one atomic, locked copy into place."""
+"""What a fetch leaves behind: the FetchResult, provenance.json, and the one atomic, locked copy
+into place. Reading and re-hashing a fetched directory is f4pipe.aiterdir's."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from f4pipe import __version__
-from f4pipe.errors import ChecksumError, CodeObjectError, FetchError, ManifestError
+from f4pipe.aiterdir import PROVENANCE_SCHEMA, AiterDir, content_digest, listed_names
+from f4pipe.errors import CodeObjectError
 from f4pipe.fsio import atomic_dir, sha256_file, write_json
-from f4pipe.layout import F4GEMM_DIR, PROVENANCE_JSON, aiter_dir
-from f4pipe.manifest import MANIFEST_NAME, read_manifest
-from f4pipe.tables import (
-    TABLES_DIR,
-    copy_tables,
-)
-
-PROVENANCE_SCHEMA = 1
-
-
-# ---------------------------------------------------------------------------------------------
-# Results, provenance, verification
+from f4pipe.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
+from f4pipe.manifest import MANIFEST_NAME
+from f4pipe.tables import copy_tables
 
 
 @dataclass(frozen=True)
@@ -38,136 +28,20 @@ class FetchResult:
     provenance: Path  # resources/aiter/<aiter_id>/provenance.json
     fetched: bool  # False when an existing, verified copy was reused
 
-
-def content_digest(
-    files: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Mapping[str, Any]] | None = None
-) -> str:
-    """sha256 over sorted `name\\tsha256\\n` lines: names the bytes, not where they came from.
-    Tables count as `configs/<path>`, so a directory without tables keeps its digest."""
-    named = {**files, **{f"{TABLES_DIR}/{rel}": v for rel, v in (tables or {}).items()}}
-    lines = "".join(f"{name}\t{named[name]['sha256']}\n" for name in sorted(named))
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def tuned_tables(aiter_dir: Path) -> dict[str, Path]:
-    """The tuned tables of a fetched aiter directory: {path below aiter/configs: file}.
-
-    Empty when the source had none (a local f4gemm directory without its repository). A pypi
-    or git fetch recorded before tables were fetched is completed first (see the module
-    docstring), so a pipeline whose fetch predates this still audits its tables."""
-    record = read_provenance(aiter_dir)
-    source = _recorded_source(record)
-    if "tables" not in record and source is not None:
-        from f4pipe.fetch import fetch_aiter  # the package's entry point, which imports this
-
-        fetch_aiter(source, Path(aiter_dir).parent.parent)
-        record = read_provenance(aiter_dir)
-    return {rel: aiter_dir / TABLES_DIR / rel for rel in sorted(record.get("tables", {}))}
-
-
-def _recorded_source(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The pinned source a provenance record was fetched from (None for a local directory,
-    whose id names its content: a fetch with tables has another id)."""
-    src = record.get("source", {})
-    if src.get("kind") == "pypi":
-        return {
-            "kind": "pypi",
-            "package": src["package"],
-            "version": src["version"],
-            "sha256": src["wheel_sha256"],
-        }
-    if src.get("kind") == "git":
-        return {"kind": "git", "url": src["url"], "rev": src["commit"]}
-    return None
+    @property
+    def aiter(self) -> AiterDir:
+        """The fetched directory, to read its provenance and tables."""
+        return AiterDir(self.f4gemm_dir.parent)
 
 
 def fetch_result(aiter_dir: Path, fetched: bool) -> FetchResult:
+    fetched_dir = AiterDir(aiter_dir)
     return FetchResult(
         aiter_id=aiter_dir.name,
-        f4gemm_dir=aiter_dir / F4GEMM_DIR,
-        provenance=aiter_dir / PROVENANCE_JSON,
+        f4gemm_dir=fetched_dir.f4gemm,
+        provenance=fetched_dir.provenance_json,
         fetched=fetched,
     )
-
-
-def read_provenance(aiter_dir: Path) -> dict[str, Any]:
-    """The provenance record of a fetched aiter directory; FetchError if absent or unreadable."""
-    path = aiter_dir / PROVENANCE_JSON
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FetchError(
-            f"{aiter_dir} exists but has no {PROVENANCE_JSON}: it was not written by `f4pipe "
-            "fetch`; move it away and fetch again"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FetchError(
-            f"{path} is unreadable ({exc}); delete {aiter_dir} and fetch again"
-        ) from exc
-    if not isinstance(record, dict) or record.get("schema") != PROVENANCE_SCHEMA:
-        raise FetchError(
-            f"{path} is not an f4pipe provenance record of schema {PROVENANCE_SCHEMA}; "
-            f"delete {aiter_dir} and fetch again"
-        )
-    return record
-
-
-def verify_aiter_dir(aiter_dir: Path) -> dict[str, Any]:
-    """Re-hash every recorded file; ChecksumError on any difference. Returns the provenance.
-
-    A copy that changed after fetching is never refetched silently: whoever changed it must
-    decide whether to restore it or to discard the fetch.
-    """
-    record = read_provenance(aiter_dir)
-    f4gemm = aiter_dir / F4GEMM_DIR
-    redo = f"restore it, or delete {aiter_dir} and run `f4pipe fetch` again"
-    for name, info in sorted(record["files"].items()):
-        path = f4gemm / name
-        if not path.is_file():
-            raise ChecksumError(
-                f"{path} is missing; {PROVENANCE_JSON} recorded sha256 {info['sha256']}: {redo}"
-            )
-        actual = sha256_file(path)
-        if actual != info["sha256"]:
-            raise ChecksumError(
-                f"{path} changed after it was fetched: expected sha256 {info['sha256']} "
-                f"(recorded in {PROVENANCE_JSON}), actual {actual}; {redo}"
-            )
-    extra = sorted(p.name for p in f4gemm.iterdir() if p.name not in record["files"])
-    if extra:
-        raise ChecksumError(
-            f"{f4gemm} holds file(s) not recorded in {PROVENANCE_JSON}: {extra}; remove them "
-            "(derived files belong under results/)"
-        )
-    for rel, info in sorted(record.get("tables", {}).items()):
-        path = aiter_dir / TABLES_DIR / rel
-        actual = sha256_file(path) if path.is_file() else None
-        if actual != info["sha256"]:
-            raise ChecksumError(
-                f"{path} is missing or changed after it was fetched: expected sha256 "
-                f"{info['sha256']} (recorded in {PROVENANCE_JSON}), actual {actual}; {redo}"
-            )
-    return record
-
-
-def listed_names(src_dir: Path, where: str) -> tuple[Path, list[str]]:
-    """(the f4gemm directory, the manifest + the .co names it lists) of `src_dir`.
-
-    A listed .co that is missing is a ManifestError naming `where` (the wheel, the commit or
-    the local directory), not the temporary directory it was unpacked into.
-    """
-    try:
-        manifest = read_manifest(src_dir, check_files=False)
-    except ManifestError as exc:
-        raise ManifestError(f"{where}: {exc}") from exc
-    missing = [e.co_name for e in manifest if not manifest.co_path(e).is_file()]
-    if missing:
-        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
-        raise ManifestError(
-            f"{where}: {MANIFEST_NAME} lists {len(missing)} code object(s) that are not there: "
-            f"{', '.join(missing[:5])}{more}; use a source whose f4gemm directory is complete"
-        )
-    return manifest.directory, [MANIFEST_NAME, *(e.co_name for e in manifest)]
 
 
 def _copy_f4gemm(
@@ -230,8 +104,8 @@ def _manifest_header(csv_path: Path) -> str:
 
 def complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict[str, Any]:
     """Add the tuned tables to a fetch recorded without them; the rewritten provenance."""
-    record = read_provenance(target)
-    tables = copy_tables(configs_dir, target / TABLES_DIR)
+    record = AiterDir(target).provenance()
+    tables = copy_tables(configs_dir, target / TUNED_TABLES_DIR)
     record.update(
         tables=tables,
         content_sha256=content_digest(record["files"], tables),
@@ -267,6 +141,6 @@ def fetch_into(
     target = aiter_dir(resources_dir, aiter_id)
     with atomic_dir(target) as tmp:
         files, skipped = _copy_f4gemm(src_dir, tmp / F4GEMM_DIR, where)
-        tables = copy_tables(configs_dir, tmp / TABLES_DIR)
+        tables = copy_tables(configs_dir, tmp / TUNED_TABLES_DIR)
         _write_provenance(tmp, aiter_id, source, files, skipped, tables)
     return fetch_result(target, fetched=True)

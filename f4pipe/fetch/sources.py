@@ -1,5 +1,6 @@
 """aiter sources as the config names them (pypi, git, local), checked, and the aiter id each
-one gives. Light on purpose: the workflow computes the aiter id at DAG time."""
+one gives when naming it needs no network. Light on purpose: the workflow computes the aiter id
+at DAG time."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from f4pipe.aiterdir import content_id
 from f4pipe.errors import ConfigError
 
 DEFAULT_PACKAGE = "amd-aiter"
@@ -121,3 +123,19 @@ def normalized_package(package: str) -> str:
 
 def pypi_id(src: PypiSource) -> str:
     return f"pypi-{normalized_package(src.package)}-{re.sub(r'[^A-Za-z0-9._-]', '_', src.version)}"
+
+
+def git_id(commit: str) -> str:
+    return f"git-{commit[:12]}"
+
+
+def offline_id(source: Mapping[str, Any] | AiterSource) -> str | None:
+    """The aiter id a fetch of `source` produces, when naming it needs no network: None for a
+    git branch or tag, whose commit only the server knows. A local source's id is its content
+    (f4pipe.aiterdir.content_id), so the directory is hashed."""
+    src = parse_source(source)
+    if isinstance(src, PypiSource):
+        return pypi_id(src)
+    if isinstance(src, GitSource):
+        return git_id(src.rev) if HEX40.match(src.rev) else None
+    return content_id(src.path)

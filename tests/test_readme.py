@@ -1,0 +1,317 @@
+"""Every command README.md shows, run the way a user runs it: in a fresh copy of the repository,
+from a venv that holds only the project's runtime dependencies (the README's `python -m pip
+install -e .`, no extras). A command that needs a package only the test or lint extras bring in
+fails here, as it would fail for a user.
+
+The commands are read from README.md's ```sh blocks, plus the INLINE ones its text names. Each
+one is in COMMANDS: it runs as written (the files its placeholders name, such as X.co, DIR or
+shapes.csv, are put in the copy first), it runs in the form given there (a dry run of a whole
+pipeline, a placeholder filled), or it is excluded with the reason why. A README command that
+COMMANDS does not know fails test_every_readme_command_is_run_or_excluded, so the test follows
+the README.
+
+The venv is built once per set of dependencies under f4pipe's cache: the first build downloads
+and installs them (even from pip's cache, unpacking their 700 MB costs about 40 CPU-seconds),
+and later runs reuse it. The README's install line still runs each time, in the fresh copy.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_run import make_local_aiter
+
+from f4pipe.aiterdir import AiterDir
+from f4pipe.cli import COMMANDS as F4PIPE_COMMANDS
+from f4pipe.fetch import aiter_id_for
+from f4pipe.toolchain import cache_root
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
+INSTALL = "python -m pip install -e ."
+
+
+@dataclass(frozen=True)
+class Run:
+    """How the test runs a README command: `command` (default: as written) through bash in the
+    user's copy, and the exit codes that mean it worked (1 is a verdict: README "Exit codes")."""
+
+    command: str | None = None
+    codes: tuple[int, ...] = (0,)
+    why: str = ""  # why `command` differs from the README's text, when it does
+
+
+@dataclass(frozen=True)
+class Excluded:
+    why: str
+
+
+DRY_RUN = "a dry run (-n): the main job itself costs minutes of CPU; the report step runs the "
+DRY_RUN += "same Snakefile for real on one kernel"
+NEEDS_GPU = "needs a gfx950 GPU (the HIP shim commands run the same launcher here)"
+
+#: Commands the README names in its text rather than in a ```sh block, run the same way.
+INLINE = ("f4pipe --help", "nox -l", "snakemake --report report.html")
+
+#: Every README command, in the order the test runs them: before the report step (the default
+#: config, as cloned), the report step's own run, then what needs a result set.
+COMMANDS: dict[str, Run | Excluded] = {
+    INSTALL: Run(
+        f"{INSTALL} --no-compile --quiet",
+        why="no bytecode pass (Python compiles on import): half the install's CPU",
+    ),
+    "f4pipe --help": Run(),
+    "f4pipe toolchain": Run(),
+    "f4pipe fetch --source pypi|git|local ...": Run(
+        "f4pipe fetch --source pypi", why="the default config's source: the pinned wheel"
+    ),
+    "snakemake --cores 1 all": Run("snakemake -n --cores 1 all", why=DRY_RUN),
+    "snakemake --cores 4 all": Excluded(
+        "the DAG of `snakemake --cores 1 all` with more cores: that one's dry run runs"
+    ),
+    "snakemake all --cores 8 --resources gpu=1": Run(
+        "snakemake -n all --cores 8 --resources gpu=1", why=DRY_RUN
+    ),
+    "snakemake --workflow-profile workflow/profiles/slurm all --set-resources "
+    "gemm_stage:slurm_partition=gpu": Run(
+        "snakemake -n all --set-resources gemm_stage:slurm_partition=gpu",
+        why="a dry run without the Slurm profile (excluded below with the line that uses it)",
+    ),
+    "f4pipe co2asm X.co -o X.s": Run(),
+    "f4pipe assemble X.s -o X.co": Run(),
+    "f4pipe roundtrip X.co --out DIR": Run(),
+    "f4pipe hazards X.co": Run(),
+    "f4pipe gemm -m 512 -n 1024 -k 2048": Run(),
+    "f4pipe predict -m M -n N -k K": Excluded(
+        "its placeholders are the examples of 'Predicted throughput', which run"
+    ),
+    "f4pipe predict -m 4096 -n 4096 -k 4096": Run(),
+    f"f4pipe predict -m 1 -n 16384 -k 16384 --kernel {KERNEL}": Run(),
+    "f4pipe predict --shapes shapes.csv --json": Run(),
+    "f4pipe audit-tuned --shapes config/shapes/deepseek-v3.csv": Run(codes=(0, 1)),
+    "f4pipe audit-tuned --shape 1-4096,7168,2304 --cu-num 256 --predict": Run(codes=(0, 1)),
+    "f4pipe audit-tuned --shapes my-model.csv --findings -o coverage.parquet": Run(codes=(0, 1)),
+    "python -c 'from hip import hip; from f4pipe.hipshim import build_shim; "
+    'build_shim("/tmp/shim", hip.HIP_VERSION)\'': Run(),
+    "ROCM_PATH=/tmp/shim LD_LIBRARY_PATH=/tmp/shim/lib f4pipe gemm -m 32 -n 256 -k 512 "
+    "--device hip": Run(
+        "ROCM_PATH=/tmp/shim LD_LIBRARY_PATH=/tmp/shim/lib f4pipe gemm -m 32 -n 256 -k 512 "
+        "--device hip --iters 2",
+        why="the shim emulates every timed launch: 2 instead of the default 50 (20 CPU-s)",
+    ),
+    "nox -l": Run(),
+    "snakemake --report report.html": Run(),
+    "f4pipe compare OLD NEW [--json]": Run(
+        "f4pipe compare OLD NEW --json", why="`[--json]` is the notation for an option"
+    ),
+    "f4pipe compare results/archives/<old-id>/*.tar.gz results/<new-id> -o "
+    "results/compare/old__new": Run(),
+    # excluded
+    "nox -s verify": Excluded(
+        "the test suite itself (about 20 minutes, and this test is part of it); `nox -l` shows "
+        "nox and the noxfile work in the user's environment"
+    ),
+    "cat /opt/rocm/.info/version": Excluded("needs ROCm"),
+    'python -m pip install -e . "hip-python==7.0.*"': Excluded(
+        "replaces hip-python with one ROCm release's, for a ROCm machine (`nox -s hip` runs "
+        "each supported release on the HIP shim)"
+    ),
+    "f4pipe gemm -m 8192 -n 8192 -k 8192 --device hip --iters 50": Excluded(NEEDS_GPU),
+    "nox -s hardware": Excluded(NEEDS_GPU),
+    "snakemake --workflow-profile workflow/profiles/slurm all": Excluded(
+        "needs snakemake-executor-plugin-slurm and a Slurm cluster (tests/test_cluster.py runs "
+        "the DAG through a cluster executor)"
+    ),
+}
+
+
+def normalized(command: str) -> str:
+    """A command as words, comments dropped: README spacing and quoting do not matter."""
+    return shlex.join(shlex.split(command, comments=True))
+
+
+def readme_commands() -> list[str]:
+    """Every command line of README.md's ```sh blocks (comment lines dropped), then INLINE."""
+    text = README.read_text()
+    commands = []
+    for block in re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
+        commands += [normalized(line) for line in block.splitlines() if normalized(line)]
+    for command in INLINE:
+        assert f"`{command}`" in text, f"README no longer names `{command}`"
+        commands.append(normalized(command))
+    return commands
+
+
+def test_every_readme_command_is_run_or_excluded() -> None:
+    known = {normalized(c) for c in COMMANDS}
+    shown = readme_commands()
+    assert [c for c in shown if c not in known] == [], "README commands COMMANDS does not know"
+    assert sorted(known - set(shown)) == [], "COMMANDS the README no longer shows"
+    assert all(how.why for how in COMMANDS.values() if isinstance(how, Excluded))
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's environment
+
+
+def runtime_dependencies() -> list[str]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+#: Written into the venv once the README's install line has filled it.
+INSTALLED = ".f4pipe-installed"
+#: What a user's shell does not have: the test process's own package paths and settings.
+DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "AITER_ASM_DIR")
+
+
+@pytest.fixture(scope="module")
+def venv() -> Iterator[Path]:
+    """A venv for the runtime dependencies, kept under f4pipe's cache per (Python, dependency
+    list): a changed dependency makes a new one. Held under a lock while the module runs."""
+    key = repr((sys.version_info[:2], runtime_dependencies()))
+    key = hashlib.sha256(key.encode()).hexdigest()[:12]
+    root = cache_root() / "readme-venv"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / key
+    with open(root / ".lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        if not (path / INSTALLED).is_file():
+            for old in root.iterdir():
+                if old.is_dir():
+                    shutil.rmtree(old)
+            subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        yield path
+
+
+def user_env(venv: Path) -> dict[str, str]:
+    """The venv first on PATH, and no directory that holds another f4pipe."""
+    others = [
+        p for p in os.environ["PATH"].split(os.pathsep) if p and not Path(p, "f4pipe").exists()
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    env.update(
+        PATH=os.pathsep.join([str(venv / "bin"), *others]),
+        VIRTUAL_ENV=str(venv),
+        PYTHONNOUSERSITE="1",
+    )
+    return env
+
+
+def fresh_copy(dest: Path) -> Path:
+    """The repository's files as a clone has them (tracked and new, nothing ignored)."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        if (REPO / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dest / rel)
+    return dest
+
+
+@dataclass
+class User:
+    """A user's shell: the fresh copy as working directory, the venv's commands."""
+
+    cwd: Path
+    env: dict[str, str]
+    placeholders: dict[str, str]
+
+    def run(self, command: str, codes: tuple[int, ...] = (0,)) -> str:
+        for text, value in self.placeholders.items():
+            command = command.replace(text, value)
+        proc = subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        output = proc.stdout + proc.stderr
+        assert proc.returncode in codes, f"{command}: exit {proc.returncode}\n{output[-3000:]}"
+        assert "Traceback" not in output, f"{command}:\n{output[-3000:]}"
+        return output
+
+
+@pytest.fixture(scope="module")
+def user(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> User:
+    """The README's install line, run in a fresh copy with the venv's python."""
+    copy = fresh_copy(tmp_path_factory.mktemp("clone"))
+    found = User(copy, user_env(venv), {"/tmp/shim": str(tmp_path_factory.mktemp("shim"))})
+    install = COMMANDS[INSTALL]
+    assert isinstance(install, Run) and install.command
+    found.run(install.command)
+    (venv / INSTALLED).touch()
+    return found
+
+
+def fetched_f4gemm(user: User) -> Path:
+    """The code objects `f4pipe fetch --source pypi` put in the copy."""
+    return AiterDir.at(user.cwd / "resources", aiter_id_for({"kind": "pypi"})).f4gemm
+
+
+def put_inputs(user: User) -> None:
+    """The files the README's placeholders name: X.co (a real code object of the fetched aiter)
+    and the shape lists shapes.csv (predict's columns) and my-model.csv (config/shapes' form)."""
+    shutil.copyfile(fetched_f4gemm(user) / f"{KERNEL}.co", user.cwd / "X.co")
+    (user.cwd / "shapes.csv").write_text("M,N,K\n1,2112,7168\n4096,4096,4096\n")
+    (user.cwd / "my-model.csv").write_text("name,M,N,K\nqkv,1-8192,2112,7168\nout,1-64,7168,2048\n")
+
+
+def run_one_kernel_pipeline(user: User) -> None:
+    """A finished run for `snakemake --report`: the README's main job on one kernel, verify
+    only, with config/config.yaml edited as a user edits it; OLD and NEW name its result set."""
+    aiter = make_local_aiter(fetched_f4gemm(user), user.cwd / "one-kernel", (KERNEL,))
+    config_path = user.cwd / "config" / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config.update(aiter={"kind": "local", "path": str(aiter)}, device="emulator", edits=[])
+    config["verify"]["matrix"] = "smoke"
+    for stage in ("splitk", "bench", "safety", "audit_tuned"):
+        config[stage]["activate"] = False
+    config_path.write_text(yaml.safe_dump(config))
+    user.run("snakemake --cores 2 all")
+    (archived,) = (user.cwd / "results" / "archives").iterdir()
+    user.placeholders.update({"<old-id>": archived.name, "<new-id>": archived.name})
+    for name in ("OLD", "NEW"):
+        (user.cwd / name).symlink_to(user.cwd / "results" / archived.name)
+
+
+#: What the test does before a command: put its inputs in place.
+BEFORE = {
+    "f4pipe co2asm X.co -o X.s": put_inputs,
+    "snakemake --report report.html": run_one_kernel_pipeline,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.network  # the venv's first build downloads the dependencies
+def test_readme_commands_run_in_a_users_environment(user: User) -> None:
+    for readme, how in COMMANDS.items():
+        if isinstance(how, Excluded) or readme == INSTALL:  # the `user` fixture installed
+            continue
+        if readme in BEFORE:
+            BEFORE[readme](user)
+        output = user.run(how.command or readme, how.codes)
+        if readme == "f4pipe --help":
+            listed = [name for name in F4PIPE_COMMANDS if name in output]
+            assert listed == list(F4PIPE_COMMANDS)
+            user.run(" && ".join(f"f4pipe {name} --help >/dev/null" for name in F4PIPE_COMMANDS))
+    assert (user.cwd / "report.html").stat().st_size > 0
+    assert (user.cwd / "DIR" / "X.diff.txt").is_file()
