@@ -102,6 +102,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     "f4pipe predict -m 4096 -n 4096 -k 4096": Run(),
     f"f4pipe predict -m 1 -n 16384 -k 16384 --kernel {KERNEL}": Run(),
     "f4pipe predict --shapes shapes.csv --json": Run(),
+    "f4pipe predict -m 8192 -n 8192 -k 8192 --warm": Run(),
     "f4pipe audit-tuned --shapes config/shapes/deepseek-v3.csv": Run(codes=(0, 1)),
     "f4pipe audit-tuned --shape 1-4096,7168,2304 --cu-num 256 --predict": Run(codes=(0, 1)),
     "f4pipe audit-tuned --shapes my-model.csv --findings -o coverage.parquet": Run(codes=(0, 1)),
