@@ -37,6 +37,16 @@ def manifest(f4gemm_dir: Path):
     return read_manifest(f4gemm_dir)
 
 
+@pytest.fixture(scope="session")
+def base_asm(toolchain, f4gemm_dir) -> str:
+    """co2asm of the kernel the editing tests change (tests/asm_edits.py)."""
+    from asm_edits import EDITED_KERNEL
+
+    from f4pipe.co2asm import co2asm
+
+    return co2asm(f4gemm_dir / f"{EDITED_KERNEL}.co", toolchain)
+
+
 @pytest.fixture
 def result_sets(f4gemm_dir, toolchain, tmp_path_factory):
     """Result sets built once per session from real runs (tests/resultsets.py)."""

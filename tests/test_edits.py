@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from asm_edits import edited
 
 from f4pipe.cli import main
-from f4pipe.co2asm import co2asm
 from f4pipe.edits import StaticCheckError, build_edit_variant, prepare_edit
 from f4pipe.edits.checks import kernarg_read, lds_extent, registers_of, static_checks
 from f4pipe.edits.listing import read_listing
@@ -18,17 +18,6 @@ from f4pipe.manifest import read_manifest
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 STORE = "\tbuffer_store_dwordx4 v[16:19], v158, s[4:7], 0 offen\n"
-
-
-@pytest.fixture(scope="module")
-def base_asm(toolchain, f4gemm_dir) -> str:
-    return co2asm(f4gemm_dir / f"{KERNEL}.co", toolchain)
-
-
-def edited(base: str, old: str, new: str) -> str:
-    """`base` with its one occurrence of `old` replaced (the edit must hit exactly one place)."""
-    assert base.count(old) == 1, f"{old!r} occurs {base.count(old)} times"
-    return base.replace(old, new)
 
 
 def prepare(tmp_path: Path, text: str, toolchain, f4gemm_dir, name: str = "edit"):

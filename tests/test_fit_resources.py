@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from asm_edits import edited
 
 from f4pipe import gfx950
 from f4pipe.cli import main
@@ -112,16 +113,6 @@ SMALL_EDIT = (
     "\tv_add_u32 v3, v3, v14\n"
 )
 STORE = "\tbuffer_store_dword v3, v1, s[4:7], 0 offen\n"
-
-
-@pytest.fixture(scope="module")
-def base_asm(toolchain, f4gemm_dir) -> str:
-    return co2asm(f4gemm_dir / f"{KERNEL}.co", toolchain)
-
-
-def edited(base: str, old: str, new: str) -> str:
-    assert base.count(old) == 1, f"{old!r} occurs {base.count(old)} times"
-    return base.replace(old, new)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

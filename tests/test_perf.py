@@ -14,7 +14,6 @@ import pytest
 
 from f4pipe.assemble import assemble
 from f4pipe.cli import main
-from f4pipe.co2asm import co2asm
 from f4pipe.manifest import read_manifest
 from f4pipe.perf.costs import load_calibration
 from f4pipe.perf.fit import M_RANGES, by_range, measured_rows
@@ -24,11 +23,6 @@ KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 #: A shape where the 32x128 kernel's main loop dominates: 256 workgroups, K = 8192.
 SHAPE = (16 * 32, 16 * 128, 8192)
 MFMA_LINE = re.compile(r"^\tv_mfma_scale_f32_16x16x128_f8f6f4 .*$", re.M)
-
-
-@pytest.fixture(scope="module")
-def base_asm(toolchain, f4gemm_dir) -> str:
-    return co2asm(f4gemm_dir / f"{KERNEL}.co", toolchain)
 
 
 def main_loops(asm: str) -> list[tuple[int, int]]:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from f4pipe.cli import main
-from f4pipe.co2asm import co2asm
 from f4pipe.gemm import GemmRequest, run_gemm
 from f4pipe.manifest import read_manifest
 from f4pipe.matrices import Case
@@ -20,11 +19,6 @@ from f4pipe.trykernel import quick_cases, try_edit
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 FIRST_STORE = "\tbuffer_store_dwordx4 v[16:19], v158, s[4:7], 0 offen\n"
 LOAD_A, LOAD_B = "\ts_load_dword s36, s[0:1], 0x80\n", "\ts_load_dword s37, s[0:1], 0xa0\n"
-
-
-@pytest.fixture(scope="module")
-def base_asm(toolchain, f4gemm_dir) -> str:
-    return co2asm(f4gemm_dir / f"{KERNEL}.co", toolchain)
 
 
 def edited_first(base: str, old: str, new: str) -> str:
