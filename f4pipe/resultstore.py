@@ -32,7 +32,10 @@ kernel jobs that read one fetched directory would share a single entry across ke
 
 Layout: <root>/<stage>/<key[:2]>/<key>.json, one file per key holding the key's inputs and the
 rows, written atomically (concurrent jobs of one workflow or several may write the same key:
-the last rename wins and both wrote the same rows). The pipeline's store is
+the last rename wins and both wrote the same rows). A stage whose run also writes files (the
+round trip: the assembly, the rebuilt object, the verdict's text) keeps them beside the entry in
+<key>.files/, written before the entry that names them, so an entry is never read without its
+files; a run taken from the store puts them back where the run would have written them. The pipeline's store is
 <results_dir>/store (config `reuse`); commands typed by hand use one only with --store.
 """
 
@@ -48,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe import __version__
-from f4pipe.fsio import sha256_file, write_text
+from f4pipe.fsio import sha256_file, write_bytes, write_text
 from f4pipe.layout import EMULATOR_DEVICE_ID
 from f4pipe.manifest import KernelEntry
 
@@ -126,9 +129,14 @@ class ResultStore:
     def path(self, stage: str, key: str) -> Path:
         return self.root / stage / key[:2] / f"{key}.json"
 
+    def files_dir(self, stage: str, key: str) -> Path:
+        """Where the files stored with an entry live (stages whose runs write files)."""
+        return self.root / stage / key[:2] / f"{key}.files"
+
     def get(self, stage: str, key: str, inputs: Mapping[str, Any]) -> list[Row] | None:
-        """The stored rows, or None. An unreadable or mismatched entry is a miss (it is
-        overwritten by the run that follows), with one warning line on stderr."""
+        """The stored rows, or None. An unreadable or mismatched entry, or one whose files are
+        gone, is a miss (it is overwritten by the run that follows), with one warning line on
+        stderr."""
         path = self.path(stage, key)
         if not path.is_file():
             return None
@@ -136,16 +144,46 @@ class ResultStore:
             entry = json.loads(path.read_text())
             if entry["inputs"] != plain(dict(inputs)) or not isinstance(entry["rows"], list):
                 raise ValueError("its inputs are not this run's")
+            missing = [
+                name
+                for name in entry.get("files", [])
+                if not (self.files_dir(stage, key) / name).is_file()
+            ]
+            if missing:
+                raise ValueError(f"its files {', '.join(missing)} are missing")
             return [dict(row) for row in entry["rows"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"f4pipe: result store entry {path} ignored: {exc}", file=sys.stderr)
             return None
 
-    def put(self, stage: str, key: str, inputs: Mapping[str, Any], rows: list[Row]) -> None:
+    def put(
+        self,
+        stage: str,
+        key: str,
+        inputs: Mapping[str, Any],
+        rows: list[Row],
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Store `rows` (and `files`, by name, written first) under `key`."""
+        files = files or {}
+        for name, data in files.items():
+            write_bytes(self.files_dir(stage, key) / name, data)
         entry = {"format": STORE_FORMAT, "stage": stage, "inputs": plain(dict(inputs))}
+        if files:
+            entry["files"] = sorted(files)
         # allow_nan: the rows' floats come back bit for bit (only f4pipe reads the store)
         text = json.dumps({**entry, "rows": rows}, sort_keys=True, indent=1, allow_nan=True)
         write_text(self.path(stage, key), text + "\n")
+
+
+@dataclass(frozen=True)
+class StoredFiles:
+    """The files a run writes besides its rows, for a stage that stores them: `save` gives
+    them by name after a run, `restore` puts stored ones (a directory of those names) where
+    this run would have written them."""
+
+    save: Callable[[], Mapping[str, bytes]]
+    restore: Callable[[Path], None]
 
 
 def reuse_or_run(
@@ -155,21 +193,25 @@ def reuse_or_run(
     context: Mapping[str, Any],
     run: Callable[[], list[Row]],
     keep: Callable[[Row], bool] = lambda row: True,
+    files: StoredFiles | None = None,
 ) -> list[Row]:
-    """The rows of one run: stored ones with `context` put in and marked as reused, else
-    `run()`'s (stored when every row passes `keep`). Without a store: `run()`, unmarked."""
+    """The rows of one run: stored ones with `context` put in and marked as reused (and the
+    stored `files` put back), else `run()`'s (stored, with its `files`, when every row passes
+    `keep`). Without a store: `run()`, unmarked."""
     if store is None:
         return [{**row, REUSED_FROM: None, REUSE_KEY: None} for row in run()]
     key = store.key(stage, inputs)
     stored = store.get(stage, key, inputs)
     if stored is not None:
+        if files is not None:
+            files.restore(store.files_dir(stage, key))
         return [
             {**row, **_context(row, context), REUSED_FROM: _origin(row, context), REUSE_KEY: key}
             for row in stored
         ]
     rows = [{**row, REUSED_FROM: None, REUSE_KEY: key} for row in run()]
     if rows and all(keep(row) for row in rows):
-        store.put(stage, key, inputs, rows)
+        store.put(stage, key, inputs, rows, files.save() if files is not None else None)
     return rows
 
 
