@@ -35,8 +35,9 @@ rows, written atomically (concurrent jobs of one workflow or several may write t
 the last rename wins and both wrote the same rows). A stage whose run also writes files (the
 round trip: the assembly, the rebuilt object, the verdict's text) keeps them beside the entry in
 <key>.files/, written before the entry that names them, so an entry is never read without its
-files; a run taken from the store puts them back where the run would have written them. The pipeline's store is
-<results_dir>/store (config `reuse`); commands typed by hand use one only with --store.
+files; a run taken from the store puts them back where the run would have written them. The
+pipeline's store is <results_dir>/store (config `reuse`); commands typed by hand use one only
+with --store.
 """
 
 from __future__ import annotations
