@@ -12,6 +12,8 @@ The store keeps the rows a run produced under a key that is exactly what the run
   distribution, alpha, edge policy), for the safety sweep the workgroup orders, for the tuned-
   table audit the emulated shape and the orders (only the emulation is stored there: the row
   around it is the table's);
+- for a round trip (f4pipe.roundtrip, no device) the code object's sha256 and file name in
+  place of the first two: co2asm, LLVM and the equivalence check read nothing else;
 - the device identity (`device_id`), the toolchain identity (`toolchain_id`);
 - f4pipe itself: its version and a digest of its own source files, so a development checkout
   never reuses what other code computed.

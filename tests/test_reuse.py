@@ -2,8 +2,8 @@
 the emulator: a run is reused exactly when the kernel's bytes and manifest row, the run's
 parameters, the device, the toolchain and f4pipe are the same, and a reused row says so.
 
-The whole pipeline's reuse across two aiter ids (every verify, splitk and safety row, the
-report) is tests/test_pipeline.py::test_byte_identical_aiter_update_reuses_every_verdict.
+The whole pipeline's reuse across two aiter ids (every round trip, verify, splitk and safety
+row, the report) is tests/test_pipeline.py::test_byte_identical_aiter_update_reuses_every_verdict.
 """
 
 from __future__ import annotations
@@ -219,3 +219,50 @@ def test_audit_emulations_are_reused_and_the_rows_stay_the_tables(
         b.emulated, b.emu_detail, b.emu_orders, b.finding,
     )  # fmt: skip
     assert str(tmp_path / "b") in b.reproducer and str(tmp_path / "a") not in b.reproducer
+
+
+def roundtrip(co_dir: Path, store: Path, out: Path, aiter_id: str) -> pd.DataFrame:
+    """`f4pipe roundtrip --co-dir` (the pipeline's job) into `out`/ and `out`.parquet."""
+    argv = ["roundtrip", "--co-dir", str(co_dir), "--out", str(out), "--aiter-id", aiter_id]
+    assert main([*argv, "--store", str(store), "--row", f"{out}.parquet"]) == 0
+    return pd.read_parquet(f"{out}.parquet")
+
+
+def test_a_round_trip_of_the_same_bytes_is_reused_with_its_files(
+    f4gemm_dir: Path, tmp_path: Path, toolchain, capsys
+) -> None:
+    """The round trip is a function of the code object's bytes, the toolchain and f4pipe: a
+    byte-identical copy in another result set takes the row and gets the same .s, rebuilt .co
+    and verdict (its header naming this run's files); changed bytes run again; an entry whose
+    files are gone is a miss, run and stored again."""
+    store = tmp_path / "store"
+    first = roundtrip(copy_kernel(f4gemm_dir, tmp_path / "a"), store, tmp_path / "rt-a", "aiter-a")
+    assert first.reused_from.isna().all() and first.reuse_key.notna().all()
+    copy = copy_kernel(f4gemm_dir, tmp_path / "b")
+    again = roundtrip(copy, store, tmp_path / "rt-b", "aiter-b")
+    assert list(again.reused_from) == ["aiter-a"] and list(again.aiter_id) == ["aiter-b"]
+    facts = [c for c in first.columns if c not in ("aiter_id", "reused_from")]
+    pd.testing.assert_frame_equal(first[facts], again[facts])
+    for suffix in (".s", ".co"):
+        assert (tmp_path / "rt-b" / f"{KERNEL}{suffix}").read_bytes() == (
+            tmp_path / "rt-a" / f"{KERNEL}{suffix}"
+        ).read_bytes()
+    diff = (tmp_path / "rt-b" / f"{KERNEL}.diff.txt").read_text()
+    assert f"original: {copy / f'{KERNEL}.co'}\n" in diff and "verdict: EQUIVALENT" in diff
+    assert (
+        diff.replace("rt-b", "rt-a").replace(str(copy), str(tmp_path / "a"))
+        == (tmp_path / "rt-a" / f"{KERNEL}.diff.txt").read_text()
+    )
+
+    (stored,) = store.glob(f"roundtrip/*/{first.reuse_key[0]}.files")
+    (stored / "rebuilt.co").unlink()
+    capsys.readouterr()
+    rerun = roundtrip(copy, store, tmp_path / "rt-c", "aiter-b")
+    assert "its files rebuilt.co are missing" in capsys.readouterr().err
+    assert rerun.reused_from.isna().all() and (stored / "rebuilt.co").is_file()
+
+    co = copy / f"{KERNEL}.co"
+    write_text(tmp_path / "k.s", co2asm(co, toolchain))
+    assemble(tmp_path / "k.s", co, toolchain)  # other bytes, the same program
+    changed = roundtrip(copy, store, tmp_path / "rt-d", "aiter-b")
+    assert changed.reused_from.isna().all() and changed.reuse_key[0] != first.reuse_key[0]
