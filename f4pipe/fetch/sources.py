@@ -1,5 +1,5 @@
 """aiter sources as the config names them (pypi, git, local), checked, and the aiter id each
-one gives. Light on purpose: the workflow computes the aiter id at DAG time."""
+one gives. Light on purpose: `f4pipe aiter-id`, the workflow's first job, imports it."""
 
 from __future__ import annotations
 
