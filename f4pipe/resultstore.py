@@ -79,28 +79,50 @@ def f4pipe_identity() -> str:
     return f"{__version__}+src.{h.hexdigest()[:16]}"
 
 
-def kernel_identity(entry: KernelEntry, co_path: Path, device_id: str) -> dict[str, Any]:
+def kernel_identity(
+    entry: KernelEntry, co_path: Path, device_id: str, store: ResultStore | None = None
+) -> dict[str, Any]:
     """What identifies a kernel to a run: its manifest row and, read every time (a code object
     reassembled in place must not keep its old digest), what the device executes of it. On
     the emulator that is the loaded and decoded program (f4pipe.emu.program.executed_digest),
     so the rebuilt variant, which differs from aiter's bytes only where the emulator does not
     read, takes the original's rows; anywhere else (a GPU runs the bytes) the code object's
-    sha256."""
+    sha256. With `store`, the decoded program's digest is kept there too (see
+    `_executed_digest`)."""
     co_sha256 = sha256_file(co_path)
     if device_id == EMULATOR_DEVICE_ID:
-        digest = _executed_digest(co_sha256, str(co_path), entry.symbol)
+        digest = _executed_digest(co_sha256, str(co_path), entry.symbol, store)
         if digest is not None:
             return {**asdict(entry), "emulated_program": digest}
     return {**asdict(entry), "co_sha256": co_sha256}
 
 
+#: The store's stage name for executed-program digests (kernel_identity).
+PROGRAM_STAGE = "program"
+
+
 @cache
-def _executed_digest(co_sha256: str, co_path: str, symbol: str) -> str | None:
+def _executed_digest(
+    co_sha256: str, co_path: str, symbol: str, store: ResultStore | None
+) -> str | None:
     """executed_digest of the bytes at `co_path`, which hash to `co_sha256`: a stage asks once
-    per run, and a kernel's runs in one process decode it once (new bytes, a new entry)."""
+    per run, and a kernel's runs in one process decode it once (new bytes, a new entry). The
+    digest is a function of those bytes, the symbol and f4pipe, so with a store it is kept
+    there under them: a job whose runs all come from the store (an update with unchanged code
+    objects) decodes no kernel, which would otherwise be most of its work."""
     from f4pipe.emu.program import executed_digest
 
-    return executed_digest(co_path, symbol)
+    if store is None:
+        return executed_digest(co_path, symbol)
+    inputs = {"co_sha256": co_sha256, "symbol": symbol, "f4pipe": f4pipe_identity()}
+    key = store.key(PROGRAM_STAGE, inputs)
+    stored = store.get(PROGRAM_STAGE, key, inputs)
+    if stored:
+        return stored[0]["emulated_program"]
+    digest = executed_digest(co_path, symbol)
+    if digest is not None:
+        store.put(PROGRAM_STAGE, key, inputs, [{"emulated_program": digest}])
+    return digest
 
 
 def plain(value: Any) -> Any:
