@@ -109,20 +109,24 @@ def _executed_digest(
     per run, and a kernel's runs in one process decode it once (new bytes, a new entry). The
     digest is a function of those bytes, the symbol and f4pipe, so with a store it is kept
     there under them: a job whose runs all come from the store (an update with unchanged code
-    objects) decodes no kernel, which would otherwise be most of its work."""
-    from f4pipe.emu.program import executed_digest
-
+    objects) decodes no kernel, and does not even import the emulator."""
     if store is None:
-        return executed_digest(co_path, symbol)
+        return _decoded_digest(co_path, symbol)
     inputs = {"co_sha256": co_sha256, "symbol": symbol, "f4pipe": f4pipe_identity()}
     key = store.key(PROGRAM_STAGE, inputs)
     stored = store.get(PROGRAM_STAGE, key, inputs)
     if stored:
         return stored[0]["emulated_program"]
-    digest = executed_digest(co_path, symbol)
+    digest = _decoded_digest(co_path, symbol)
     if digest is not None:
         store.put(PROGRAM_STAGE, key, inputs, [{"emulated_program": digest}])
     return digest
+
+
+def _decoded_digest(co_path: str, symbol: str) -> str | None:
+    from f4pipe.emu.program import executed_digest
+
+    return executed_digest(co_path, symbol)
 
 
 def plain(value: Any) -> Any:

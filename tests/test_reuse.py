@@ -19,6 +19,7 @@ import pytest
 from f4pipe.assemble import assemble
 from f4pipe.cli import main
 from f4pipe.co2asm import co2asm
+from f4pipe.emu.program import executed_digest
 from f4pipe.fetch import extract_wheel_file
 from f4pipe.fsio import write_text
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
@@ -63,6 +64,14 @@ def test_a_fresh_run_is_stored_and_marked_as_run_here(first_run) -> None:
     stored = json.loads(entry.read_text())
     assert stored["inputs"]["kernel"]["co_name"] == f"{KERNEL}.co"
     assert stored["inputs"]["request"]["m"] == 32 and stored["rows"][0]["aiter_id"] == "aiter-a"
+    # the decoded program's digest is kept too, so a job that only reuses decodes nothing
+    (program,) = store.glob("program/*/*.json")
+    digest = json.loads(program.read_text())["rows"][0]["emulated_program"]
+    co_dir = first_run[0]
+    assert digest == executed_digest(
+        co_dir / f"{KERNEL}.co", read_manifest(co_dir).get(KERNEL).symbol
+    )
+    assert stored["inputs"]["kernel"]["emulated_program"] == digest
 
 
 def test_byte_identical_kernel_of_another_result_set_is_reused(
