@@ -26,7 +26,15 @@ from f4pipe.errors import ToolchainError
 from f4pipe.fsio import sha256_file, write_bytes, write_text
 from f4pipe.manifest import read_manifest
 from f4pipe.parallel import map_ordered
-from f4pipe.resultstore import ResultStore, Row, StoredFiles, f4pipe_identity, reuse_or_run
+from f4pipe.resultstore import (
+    REUSE_KEY,
+    REUSED_FROM,
+    ResultStore,
+    Row,
+    StoredFiles,
+    f4pipe_identity,
+    reuse_or_run,
+)
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.toolchain import Toolchain
 
@@ -75,6 +83,9 @@ class RoundTrip:
             "detail": "; ".join([*eq.problems, *(f"explained: {e}" for e in eq.explained_layout)]),
             "hazards": self.hazards,
             "hazard_detail": self.hazard_detail,
+            # a round trip that ran, with no store (roundtrip_row marks stored ones)
+            REUSED_FROM: None,
+            REUSE_KEY: None,
         }
 
 
