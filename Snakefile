@@ -22,4 +22,6 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
+        AITER_ID_FACT,
+        DEVICE_FACT,
         get_final_outputs,

@@ -190,7 +190,7 @@ def _stored_emulation(
     inputs: dict[str, Any] = {}
     if store is not None:
         inputs = {
-            "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID),
+            "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID, store),
             "shape": shape,
             "orders": list(orders),
             "device_id": EMULATOR_DEVICE_ID,

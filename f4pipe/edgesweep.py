@@ -303,7 +303,7 @@ def sweep(
         inputs = {}
         if store is not None:
             inputs = {
-                "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID),
+                "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID, store),
                 "orders": list(orders),
                 "device_id": EMULATOR_DEVICE_ID,
                 "toolchain_id": keys.toolchain_id,

@@ -11,7 +11,8 @@ A result set is `results/<aiter-id>/`:
     roundtrip/<kernel>.{s,co,diff.txt}   variants/<variant>/   edits/<edit>.{diff.txt,json}
     report/{index.html,summary.md,*.png}
 
-and a fetched aiter is `resources/aiter/<aiter-id>/{f4gemm/, configs/, provenance.json}`.
+with `archives/`, `store/` and `facts/` beside the result sets, and a fetched aiter is
+`resources/aiter/<aiter-id>/{f4gemm/, configs/, provenance.json}`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,21 @@ EDITS_DIR = "edits"
 #: (f4pipe.resultstore; config `reuse.store` overrides where it lives).
 ARCHIVES_DIR = "archives"
 STORE_DIR = "store"
+#: Beside them too: the facts the workflow's first jobs find about the aiter source and the
+#: machine (f4pipe.facts), one small JSON file each.
+FACTS_DIR = "facts"
+
+
+def aiter_id_fact_file(source_key: str) -> str:
+    """The aiter id fact of one configured source (f4pipe.facts.source_key)."""
+    return f"aiter-id-{source_key}.json"
+
+
+def device_fact_file(kind: str) -> str:
+    """The device fact of one configured device kind."""
+    return f"device-{kind}.json"
+
+
 #: device_id of rows that no device produced (kernels, roundtrip).
 NO_DEVICE = "none"
 
@@ -86,6 +102,12 @@ DEFAULT_RESOURCES_DIR = "resources"
 DEFAULT_RESULTS_DIR = "results"
 #: `resources/aiter/<aiter-id>/`: below the config's resources_dir.
 AITER_RESOURCES_DIR = "aiter"
+
+
+#: What an aiter id looks like (f4pipe.fetch: `pypi-<package>-<version>`, `git-<12 hex>`,
+#: `local-<12 hex>`): the workflow's `{aiter_id}` wildcard, which must not match the
+#: directories beside the result sets (archives, store, facts).
+AITER_ID_PATTERN = r"(?:pypi|git|local)-[A-Za-z0-9._-]+"
 
 
 def aiter_dir(resources_dir: str | Path, aiter_id: str) -> Path:

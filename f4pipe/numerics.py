@@ -3,21 +3,40 @@ the B pre-shuffle and the scale padding + shuffle.
 
 Everything that turns logical matrices into the bytes a kernel reads lives here, once: the
 launcher, the emulator's tests, the reference and the reports import it. Conversions go through
-ml_dtypes (float4_e2m1fn, float8_e8m0fnu, bfloat16) rather than hand tables. The shuffles are the
-seed README's index maps written as numpy reshape/transpose, so they are whole-array operations
-(the element-wise maps are the tests' oracle).
+ml_dtypes (float4_e2m1fn, float8_e8m0fnu, bfloat16) rather than hand tables, imported on the
+first conversion: the import takes about 2 CPU-seconds, which a stage job whose rows all come
+from the result store, or a command that only plans, never needs. The shuffles are the seed
+README's index maps written as numpy reshape/transpose, so they are whole-array operations (the
+element-wise maps are the tests' oracle).
 """
 
 from __future__ import annotations
 
-import ml_dtypes
+from functools import cache
+from typing import NamedTuple
+
 import numpy as np
 
 from f4pipe.errors import ShapeError
 
-FP4 = np.dtype(ml_dtypes.float4_e2m1fn)
-E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
-BF16 = np.dtype(ml_dtypes.bfloat16)
+
+class _MxDtypes(NamedTuple):
+    fp4: np.dtype
+    e8m0: np.dtype
+    bf16: np.dtype
+
+
+@cache
+def _dtypes() -> _MxDtypes:
+    """FP4 e2m1, E8M0 and bfloat16 as numpy dtypes (ml_dtypes, imported here once)."""
+    import ml_dtypes
+
+    return _MxDtypes(
+        np.dtype(ml_dtypes.float4_e2m1fn),
+        np.dtype(ml_dtypes.float8_e8m0fnu),
+        np.dtype(ml_dtypes.bfloat16),
+    )
+
 
 #: Elements of K sharing one E8M0 scale (MX block size).
 SCALE_BLOCK = 32
@@ -43,28 +62,28 @@ def round_up(value: int, multiple: int) -> int:
 def fp4_to_float(codes: np.ndarray) -> np.ndarray:
     """FP4 e2m1 codes (uint8, low 4 bits used) -> float64 values."""
     codes = np.asarray(codes, dtype=np.uint8)
-    return (codes & 0x0F).view(FP4).astype(np.float64)
+    return (codes & 0x0F).view(_dtypes().fp4).astype(np.float64)
 
 
 def float_to_fp4(values: np.ndarray) -> np.ndarray:
     """float values -> FP4 e2m1 codes (uint8), rounding to nearest even, saturating at 6."""
-    return np.asarray(values, dtype=np.float32).astype(FP4).view(np.uint8)
+    return np.asarray(values, dtype=np.float32).astype(_dtypes().fp4).view(np.uint8)
 
 
 def e8m0_to_float(codes: np.ndarray) -> np.ndarray:
     """E8M0 scale bytes -> float64: 2^(e-127); 0x00 is 2^-127 and 0xFF is NaN."""
-    return np.asarray(codes, dtype=np.uint8).view(E8M0).astype(np.float64)
+    return np.asarray(codes, dtype=np.uint8).view(_dtypes().e8m0).astype(np.float64)
 
 
 def bf16_bits_to_float(bits: np.ndarray) -> np.ndarray:
     """bf16 bit patterns (uint16) -> float64 values (exact)."""
-    return np.asarray(bits, dtype=np.uint16).view(BF16).astype(np.float64)
+    return np.asarray(bits, dtype=np.uint16).view(_dtypes().bf16).astype(np.float64)
 
 
 def float_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """float values -> bf16 bit patterns (uint16), round to nearest even from float32 (the
     kernels convert f32 accumulators; float64 input is rounded to f32 first)."""
-    return np.asarray(values, dtype=np.float32).astype(BF16).view(np.uint16)
+    return np.asarray(values, dtype=np.float32).astype(_dtypes().bf16).view(np.uint16)
 
 
 # --- nibble packing ----------------------------------------------------------------------------

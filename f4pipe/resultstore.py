@@ -12,6 +12,8 @@ The store keeps the rows a run produced under a key that is exactly what the run
   distribution, alpha, edge policy), for the safety sweep the workgroup orders, for the tuned-
   table audit the emulated shape and the orders (only the emulation is stored there: the row
   around it is the table's);
+- for a round trip (f4pipe.roundtrip, no device) the code object's sha256 and file name in
+  place of the first two: co2asm, LLVM and the equivalence check read nothing else;
 - the device identity (`device_id`), the toolchain identity (`toolchain_id`);
 - f4pipe itself: its version and a digest of its own source files, so a development checkout
   never reuses what other code computed.
@@ -32,8 +34,12 @@ kernel jobs that read one fetched directory would share a single entry across ke
 
 Layout: <root>/<stage>/<key[:2]>/<key>.json, one file per key holding the key's inputs and the
 rows, written atomically (concurrent jobs of one workflow or several may write the same key:
-the last rename wins and both wrote the same rows). The pipeline's store is
-<results_dir>/store (config `reuse`); commands typed by hand use one only with --store.
+the last rename wins and both wrote the same rows). A stage whose run also writes files (the
+round trip: the assembly, the rebuilt object, the verdict's text) keeps them beside the entry in
+<key>.files/, written before the entry that names them, so an entry is never read without its
+files; a run taken from the store puts them back where the run would have written them. The
+pipeline's store is <results_dir>/store (config `reuse`); commands typed by hand use one only
+with --store.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe import __version__
-from f4pipe.fsio import sha256_file, write_text
+from f4pipe.fsio import sha256_file, write_bytes, write_text
 from f4pipe.layout import EMULATOR_DEVICE_ID
 from f4pipe.manifest import KernelEntry
 
@@ -73,25 +79,51 @@ def f4pipe_identity() -> str:
     return f"{__version__}+src.{h.hexdigest()[:16]}"
 
 
-def kernel_identity(entry: KernelEntry, co_path: Path, device_id: str) -> dict[str, Any]:
+def kernel_identity(
+    entry: KernelEntry, co_path: Path, device_id: str, store: ResultStore | None = None
+) -> dict[str, Any]:
     """What identifies a kernel to a run: its manifest row and, read every time (a code object
     reassembled in place must not keep its old digest), what the device executes of it. On
     the emulator that is the loaded and decoded program (f4pipe.emu.program.executed_digest),
     so the rebuilt variant, which differs from aiter's bytes only where the emulator does not
     read, takes the original's rows; anywhere else (a GPU runs the bytes) the code object's
-    sha256."""
+    sha256. With `store`, the decoded program's digest is kept there too (see
+    `_executed_digest`)."""
     co_sha256 = sha256_file(co_path)
     if device_id == EMULATOR_DEVICE_ID:
-        digest = _executed_digest(co_sha256, str(co_path), entry.symbol)
+        digest = _executed_digest(co_sha256, str(co_path), entry.symbol, store)
         if digest is not None:
             return {**asdict(entry), "emulated_program": digest}
     return {**asdict(entry), "co_sha256": co_sha256}
 
 
+#: The store's stage name for executed-program digests (kernel_identity).
+PROGRAM_STAGE = "program"
+
+
 @cache
-def _executed_digest(co_sha256: str, co_path: str, symbol: str) -> str | None:
+def _executed_digest(
+    co_sha256: str, co_path: str, symbol: str, store: ResultStore | None
+) -> str | None:
     """executed_digest of the bytes at `co_path`, which hash to `co_sha256`: a stage asks once
-    per run, and a kernel's runs in one process decode it once (new bytes, a new entry)."""
+    per run, and a kernel's runs in one process decode it once (new bytes, a new entry). The
+    digest is a function of those bytes, the symbol and f4pipe, so with a store it is kept
+    there under them: a job whose runs all come from the store (an update with unchanged code
+    objects) decodes no kernel, and does not even import the emulator."""
+    if store is None:
+        return _decoded_digest(co_path, symbol)
+    inputs = {"co_sha256": co_sha256, "symbol": symbol, "f4pipe": f4pipe_identity()}
+    key = store.key(PROGRAM_STAGE, inputs)
+    stored = store.get(PROGRAM_STAGE, key, inputs)
+    if stored:
+        return stored[0]["emulated_program"]
+    digest = _decoded_digest(co_path, symbol)
+    if digest is not None:
+        store.put(PROGRAM_STAGE, key, inputs, [{"emulated_program": digest}])
+    return digest
+
+
+def _decoded_digest(co_path: str, symbol: str) -> str | None:
     from f4pipe.emu.program import executed_digest
 
     return executed_digest(co_path, symbol)
@@ -126,9 +158,14 @@ class ResultStore:
     def path(self, stage: str, key: str) -> Path:
         return self.root / stage / key[:2] / f"{key}.json"
 
+    def files_dir(self, stage: str, key: str) -> Path:
+        """Where the files stored with an entry live (stages whose runs write files)."""
+        return self.root / stage / key[:2] / f"{key}.files"
+
     def get(self, stage: str, key: str, inputs: Mapping[str, Any]) -> list[Row] | None:
-        """The stored rows, or None. An unreadable or mismatched entry is a miss (it is
-        overwritten by the run that follows), with one warning line on stderr."""
+        """The stored rows, or None. An unreadable or mismatched entry, or one whose files are
+        gone, is a miss (it is overwritten by the run that follows), with one warning line on
+        stderr."""
         path = self.path(stage, key)
         if not path.is_file():
             return None
@@ -136,16 +173,46 @@ class ResultStore:
             entry = json.loads(path.read_text())
             if entry["inputs"] != plain(dict(inputs)) or not isinstance(entry["rows"], list):
                 raise ValueError("its inputs are not this run's")
+            missing = [
+                name
+                for name in entry.get("files", [])
+                if not (self.files_dir(stage, key) / name).is_file()
+            ]
+            if missing:
+                raise ValueError(f"its files {', '.join(missing)} are missing")
             return [dict(row) for row in entry["rows"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"f4pipe: result store entry {path} ignored: {exc}", file=sys.stderr)
             return None
 
-    def put(self, stage: str, key: str, inputs: Mapping[str, Any], rows: list[Row]) -> None:
+    def put(
+        self,
+        stage: str,
+        key: str,
+        inputs: Mapping[str, Any],
+        rows: list[Row],
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Store `rows` (and `files`, by name, written first) under `key`."""
+        files = files or {}
+        for name, data in files.items():
+            write_bytes(self.files_dir(stage, key) / name, data)
         entry = {"format": STORE_FORMAT, "stage": stage, "inputs": plain(dict(inputs))}
+        if files:
+            entry["files"] = sorted(files)
         # allow_nan: the rows' floats come back bit for bit (only f4pipe reads the store)
         text = json.dumps({**entry, "rows": rows}, sort_keys=True, indent=1, allow_nan=True)
         write_text(self.path(stage, key), text + "\n")
+
+
+@dataclass(frozen=True)
+class StoredFiles:
+    """The files a run writes besides its rows, for a stage that stores them: `save` gives
+    them by name after a run, `restore` puts stored ones (a directory of those names) where
+    this run would have written them."""
+
+    save: Callable[[], Mapping[str, bytes]]
+    restore: Callable[[Path], None]
 
 
 def reuse_or_run(
@@ -155,21 +222,25 @@ def reuse_or_run(
     context: Mapping[str, Any],
     run: Callable[[], list[Row]],
     keep: Callable[[Row], bool] = lambda row: True,
+    files: StoredFiles | None = None,
 ) -> list[Row]:
-    """The rows of one run: stored ones with `context` put in and marked as reused, else
-    `run()`'s (stored when every row passes `keep`). Without a store: `run()`, unmarked."""
+    """The rows of one run: stored ones with `context` put in and marked as reused (and the
+    stored `files` put back), else `run()`'s (stored, with its `files`, when every row passes
+    `keep`). Without a store: `run()`, unmarked."""
     if store is None:
         return [{**row, REUSED_FROM: None, REUSE_KEY: None} for row in run()]
     key = store.key(stage, inputs)
     stored = store.get(stage, key, inputs)
     if stored is not None:
+        if files is not None:
+            files.restore(store.files_dir(stage, key))
         return [
             {**row, **_context(row, context), REUSED_FROM: _origin(row, context), REUSE_KEY: key}
             for row in stored
         ]
     rows = [{**row, REUSED_FROM: None, REUSE_KEY: key} for row in run()]
     if rows and all(keep(row) for row in rows):
-        store.put(stage, key, inputs, rows)
+        store.put(stage, key, inputs, rows, files.save() if files is not None else None)
     return rows
 
 

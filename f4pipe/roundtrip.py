@@ -4,6 +4,12 @@ Per kernel it writes `<out>/<stem>.s`, `<out>/<stem>.co` (rebuilt) and `<out>/<s
 (the readable verdict), and returns one roundtrip.parquet row. For gfx950 objects the row also
 carries the static timing check of the rebuilt object (f4pipe.emu.hazards: s_waitcnt counters
 and wait states over every path), so an edit's round trip shows a hazard before anything runs.
+
+A round trip is a function of the code object's bytes (and name, which the assembly's header
+names), the toolchain and f4pipe, so with a result store (f4pipe.resultstore) a round trip done
+before is reused: its row, and its .s, rebuilt .co and verdict text put back in `<out>` (the
+verdict's header names this run's paths). `roundtrip_dir` runs every kernel of a manifest, over
+forked worker processes (f4pipe.parallel): the pipeline's one job per variant.
 """
 
 from __future__ import annotations
@@ -17,9 +23,24 @@ from f4pipe.assemble import assemble
 from f4pipe.co2asm import check_reassembles, co2asm_with_listing
 from f4pipe.equivalence import Equivalence, compare
 from f4pipe.errors import ToolchainError
-from f4pipe.fsio import sha256_file, write_text
+from f4pipe.fsio import sha256_file, write_bytes, write_text
+from f4pipe.manifest import read_manifest
+from f4pipe.parallel import map_ordered
+from f4pipe.resultstore import (
+    REUSE_KEY,
+    REUSED_FROM,
+    ResultStore,
+    Row,
+    StoredFiles,
+    f4pipe_identity,
+    reuse_or_run,
+)
 from f4pipe.schemas import ArtifactKeys
 from f4pipe.toolchain import Toolchain
+
+#: The result store's stage name for round trips, and the files an entry keeps.
+STORE_STAGE = "roundtrip"
+STORED_ASM, STORED_REBUILT, STORED_SUMMARY = "asm.s", "rebuilt.co", "summary.txt"
 
 
 @dataclass
@@ -62,6 +83,9 @@ class RoundTrip:
             "detail": "; ".join([*eq.problems, *(f"explained: {e}" for e in eq.explained_layout)]),
             "hazards": self.hazards,
             "hazard_detail": self.hazard_detail,
+            # a round trip that ran, with no store (roundtrip_row marks stored ones)
+            REUSED_FROM: None,
+            REUSE_KEY: None,
         }
 
 
@@ -110,8 +134,7 @@ def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) ->
             path.unlink(missing_ok=True)
         raise
     hazards, hazard_detail = static_hazards(rebuilt)
-    header = f"original: {co_path}\nrebuilt:  {rebuilt}\ntoolchain: {toolchain.toolchain_id}\n"
-    write_text(diff_path, header + eq.summary())
+    write_text(diff_path, diff_header(co_path, rebuilt, toolchain.toolchain_id) + eq.summary())
     return RoundTrip(
         original=co_path,
         asm=asm_path,
@@ -123,4 +146,82 @@ def roundtrip(co_path: str | Path, out_dir: str | Path, toolchain: Toolchain) ->
         check_seconds=t3 - t2,
         hazards=hazards,
         hazard_detail=hazard_detail,
+    )
+
+
+def diff_header(original: Path, rebuilt: Path, toolchain_id: str) -> str:
+    """The lines of a verdict's text that name this run's files (the rest is the summary)."""
+    return f"original: {original}\nrebuilt:  {rebuilt}\ntoolchain: {toolchain_id}\n"
+
+
+def output_paths(co_path: Path, out_dir: Path) -> tuple[Path, Path, Path]:
+    """(assembly, rebuilt object, verdict text) a round trip of `co_path` writes in `out_dir`."""
+    stem = co_path.stem
+    return out_dir / f"{stem}.s", out_dir / f"{stem}.co", out_dir / f"{stem}.diff.txt"
+
+
+def roundtrip_row(
+    co_path: str | Path,
+    out_dir: str | Path,
+    toolchain: Toolchain,
+    keys: ArtifactKeys,
+    store: ResultStore | None = None,
+) -> Row:
+    """The roundtrip row of one code object, its files written in `out_dir`: taken from
+    `store` when it holds a round trip of the same bytes and name with the same toolchain and
+    f4pipe, else run (and stored)."""
+    co_path, out_dir = Path(co_path), Path(out_dir)
+    asm, rebuilt, diff = output_paths(co_path, out_dir)
+    header = diff_header(co_path, rebuilt, toolchain.toolchain_id)
+    inputs: dict[str, str] = {}
+    if store is not None:
+        inputs = {
+            "co_sha256": sha256_file(co_path),
+            "co_name": co_path.name,
+            "toolchain_id": toolchain.toolchain_id,
+            "f4pipe": f4pipe_identity(),
+        }
+
+    def save() -> dict[str, bytes]:
+        summary = diff.read_text().removeprefix(header)
+        return {
+            STORED_ASM: asm.read_bytes(),
+            STORED_REBUILT: rebuilt.read_bytes(),
+            STORED_SUMMARY: summary.encode(),
+        }
+
+    def restore(stored: Path) -> None:
+        write_bytes(asm, (stored / STORED_ASM).read_bytes())
+        write_bytes(rebuilt, (stored / STORED_REBUILT).read_bytes())
+        write_text(diff, header + (stored / STORED_SUMMARY).read_text())
+
+    (row,) = reuse_or_run(
+        store,
+        STORE_STAGE,
+        inputs,
+        {"aiter_id": keys.aiter_id},
+        lambda: [roundtrip(co_path, out_dir, toolchain).row(keys)],
+        files=StoredFiles(save=save, restore=restore),
+    )
+    return row
+
+
+def roundtrip_dir(
+    co_dir: str | Path,
+    out_dir: str | Path,
+    toolchain: Toolchain,
+    keys: ArtifactKeys,
+    store: ResultStore | None = None,
+    workers: int = 1,
+) -> list[Row]:
+    """The roundtrip rows of every code object a manifest lists, in its order, the round trips
+    spread over `workers` forked processes."""
+    manifest = read_manifest(co_dir)
+    if store is not None:
+        f4pipe_identity()  # once, before the workers fork
+    return map_ordered(
+        lambda entry: roundtrip_row(manifest.co_path(entry), out_dir, toolchain, keys, store),
+        list(manifest),
+        workers=workers,
+        label="roundtrip",
     )

@@ -66,6 +66,14 @@ KERNELS = with_keys(
     pa.field("code_object_version", pa.int32(), nullable=False),
 )
 
+#: Where a row came from (f4pipe.resultstore): `reused_from` is the aiter id whose run produced
+#: a row taken from the result store, `<aiter id>/<variant>` when that run was another variant's
+#: (null: it ran here), `reuse_key` the store key (null: no store was used).
+_REUSE_FIELDS: list[pa.Field] = [
+    pa.field("reused_from", pa.string()),
+    pa.field("reuse_key", pa.string()),
+]
+
 ROUNDTRIP = with_keys(
     pa.field("kernel", pa.string(), nullable=False),
     pa.field("co_name", pa.string(), nullable=False),
@@ -91,6 +99,7 @@ ROUNDTRIP = with_keys(
     # static timing findings of the rebuilt object (null: not gfx950 or not decodable)
     pa.field("hazards", pa.int64()),
     pa.field("hazard_detail", pa.string()),
+    *_REUSE_FIELDS,
 )
 
 
@@ -209,14 +218,6 @@ _ERROR_FIELDS: list[pa.Field] = [
     pa.field("seconds", pa.float64()),  # wall time of the run (host + device)
     pa.field("hazards", pa.int64()),
     pa.field("advisories", pa.int64()),
-]
-
-#: Where a row came from (f4pipe.resultstore): `reused_from` is the aiter id whose run produced
-#: a row taken from the result store, `<aiter id>/<variant>` when that run was another variant's
-#: (null: it ran here), `reuse_key` the store key (null: no store was used).
-_REUSE_FIELDS: list[pa.Field] = [
-    pa.field("reused_from", pa.string()),
-    pa.field("reuse_key", pa.string()),
 ]
 
 VERIFY = with_keys(*_GEMM_CASE_FIELDS, *_ERROR_FIELDS, *_REUSE_FIELDS)
@@ -412,7 +413,7 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     # every bench column from the cycle model's on was added after the first release
     "bench": tuple(BENCH.names[BENCH.names.index("us_pred") :]),
-    "roundtrip": ("hazards", "hazard_detail"),
+    "roundtrip": ("hazards", "hazard_detail", "reused_from", "reuse_key"),
     "verify": ("hazards", "advisories", "reused_from", "reuse_key"),
     "splitk": ("hazards", "advisories", "reused_from", "reuse_key"),
     "safety": ("reused_from", "reuse_key"),

@@ -272,7 +272,7 @@ def _stored(
     inputs = {}
     if store is not None:
         inputs = {
-            "kernel": kernel_identity(entry, manifest.co_path(entry), device.device_id),
+            "kernel": kernel_identity(entry, manifest.co_path(entry), device.device_id, store),
             "request": _request(settings, case, log2),
             "device_id": device.device_id,
             "toolchain_id": settings.keys.toolchain_id,

@@ -19,7 +19,7 @@ from workflow_run import (
     write_nop_edit,
 )
 
-from f4pipe.layout import EVERY_KERNEL
+from f4pipe.layout import ARCHIVES_DIR, EVERY_KERNEL, FACTS_DIR, STORE_DIR
 from f4pipe.manifest import MANIFEST_NAME, read_manifest
 
 
@@ -39,9 +39,14 @@ def pipeline_run(f4gemm_dir: Path, tmp_path_factory, toolchain) -> Path:
     return workdir
 
 
+#: What results/ holds beside the result sets.
+BESIDE_SETS = (ARCHIVES_DIR, STORE_DIR, FACTS_DIR)
+
+
 def results_dir(workdir: Path) -> Path:
-    """The one result set of the first run (results/ also holds archives/ and the store)."""
-    (only,) = (p for p in (workdir / "results").iterdir() if p.name not in ("archives", "store"))
+    """The one result set of the first run (results/ also holds archives/, the store and the
+    facts)."""
+    (only,) = (p for p in (workdir / "results").iterdir() if p.name not in BESIDE_SETS)
     return only
 
 
@@ -151,7 +156,16 @@ def test_changed_aiter_source_reruns_under_a_new_id(pipeline_run: Path, f4gemm_d
     use_config(pipeline_run, aiter={"kind": "local", "path": "aiter2/hsa"})
     proc = snakemake(pipeline_run, "all", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # the new source's id is a fact its job finds (nothing is hashed while parsing): that job
+    # is planned, and once it ran the dry run plans the new id's set
+    assert "checkpoint aiter_id:" in proc.stdout + proc.stderr
+    assert "rule toolchain:" not in proc.stdout + proc.stderr
+    proc = snakemake(pipeline_run, "all", "--until", "aiter_id")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = snakemake(pipeline_run, "all", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
+    assert "checkpoint aiter_id:" not in out
     planned = set(re.findall(r"results/(local-[0-9a-f]{12})/", out))
     assert planned and before not in planned
     assert re.search(r"(checkpoint|rule) fetch:", out) and "rule toolchain:" in out
@@ -172,8 +186,9 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
     pipeline_run: Path, f4gemm_dir: Path
 ) -> None:
     """A second aiter id whose code objects are byte-identical (its manifest only gained a
-    blank line, so its content-digest id differs) takes every verify, splitk and safety row
-    from the result store; the rows and the report say so; the report is otherwise the same.
+    blank line, so its content-digest id differs) takes every round trip (with its files) and
+    every verify, splitk and safety row from the result store; the rows and the report say so;
+    the report is otherwise the same.
     Runs last: it adds a second result set to the module's working directory."""
     first = results_dir(pipeline_run)
     aiter = pipeline_run / "aiter-update"
@@ -184,11 +199,9 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
     proc = snakemake(pipeline_run, "all")
     assert proc.returncode == 0, proc.stderr[-4000:]
     (second,) = (
-        p
-        for p in (pipeline_run / "results").iterdir()
-        if p.name not in ("archives", "store", first.name)
+        p for p in (pipeline_run / "results").iterdir() if p.name not in (*BESIDE_SETS, first.name)
     )
-    for table in ("verify", "splitk", "safety"):
+    for table in ("roundtrip", "verify", "splitk", "safety"):
         old = pd.read_parquet(first / f"{table}.parquet")
         new = pd.read_parquet(second / f"{table}.parquet")
         assert len(new) == len(old), table  # splitk: none of KERNELS is a splitK kernel
@@ -196,7 +209,7 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
         # in the first set original and rebuilt execute the same decoded program: a run ran
         # for one variant and the other took its row ("<set>/<variant>"), unless the two jobs
         # ran at once (--cores 2) and both missed
-        if "variant" not in old.columns:  # safety: the original objects only
+        if "variant" not in old.columns:  # roundtrip, safety: the original objects only
             assert old.reused_from.isna().all(), table
         for _, runs in old.groupby("reuse_key") if "variant" in old.columns else ():
             ran = runs[runs.reused_from.isna()]
@@ -210,9 +223,17 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
         pd.testing.assert_frame_equal(old[facts], new[facts])
     log = pipeline_run / "logs" / second.name / "safety" / "original" / f"{EVERY_KERNEL}.log"
     assert f"reused from the result store results/store (run in {first.name})" in log.read_text()
+    for old_file in sorted((first / "roundtrip").iterdir()):  # the files came back too
+        new_file = second / "roundtrip" / old_file.name
+        if old_file.suffix == ".txt":  # the verdict's header names each set's files
+            assert new_file.read_text().replace(second.name, first.name) == old_file.read_text()
+        else:
+            assert new_file.read_bytes() == old_file.read_bytes(), old_file.name
     old_md = (first / "report" / "summary.md").read_text()
     new_md = (second / "report" / "summary.md").read_text()
-    rows = sum(len(pd.read_parquet(first / f"{t}.parquet")) for t in ("verify", "safety"))
+    rows = sum(
+        len(pd.read_parquet(first / f"{t}.parquet")) for t in ("roundtrip", "verify", "safety")
+    )
     within = int(pd.read_parquet(first / "verify.parquet").reused_from.notna().sum())
     if within:
         assert f"{within} of {rows} rows the result store keys reused" in old_md

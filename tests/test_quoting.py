@@ -4,6 +4,7 @@ option strings the input functions build)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from f4pipe.layout import FACTS_DIR, table_file
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,11 +40,22 @@ def test_hostile_paths_in_the_config_are_names_not_commands(f4gemm_dir: Path, tm
     (work / "config.yaml").write_text(yaml.safe_dump(config))
     cmd = [
         sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work),
-        "--configfile", str(work / "config.yaml"), "--cores", "1", "kernels",
+        "--configfile", str(work / "config.yaml"), "--cores", "1",
     ]  # fmt: skip
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=work)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def snakemake(*args: str) -> None:
+        proc = subprocess.run(
+            [*cmd, *args], capture_output=True, text=True, timeout=600, env=env, cwd=work
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # the aiter id is a fact a job finds (f4pipe.facts): that job first, then the kernels table
+    # of the id it found
+    snakemake("all", "--until", "aiter_id")
+    (fact,) = (odd / "results" / FACTS_DIR).glob("aiter-id-*.json")
+    aiter_id = json.loads(fact.read_text())["aiter_id"]
+    snakemake(f"{HOSTILE}/results/{aiter_id}/{table_file('kernels')}")
     assert not [p for p in tmp_path.rglob("pwned*")], "a config value ran as a command"
     (table,) = (odd / "results").glob("*/kernels.parquet")
     assert table.stat().st_size > 0

@@ -2,8 +2,8 @@
 the emulator: a run is reused exactly when the kernel's bytes and manifest row, the run's
 parameters, the device, the toolchain and f4pipe are the same, and a reused row says so.
 
-The whole pipeline's reuse across two aiter ids (every verify, splitk and safety row, the
-report) is tests/test_pipeline.py::test_byte_identical_aiter_update_reuses_every_verdict.
+The whole pipeline's reuse across two aiter ids (every round trip, verify, splitk and safety
+row, the report) is tests/test_pipeline.py::test_byte_identical_aiter_update_reuses_every_verdict.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from f4pipe.assemble import assemble
 from f4pipe.cli import main
 from f4pipe.co2asm import co2asm
+from f4pipe.emu.program import executed_digest
 from f4pipe.fetch import extract_wheel_file
 from f4pipe.fsio import write_text
 from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
@@ -63,6 +64,14 @@ def test_a_fresh_run_is_stored_and_marked_as_run_here(first_run) -> None:
     stored = json.loads(entry.read_text())
     assert stored["inputs"]["kernel"]["co_name"] == f"{KERNEL}.co"
     assert stored["inputs"]["request"]["m"] == 32 and stored["rows"][0]["aiter_id"] == "aiter-a"
+    # the decoded program's digest is kept too, so a job that only reuses decodes nothing
+    (program,) = store.glob("program/*/*.json")
+    digest = json.loads(program.read_text())["rows"][0]["emulated_program"]
+    co_dir = first_run[0]
+    assert digest == executed_digest(
+        co_dir / f"{KERNEL}.co", read_manifest(co_dir).get(KERNEL).symbol
+    )
+    assert stored["inputs"]["kernel"]["emulated_program"] == digest
 
 
 def test_byte_identical_kernel_of_another_result_set_is_reused(
@@ -219,3 +228,50 @@ def test_audit_emulations_are_reused_and_the_rows_stay_the_tables(
         b.emulated, b.emu_detail, b.emu_orders, b.finding,
     )  # fmt: skip
     assert str(tmp_path / "b") in b.reproducer and str(tmp_path / "a") not in b.reproducer
+
+
+def roundtrip(co_dir: Path, store: Path, out: Path, aiter_id: str) -> pd.DataFrame:
+    """`f4pipe roundtrip --co-dir` (the pipeline's job) into `out`/ and `out`.parquet."""
+    argv = ["roundtrip", "--co-dir", str(co_dir), "--out", str(out), "--aiter-id", aiter_id]
+    assert main([*argv, "--store", str(store), "--row", f"{out}.parquet"]) == 0
+    return pd.read_parquet(f"{out}.parquet")
+
+
+def test_a_round_trip_of_the_same_bytes_is_reused_with_its_files(
+    f4gemm_dir: Path, tmp_path: Path, toolchain, capsys
+) -> None:
+    """The round trip is a function of the code object's bytes, the toolchain and f4pipe: a
+    byte-identical copy in another result set takes the row and gets the same .s, rebuilt .co
+    and verdict (its header naming this run's files); changed bytes run again; an entry whose
+    files are gone is a miss, run and stored again."""
+    store = tmp_path / "store"
+    first = roundtrip(copy_kernel(f4gemm_dir, tmp_path / "a"), store, tmp_path / "rt-a", "aiter-a")
+    assert first.reused_from.isna().all() and first.reuse_key.notna().all()
+    copy = copy_kernel(f4gemm_dir, tmp_path / "b")
+    again = roundtrip(copy, store, tmp_path / "rt-b", "aiter-b")
+    assert list(again.reused_from) == ["aiter-a"] and list(again.aiter_id) == ["aiter-b"]
+    facts = [c for c in first.columns if c not in ("aiter_id", "reused_from")]
+    pd.testing.assert_frame_equal(first[facts], again[facts])
+    for suffix in (".s", ".co"):
+        assert (tmp_path / "rt-b" / f"{KERNEL}{suffix}").read_bytes() == (
+            tmp_path / "rt-a" / f"{KERNEL}{suffix}"
+        ).read_bytes()
+    diff = (tmp_path / "rt-b" / f"{KERNEL}.diff.txt").read_text()
+    assert f"original: {copy / f'{KERNEL}.co'}\n" in diff and "verdict: EQUIVALENT" in diff
+    assert (
+        diff.replace("rt-b", "rt-a").replace(str(copy), str(tmp_path / "a"))
+        == (tmp_path / "rt-a" / f"{KERNEL}.diff.txt").read_text()
+    )
+
+    (stored,) = store.glob(f"roundtrip/*/{first.reuse_key[0]}.files")
+    (stored / "rebuilt.co").unlink()
+    capsys.readouterr()
+    rerun = roundtrip(copy, store, tmp_path / "rt-c", "aiter-b")
+    assert "its files rebuilt.co are missing" in capsys.readouterr().err
+    assert rerun.reused_from.isna().all() and (stored / "rebuilt.co").is_file()
+
+    co = copy / f"{KERNEL}.co"
+    write_text(tmp_path / "k.s", co2asm(co, toolchain))
+    assemble(tmp_path / "k.s", co, toolchain)  # other bytes, the same program
+    changed = roundtrip(copy, store, tmp_path / "rt-d", "aiter-b")
+    assert changed.reused_from.isna().all() and changed.reuse_key[0] != first.reuse_key[0]

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fetchcmd",
         "fetch aiter's f4gemm code objects (PyPI wheel, git revision or local directory)",
     ),
+    "aiter-id": ("facts", "the aiter id a source gives (a branch resolved, a local tree hashed)"),
+    "device": ("facts", "whether the device --device opens here times launches (no launch)"),
     "co2asm": ("spine", "code object -> reassemblable assembly"),
     "assemble": ("spine", "assembly -> code object (llvm-mc + ld.lld)"),
     "roundtrip": ("spine", "co2asm + assemble + equivalence proof"),

@@ -8,7 +8,7 @@ from typing import Any
 
 from f4pipe.cli import command_help
 from f4pipe.cli.args import add_json_flag
-from f4pipe.errors import ConfigError
+from f4pipe.errors import ConfigError, FetchError
 from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter
 from f4pipe.fsio import json_text
 
@@ -23,11 +23,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_source_args(p, default="pypi")
     add_json_flag(p, "the result")
+    p.add_argument(
+        "--expect-id",
+        help="the aiter id the source gave earlier (the workflow's aiter-id job): a fetch that "
+        "gives another one (a branch moved since) is an error",
+    )
     p.set_defaults(func=run)
 
 
-def add_source_args(p: argparse.ArgumentParser, default: str | None) -> None:
-    """The aiter source options (shared by `fetch` and `tuned-csv`)."""
+def add_source_args(
+    p: argparse.ArgumentParser, default: str | None, *, places: bool = True
+) -> None:
+    """The aiter source options (shared by `fetch`, `tuned-csv` and `aiter-id`); `places`:
+    also where a fetch goes (--resources, --cache-dir)."""
     p.add_argument("--source", choices=("pypi", "git", "local"), default=default)
     p.add_argument("--package", help=f"pypi: distribution name (default {DEFAULT_PACKAGE})")
     p.add_argument("--version", help=f"pypi: exact version (default {DEFAULT_VERSION})")
@@ -35,6 +43,8 @@ def add_source_args(p: argparse.ArgumentParser, default: str | None) -> None:
     p.add_argument("--url", help="git: repository URL (file:// works)")
     p.add_argument("--rev", help="git: branch, tag or full 40-hex commit")
     p.add_argument("--path", help="local: f4gemm directory or AITER_ASM_DIR (either meaning)")
+    if not places:
+        return
     p.add_argument("--resources", type=Path, default=Path("resources"), help="default: resources")
     p.add_argument("--cache-dir", type=Path, help="wheel cache (default: <f4pipe cache>/wheels)")
 
@@ -69,6 +79,11 @@ def source_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     result = fetch_aiter(source_from_args(args), args.resources, cache_dir=args.cache_dir)
+    if args.expect_id and result.aiter_id != args.expect_id:
+        raise FetchError(
+            f"the source now gives aiter id {result.aiter_id}, not {args.expect_id} as it did at "
+            "the start of this run (a branch moved, or the local directory changed); run again"
+        )
     record = result.aiter.provenance()
     if args.json:
         out = {

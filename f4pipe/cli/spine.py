@@ -15,7 +15,9 @@ from f4pipe.cli.args import (
     add_fit_resources,
     add_json_flag,
     add_record,
+    add_store,
     add_toolchain_args,
+    add_workers,
     toolchain_from_args,
 )
 from f4pipe.errors import InputError
@@ -78,27 +80,57 @@ def cmd_assemble(args: argparse.Namespace) -> int:
 
 
 def cmd_roundtrip(args: argparse.Namespace) -> int:
-    from f4pipe.roundtrip import roundtrip
+    """One code object, or with --co-dir every one its manifest lists (the pipeline's job)."""
+    from f4pipe.resultstore import open_store, reuse_line
+    from f4pipe.roundtrip import roundtrip_dir, roundtrip_row
     from f4pipe.schemas import ROUNDTRIP, write_rows
 
+    if (args.code_object is None) == (args.co_dir is None):
+        raise InputError("roundtrip: name one code object, or --co-dir (with --out) for all")
+    if args.co_dir is not None and not args.out:
+        raise InputError("roundtrip --co-dir: --out DIR is needed (the .s, .co and diffs)")
     tc = toolchain_from_args(args)
-    out_dir = Path(args.out) if args.out else Path(args.code_object).parent / "rebuilt"
-    rt = roundtrip(args.code_object, out_dir, tc)
-    eq = rt.equivalence
-    if args.row:
-        write_rows(args.row, [rt.row(_keys(args, tc.toolchain_id))], ROUNDTRIP)
-    if args.json:
-        print(json_text(rt.row(_keys(args, tc.toolchain_id))))
+    keys = _keys(args, tc.toolchain_id)
+    store = open_store(args.store)
+    if args.co_dir is not None:
+        rows = roundtrip_dir(args.co_dir, args.out, tc, keys, store, args.workers)
     else:
-        print(f"{rt.original.name}: {'EQUIVALENT' if eq.equivalent else 'NOT EQUIVALENT'}")
-        print(eq.summary(), end="")
-        if rt.hazards is None:
-            print(f"timing (static): {rt.hazard_detail}")
-        else:
-            first = f"; first: {rt.hazard_detail}" if rt.hazards else ""
-            print(f"timing (static, all paths): {rt.hazards} finding(s){first}")
-        print(f"assembly: {rt.asm}\nrebuilt:  {rt.rebuilt}\ndiff:     {rt.diff}")
-    return EXIT_OK if eq.equivalent or args.record else EXIT_FAILED
+        out_dir = Path(args.out) if args.out else Path(args.code_object).parent / "rebuilt"
+        rows = [roundtrip_row(args.code_object, out_dir, tc, keys, store)]
+    if args.row:
+        write_rows(args.row, rows, ROUNDTRIP)
+    if args.json:
+        print(json_text(rows[0] if args.co_dir is None else rows))
+    elif args.co_dir is None:
+        _print_roundtrip(rows[0], Path(args.code_object), out_dir)
+    else:
+        for row in rows:
+            print(f"{row['co_name']}: {_verdict(row)}")
+    if store is not None:
+        print(reuse_line("roundtrip", rows, store, "round trip(s)"), file=sys.stderr)
+    equivalent = all(row["equivalent"] for row in rows)
+    return EXIT_OK if equivalent or args.record else EXIT_FAILED
+
+
+def _verdict(row: dict) -> str:
+    return "EQUIVALENT" if row["equivalent"] else "NOT EQUIVALENT"
+
+
+def _print_roundtrip(row: dict, co_path: Path, out_dir: Path) -> None:
+    """One round trip in words: the verdict's text (its diff file below the lines naming the
+    files), the timing check, the files."""
+    from f4pipe.roundtrip import diff_header, output_paths
+
+    asm, rebuilt, diff = output_paths(co_path, out_dir)
+    header = diff_header(co_path, rebuilt, row["toolchain_id"])
+    print(f"{row['co_name']}: {_verdict(row)}")
+    print(diff.read_text().removeprefix(header), end="")
+    if row["hazards"] is None:
+        print(f"timing (static): {row['hazard_detail']}")
+    else:
+        first = f"; first: {row['hazard_detail']}" if row["hazards"] else ""
+        print(f"timing (static, all paths): {row['hazards']} finding(s){first}")
+    print(f"assembly: {asm}\nrebuilt:  {rebuilt}\ndiff:     {diff}")
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
@@ -205,14 +237,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Disassemble, reassemble and compare a code object. Exit 0 iff every check "
         "holds and no .text byte is unexplained; 1 if not equivalent; 2 on an error.",
     )
-    p.add_argument("code_object")
+    p.add_argument("code_object", nargs="?", help="a code object (or --co-dir)")
+    add_co_dir(p, what="round-trip every code object the manifest lists (instead of one)")
     p.add_argument(
-        "--out", help="directory for the .s, rebuilt .co and diff (default: ./rebuilt beside it)"
+        "--out",
+        help="directory for the .s, rebuilt .co and diff (default for one object: ./rebuilt "
+        "beside it; needed with --co-dir)",
     )
-    add_json_flag(p, "the result (instead of the summary)")
-    p.add_argument("--row", help="also write the result as a one-row roundtrip Parquet file")
+    add_json_flag(p, "the result (instead of the summary; with --co-dir a list)")
+    p.add_argument(
+        "--row", help="also write the result as a roundtrip Parquet file (a row per object)"
+    )
     p.add_argument("--aiter-id", default="unknown", help="artifact key recorded in --row/--json")
     add_record(p, "the verdict")
+    add_store(p)
+    add_workers(p)
     add_toolchain_args(p)
     p.set_defaults(func=cmd_roundtrip)
 

@@ -1,6 +1,6 @@
 """aiter sources as the config names them (pypi, git, local), checked, and the aiter id each
-one gives when naming it needs no network. Light on purpose: the workflow computes the aiter id
-at DAG time."""
+one gives when naming it needs no network. Light on purpose: `f4pipe aiter-id`, the workflow's
+first job, imports it."""
 
 from __future__ import annotations
 

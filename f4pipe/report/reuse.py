@@ -16,9 +16,9 @@ from f4pipe.report.render import Section
 from f4pipe.resultset import ResultSet
 from f4pipe.resultstore import REUSE_KEY, REUSED_FROM
 
-#: Tables whose rows may be reused: the emulated verdicts (bench never: its numbers are
-#: measurements). Of the audit, only rows with an emulation are.
-REUSABLE_TABLES = ("verify", "splitk", "safety", "audit")
+#: Tables whose rows may be reused: the round trips and the emulated verdicts (bench never: its
+#: numbers are measurements). Of the audit, only rows with an emulation are.
+REUSABLE_TABLES = ("roundtrip", "verify", "splitk", "safety", "audit")
 
 
 def reuse_counts(rs: ResultSet) -> pd.DataFrame:
@@ -63,8 +63,9 @@ def reuse_section(rs: ResultSet, out_dir: Path | None) -> Section:
     sec.notes.append(
         "A reused row is the row that a run in the named result set produced for the same "
         "kernel bytes and manifest row, run parameters, device, toolchain and f4pipe (its "
-        "`reused_from` and `reuse_key` columns): verify, splitk and safety rows, and the "
-        "emulations of the tuned-table audit; bench rows are never reused."
+        "`reused_from` and `reuse_key` columns): round trips (with their assembly, rebuilt "
+        "object and verdict text), verify, splitk and safety rows, and the emulations of the "
+        "tuned-table audit; bench rows are never reused."
     )
     sec.table = counts
     return sec

@@ -6,8 +6,15 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from f4pipe.edits.spec import parse_edit_specs
-from f4pipe.fetch import aiter_id_for
+from f4pipe.facts import (
+    AITER_ID,
+    TIMES_LAUNCHES,
+    local_source_files,
+    read_fact,
+    source_key,
+)
 from f4pipe.layout import (
+    AITER_ID_PATTERN,
     ARCHIVES_DIR,
     BASE_VARIANTS,
     EDIT_NAME_PATTERN,
@@ -15,6 +22,7 @@ from f4pipe.layout import (
     EDITS_DIR,
     EVERY_KERNEL,
     F4GEMM_DIR,
+    FACTS_DIR,
     GEMM_STAGES,
     REPORT_DIR,
     ROUNDTRIP_DIR,
@@ -22,6 +30,8 @@ from f4pipe.layout import (
     TOOLCHAIN_JSON,
     VARIANTS_DIR,
     aiter_dir,
+    aiter_id_fact_file,
+    device_fact_file,
     edit_name_of,
     table_file,
 )
@@ -30,13 +40,24 @@ from f4pipe.matrices import get_matrix, kernels_that_may_run
 
 validate(config, schema="../schemas/config.schema.yaml")
 
-AITER_ID = aiter_id_for(config["aiter"])
 RESOURCES = Path(config["resources_dir"])
-AITER_DIR = aiter_dir(RESOURCES, AITER_ID)
+RESULTS_ROOT = Path(config["results_dir"])
+# What takes work to learn (the aiter id: a branch resolved, a local tree hashed; whether the
+# device times launches: hip-python asked) is found by the aiter_id and device checkpoints and
+# read from their fact files (f4pipe.facts), never while this file is parsed.
+FACTS = RESULTS_ROOT / FACTS_DIR
+AITER_ID_FACT = FACTS / aiter_id_fact_file(source_key(config["aiter"]))
+DEVICE_FACT = FACTS / device_fact_file(config["device"])
+# Everything else belongs to one aiter id: the wildcard {aiter_id} in every path below, whose
+# value `all` takes from the aiter id fact (get_final_outputs).
+AITER_ID_WILDCARD = "{aiter_id}"
+AITER_DIR = aiter_dir(RESOURCES, AITER_ID_WILDCARD)
 FETCHED_CO_DIR = AITER_DIR / F4GEMM_DIR  # the fetched code objects and their manifest
-RESULTS = Path(config["results_dir"]) / AITER_ID
-LOGS = Path("logs") / AITER_ID
-ARCHIVES = Path(config["results_dir"]) / ARCHIVES_DIR
+RESULTS = RESULTS_ROOT / AITER_ID_WILDCARD
+LOGS_ROOT = Path("logs")
+LOGS = LOGS_ROOT / AITER_ID_WILDCARD
+FACT_LOGS = LOGS_ROOT / FACTS_DIR  # the fact jobs belong to no aiter id
+ARCHIVES = RESULTS_ROOT / ARCHIVES_DIR
 # The set's paths, spelt once (f4pipe.layout); the rules name nothing else under RESULTS.
 TOOLCHAIN = RESULTS / TOOLCHAIN_JSON
 REPORT = RESULTS / REPORT_DIR
@@ -49,6 +70,7 @@ VARIANTS = [*BASE_VARIANTS] + [spec.variant for spec in EDITS.values()]
 
 
 wildcard_constraints:
+    aiter_id=AITER_ID_PATTERN,
     kernel=r"[A-Za-z0-9_]+",
     unit=rf"[A-Za-z0-9_]+|{EVERY_KERNEL}",
     variant="|".join(re.escape(v) for v in VARIANTS),
@@ -76,9 +98,31 @@ def get_fetch_args(wildcards):
     return " ".join(args)
 
 
+def get_aiter_id():
+    """The aiter id the configured source gives: the aiter_id checkpoint's fact."""
+    return read_fact(checkpoints.aiter_id.get().output[0], AITER_ID)
+
+
+def get_local_source_files(wildcards):
+    """A local source's files (listed, not read): the aiter id is found again when one
+    changes. A git branch is resolved once: `--forcerun aiter_id` follows it (f4pipe.facts).
+    """
+    return local_source_files(config["aiter"])
+
+
+def get_result_dir(wildcards):
+    """This job's result set (a parameter: Snakemake formats only string parameters)."""
+    return expand(str(RESULTS), aiter_id=wildcards.aiter_id)[0]
+
+
+def get_fetched_dir(wildcards):
+    """The fetched aiter of this job's aiter id (the fetch checkpoint's output)."""
+    return checkpoints.fetch.get(aiter_id=wildcards.aiter_id).output[0]
+
+
 def get_f4gemm_dir(wildcards):
     """The fetched code objects and their manifest (the fetch checkpoint's f4gemm/)."""
-    return str(Path(checkpoints.fetch.get().output[0]) / F4GEMM_DIR)
+    return str(Path(get_fetched_dir(wildcards)) / F4GEMM_DIR)
 
 
 def get_toolchain_args(wildcards):
@@ -86,28 +130,29 @@ def get_toolchain_args(wildcards):
     return f"--toolchain-bin {shlex.quote(bin_dir)}" if bin_dir else ""
 
 
-def get_manifest():
+def get_manifest(wildcards):
     """The fetched manifest: known only after the fetch checkpoint."""
-    fetched = checkpoints.fetch.get().output[0]
-    return read_manifest(Path(fetched) / F4GEMM_DIR, check_files=False)
+    return read_manifest(get_f4gemm_dir(wildcards), check_files=False)
 
 
-def get_kernels(wildcards=None):
+def get_kernels(wildcards):
     """Kernel names (.co stems) listed by the fetched manifest."""
-    return [e.name for e in get_manifest()]
+    return [e.name for e in get_manifest(wildcards)]
 
 
 def get_original_object(wildcards):
-    checkpoints.fetch.get()
-    return AITER_DIR / F4GEMM_DIR / f"{wildcards.kernel}.co"
+    return Path(get_f4gemm_dir(wildcards)) / f"{wildcards.kernel}.co"
 
 
 def get_roundtrip_rows(wildcards):
-    return [RESULTS / ROUNDTRIP_DIR / f"{k}.parquet" for k in get_kernels()]
+    return [ROUNDTRIP / f"{k}.parquet" for k in get_kernels(wildcards)]
 
 
 def get_rebuilt_objects(wildcards):
-    return [RESULTS / ROUNDTRIP_DIR / f"{k}.co" for k in get_kernels()]
+    """The round trip's rebuilt objects: its one job's directory, or every kernel's job's .co."""
+    if PER_VARIANT_JOBS:
+        return [ROUNDTRIP]
+    return [ROUNDTRIP / f"{k}.co" for k in get_kernels(wildcards)]
 
 
 def is_edit_variant(variant):
@@ -121,11 +166,11 @@ def get_variant_dir(wildcards):
     return str(RESULTS / VARIANTS_DIR / wildcards.variant)
 
 
-def get_variant_kernels(variant):
+def get_variant_kernels(wildcards, variant):
     """Kernels (.co stems) a variant holds: all of them, or an edit's one kernel."""
     if not is_edit_variant(variant):
-        return get_kernels()
-    return [get_manifest().get(EDITS[edit_name_of(variant)].kernel).name]
+        return get_kernels(wildcards)
+    return [get_manifest(wildcards).get(EDITS[edit_name_of(variant)].kernel).name]
 
 
 def get_edit_asm(wildcards):
@@ -150,19 +195,13 @@ def is_gpu_device():
 
 def is_bench_timed():
     """bench has work per kernel only where launches are timed (a gfx950 GPU; `hip` always
-    tries, so a missing GPU is reported per run). Elsewhere one job per variant writes the
-    skipped rows, whatever `jobs_per` says, instead of a process per kernel that says so.
+    tries, so a missing GPU is reported per run): the device checkpoint's fact. Elsewhere one
+    job per variant writes the skipped rows, whatever `jobs_per` says, instead of a process
+    per kernel that says so.
     """
-    if config["device"] == "emulator":
-        return False
-    if config["device"] == "hip":
-        return True
-    from f4pipe.opendevice import throughput_device_present
-
-    return throughput_device_present()
+    return read_fact(checkpoints.device.get().output[0], TIMES_LAUNCHES)
 
 
-BENCH_TIMED = is_bench_timed()
 #: config `jobs_per`: one job per stage and variant (True) or one per kernel
 PER_VARIANT_JOBS = config["jobs_per"] == "variant"
 
@@ -173,14 +212,14 @@ def get_stage_rows(wildcards):
     kernel the stage's matrix may run (`jobs_per: kernel`; the splitk matrix runs only the
     splitK kernels)."""
     stage = wildcards.stage
-    if PER_VARIANT_JOBS or (stage == "bench" and not BENCH_TIMED):
+    if PER_VARIANT_JOBS or (stage == "bench" and not is_bench_timed()):
         return [RESULTS / stage / v / f"{EVERY_KERNEL}.parquet" for v in VARIANTS]
     cases = get_matrix(get_stage_matrix(wildcards))
-    may_run = set(kernels_that_may_run(cases, get_manifest()))
+    may_run = set(kernels_that_may_run(cases, get_manifest(wildcards)))
     return [
         RESULTS / stage / variant / f"{k}.parquet"
         for variant in VARIANTS
-        for k in get_variant_kernels(variant)
+        for k in get_variant_kernels(wildcards, variant)
         if k in may_run
     ]
 
@@ -237,8 +276,9 @@ def get_stage_protocol_args(wildcards):
 
 
 def get_store_args(wildcards):
-    """`--store DIR`: verify, splitk, safety and the audit's emulations are reused by content
-    across result sets (f4pipe.resultstore); bench never (its numbers are measurements).
+    """`--store DIR`: round trips, verify, splitk, safety and the audit's emulations are reused
+    by content across result sets (f4pipe.resultstore); bench never (its numbers are
+    measurements).
     """
     reuse = config.get("reuse", {"activate": True})
     if not reuse["activate"] or getattr(wildcards, "stage", None) == "bench":
@@ -251,7 +291,9 @@ def get_safety_rows(wildcards):
     """The shape-edge sweep's rows (original code objects): one job, or one per kernel."""
     if PER_VARIANT_JOBS:
         return [RESULTS / "safety" / ORIGINAL / f"{EVERY_KERNEL}.parquet"]
-    return [RESULTS / "safety" / ORIGINAL / f"{k}.parquet" for k in get_kernels()]
+    return [
+        RESULTS / "safety" / ORIGINAL / f"{k}.parquet" for k in get_kernels(wildcards)
+    ]
 
 
 def is_audit_active():
@@ -270,7 +312,8 @@ def get_audit_table_args(wildcards):
 
 
 def get_report_inputs(wildcards):
-    """Every table and edit the report and the archive are made from."""
+    """Every table and edit the report and the archive are made from (patterns of the
+    {aiter_id} wildcard)."""
     outputs = [
         RESULTS / TOOLCHAIN_JSON,
         RESULTS / table_file("kernels"),
@@ -291,8 +334,10 @@ def get_report_inputs(wildcards):
 
 
 def get_final_outputs(wildcards):
-    return [
+    """The result set of the configured source's aiter id (known once its fact is there)."""
+    patterns = [
         *get_report_inputs(wildcards),
         REPORT / "index.html",
-        ARCHIVES / AITER_ID,
+        ARCHIVES / AITER_ID_WILDCARD,
     ]
+    return expand([str(p) for p in patterns], aiter_id=get_aiter_id())

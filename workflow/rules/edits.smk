@@ -23,7 +23,7 @@ rule edit_variant:
     conda:
         "../envs/f4pipe.yaml"
     params:
-        co_dir=FETCHED_CO_DIR,
+        co_dir=str(FETCHED_CO_DIR),
         kernel=get_edit_kernel,
     shell:
         "f4pipe edit-variant --asm {input.asm:q} --co-dir {params.co_dir:q} "

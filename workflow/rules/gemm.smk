@@ -24,13 +24,12 @@ rule gemm_stage:
         iters=get_stage_iters,
         protocol=get_stage_protocol_args,
         device=config["device"],
-        aiter_id=AITER_ID,
         store=get_store_args,
     shell:
         "f4pipe {wildcards.stage:q} --co-dir {input.co_dir:q} {params.kernel} "
         "--variant {wildcards.variant:q} --matrix {params.matrix:q} --iters {params.iters:q} "
         "{params.protocol} "
-        "--device {params.device:q} --aiter-id {params.aiter_id:q} {params.store} "
+        "--device {params.device:q} --aiter-id {wildcards.aiter_id:q} {params.store} "
         "--workers {threads:q} --toolchain-json {input.toolchain:q} --record -o {output:q} "
         "> {log:q} 2>&1"
 

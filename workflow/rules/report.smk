@@ -38,8 +38,8 @@ rule report:
     conda:
         "../envs/f4pipe.yaml"
     params:
-        result_dir=RESULTS,
-        report_dir=REPORT,
+        result_dir=get_result_dir,
+        report_dir=str(REPORT),
     shell:
         "f4pipe report {params.result_dir:q} --config {input.config:q} "
         "--aiter-provenance {input.fetched:q}/provenance.json -o {params.report_dir:q} "
@@ -52,13 +52,13 @@ rule archive:
         report=REPORT / "index.html",
         fetched=AITER_DIR,
     output:
-        directory(ARCHIVES / AITER_ID),
+        directory(ARCHIVES / AITER_ID_WILDCARD),
     log:
         LOGS / "archive.log",
     conda:
         "../envs/f4pipe.yaml"
     params:
-        result_dir=RESULTS,
+        result_dir=get_result_dir,
     shell:
         "f4pipe archive {params.result_dir:q} --aiter-provenance {input.fetched:q}/provenance.json "
         "-o {output:q} > {log:q} 2>&1"

@@ -18,10 +18,9 @@ rule safety:
     threads: get_unit_threads
     params:
         kernel=get_unit_kernel_args,
-        aiter_id=AITER_ID,
         store=get_store_args,
     shell:
-        "f4pipe safety --co-dir {input.co_dir:q} {params.kernel} --aiter-id {params.aiter_id:q} "
+        "f4pipe safety --co-dir {input.co_dir:q} {params.kernel} --aiter-id {wildcards.aiter_id:q} "
         "{params.store} --workers {threads:q} --toolchain-json {input.toolchain:q} --record "
         "-o {output:q} > {log:q} 2>&1"
 
@@ -60,11 +59,10 @@ rule audit_tuned:
     conda:
         "../envs/f4pipe.yaml"
     params:
-        co_dir=FETCHED_CO_DIR,
-        aiter_id=AITER_ID,
+        co_dir=str(FETCHED_CO_DIR),
         tables=get_audit_table_args,
         store=get_store_args,
     shell:
         "f4pipe audit-tuned {params.tables} --co-dir {params.co_dir:q} "
-        "--aiter-id {params.aiter_id:q} {params.store} --toolchain-json {input.toolchain:q} "
+        "--aiter-id {wildcards.aiter_id:q} {params.store} --toolchain-json {input.toolchain:q} "
         "--record -o {output:q} > {log:q} 2>&1"

@@ -1,4 +1,34 @@
-# Fetch, toolchain, manifest and the co2asm round trip.
+# The facts of the source and the machine, fetch, toolchain, manifest and the co2asm round trip.
+
+
+checkpoint aiter_id:
+    input:
+        get_local_source_files,
+    output:
+        AITER_ID_FACT,
+    log:
+        FACT_LOGS / "aiter_id.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        source=get_fetch_args,
+    shell:
+        "f4pipe aiter-id {params.source} -o {output:q} > {log:q} 2>&1"
+
+
+checkpoint device:
+    output:
+        DEVICE_FACT,
+    log:
+        FACT_LOGS / "device.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    resources:
+        gpu=is_gpu_device(),
+    params:
+        device=config["device"],
+    shell:
+        "f4pipe device --device {params.device:q} -o {output:q} > {log:q} 2>&1"
 
 
 checkpoint fetch:
@@ -12,7 +42,8 @@ checkpoint fetch:
         source=get_fetch_args,
         resources=RESOURCES,
     shell:
-        "f4pipe fetch {params.source} --resources {params.resources:q} > {log:q} 2>&1"
+        "f4pipe fetch {params.source} --resources {params.resources:q} "
+        "--expect-id {wildcards.aiter_id:q} > {log:q} 2>&1"
 
 
 rule toolchain:
@@ -39,51 +70,79 @@ rule kernels:
     conda:
         "../envs/f4pipe.yaml"
     params:
-        co_dir=FETCHED_CO_DIR,
-        aiter_id=AITER_ID,
+        co_dir=str(FETCHED_CO_DIR),
     shell:
         "f4pipe kernels --co-dir {params.co_dir:q} --toolchain-json {input.toolchain:q} "
-        "--aiter-id {params.aiter_id:q} -o {output:q} > {log:q} 2>&1"
+        "--aiter-id {wildcards.aiter_id:q} -o {output:q} > {log:q} 2>&1"
 
 
-rule roundtrip:
-    input:
-        co=get_original_object,
-        toolchain=TOOLCHAIN,
-    output:
-        asm=ROUNDTRIP / "{kernel}.s",
-        rebuilt=ROUNDTRIP / "{kernel}.co",
-        diff=ROUNDTRIP / "{kernel}.diff.txt",
-        row=ROUNDTRIP / "{kernel}.parquet",
-    log:
-        LOGS / ROUNDTRIP_DIR / "{kernel}.log",
-    benchmark:
-        LOGS / ROUNDTRIP_DIR / "{kernel}.benchmark.tsv"
-    conda:
-        "../envs/f4pipe.yaml"
-    params:
-        out_dir=ROUNDTRIP,
-        aiter_id=AITER_ID,
-    shell:
-        "f4pipe roundtrip {input.co:q} --out {params.out_dir:q} --row {output.row:q} --record "
-        "--aiter-id {params.aiter_id:q} --toolchain-json {input.toolchain:q} > {log:q} 2>&1"
+if PER_VARIANT_JOBS:
 
+    rule roundtrip:
+        input:
+            co_dir=get_f4gemm_dir,
+            toolchain=TOOLCHAIN,
+        output:
+            out_dir=directory(ROUNDTRIP),
+            table=report(
+                RESULTS / table_file("roundtrip"),
+                caption="../report/roundtrip.rst",
+                category="Round trip",
+            ),
+        log:
+            LOGS / "roundtrip.log",
+        benchmark:
+            LOGS / "roundtrip.benchmark.tsv"
+        conda:
+            "../envs/f4pipe.yaml"
+        threads: workflow.cores
+        params:
+            store=get_store_args,
+        shell:
+            "f4pipe roundtrip --co-dir {input.co_dir:q} --out {output.out_dir:q} "
+            "--row {output.table:q} --record --aiter-id {wildcards.aiter_id:q} {params.store} "
+            "--workers {threads:q} --toolchain-json {input.toolchain:q} > {log:q} 2>&1"
 
-rule roundtrip_table:
-    input:
-        get_roundtrip_rows,
-    output:
-        report(
-            RESULTS / table_file("roundtrip"),
-            caption="../report/roundtrip.rst",
-            category="Round trip",
-        ),
-    log:
-        LOGS / "roundtrip_table.log",
-    conda:
-        "../envs/f4pipe.yaml"
-    shell:
-        "f4pipe gather roundtrip {input:q} -o {output:q} > {log:q} 2>&1"
+else:
+
+    rule roundtrip:
+        input:
+            co=get_original_object,
+            toolchain=TOOLCHAIN,
+        output:
+            asm=ROUNDTRIP / "{kernel}.s",
+            rebuilt=ROUNDTRIP / "{kernel}.co",
+            diff=ROUNDTRIP / "{kernel}.diff.txt",
+            row=ROUNDTRIP / "{kernel}.parquet",
+        log:
+            LOGS / ROUNDTRIP_DIR / "{kernel}.log",
+        benchmark:
+            LOGS / ROUNDTRIP_DIR / "{kernel}.benchmark.tsv"
+        conda:
+            "../envs/f4pipe.yaml"
+        params:
+            out_dir=str(ROUNDTRIP),
+            store=get_store_args,
+        shell:
+            "f4pipe roundtrip {input.co:q} --out {params.out_dir:q} --row {output.row:q} "
+            "--record --aiter-id {wildcards.aiter_id:q} {params.store} "
+            "--toolchain-json {input.toolchain:q} > {log:q} 2>&1"
+
+    rule roundtrip_table:
+        input:
+            get_roundtrip_rows,
+        output:
+            report(
+                RESULTS / table_file("roundtrip"),
+                caption="../report/roundtrip.rst",
+                category="Round trip",
+            ),
+        log:
+            LOGS / "roundtrip_table.log",
+        conda:
+            "../envs/f4pipe.yaml"
+        shell:
+            "f4pipe gather roundtrip {input:q} -o {output:q} > {log:q} 2>&1"
 
 
 rule rebuilt_variant:
@@ -97,8 +156,8 @@ rule rebuilt_variant:
     conda:
         "../envs/f4pipe.yaml"
     params:
-        co_dir=FETCHED_CO_DIR,
-        rebuilt_dir=ROUNDTRIP,
+        co_dir=str(FETCHED_CO_DIR),
+        rebuilt_dir=str(ROUNDTRIP),
     shell:
         "f4pipe rebuilt-dir --co-dir {params.co_dir:q} --rebuilt {params.rebuilt_dir:q} "
         "-o {output:q} > {log:q} 2>&1"
