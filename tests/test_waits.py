@@ -198,15 +198,19 @@ def broken_variants(asm: list[str]) -> dict[str, tuple[list[str], str]]:
     nop = first(asm, "s_nop 1")  # VALU writes VCC, then v_cndmask reads it (rule B1.4)
     dropped = asm[:wait] + asm[wait + 1 :]
     short = [*asm[:nop], "\ts_nop 0", *asm[nop + 1 :]]
+    no_nop = asm[:nop] + asm[nop + 1 :]
     moved = [*asm[:wait], asm[wait + 1], asm[wait], *asm[wait + 2 :]]
     return {
         "dropped wait": (dropped, "s_waitcnt lgkmcnt(0)"),
         "shortened s_nop": (short, "s_nop 0"),
+        "dropped s_nop": (no_nop, "s_nop 1"),
         "wait moved below its reader": (moved, "s_waitcnt lgkmcnt(0)"),
     }
 
 
-@pytest.mark.parametrize("case", ["dropped wait", "shortened s_nop", "wait moved below its reader"])
+@pytest.mark.parametrize(
+    "case", ["dropped wait", "shortened s_nop", "dropped s_nop", "wait moved below its reader"]
+)
 def test_apply_repairs_a_broken_edit_with_one_inserted_line(
     shipped_asm, f4gemm_dir, tmp_path, case, capsys
 ):
