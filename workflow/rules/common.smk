@@ -243,6 +243,12 @@ def get_unit_threads(wildcards):
     return 1
 
 
+def get_all_cores(wildcards):
+    """A job that spreads over every core of the run (`--cores`): read when the job is
+    scheduled, never while the Snakefile is parsed (`snakemake --report` gives no --cores)."""
+    return workflow.cores
+
+
 def get_stage_matrix(wildcards):
     return config[wildcards.stage]["matrix"]
 

@@ -95,7 +95,7 @@ if PER_VARIANT_JOBS:
             LOGS / "roundtrip.benchmark.tsv"
         conda:
             "../envs/f4pipe.yaml"
-        threads: workflow.cores
+        threads: get_all_cores
         params:
             store=get_store_args,
         shell:
