@@ -3,6 +3,7 @@ import re
 import shlex
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from f4pipe.edits.spec import parse_edit_specs
@@ -239,14 +240,18 @@ def get_unit_threads(wildcards):
     emulator workers); a per-kernel job, and bench's untimed rows under `jobs_per: kernel`
     (cluster executors, where --cores need not be given), one."""
     if PER_VARIANT_JOBS and wildcards.unit == EVERY_KERNEL:
-        return workflow.cores
+        return get_all_cores(wildcards)
     return 1
 
 
 def get_all_cores(wildcards):
-    """A job that spreads over every core of the run (`--cores`): read when the job is
-    scheduled, never while the Snakefile is parsed (`snakemake --report` gives no --cores)."""
-    return workflow.cores
+    """A job that spreads over every core of the run (`--cores`), read when the job is
+    scheduled, never while the Snakefile is parsed. `snakemake --report` gives no --cores and
+    runs nothing: there the count does not matter, so one."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return 1
 
 
 def get_stage_matrix(wildcards):
