@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from f4pipe.codeobject import CodeObject
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.emu.decode import decode_all
 from f4pipe.fetch import PypiSource, fetch_aiter
-from f4pipe.manifest import read_manifest
-from f4pipe.toolchain import cache_root
+from f4pipe.spine.codeobject import CodeObject
+from f4pipe.spine.toolchain import cache_root
 
 
 @pytest.fixture(scope="module")

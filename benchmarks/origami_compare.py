@@ -282,7 +282,7 @@ def why(output: str) -> str:
 
 
 def default_build_dir() -> Path:
-    from f4pipe.toolchain import cache_root
+    from f4pipe.spine.toolchain import cache_root
 
     return cache_root() / "origami"
 
@@ -618,7 +618,7 @@ def ensure_origami(cache: Path, rebuild: bool) -> dict[str, Any]:
 def score(info: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    from f4pipe.manifest import read_manifest
+    from f4pipe.aiter.manifest import read_manifest
     from f4pipe.perf.fit import by_range, default_f4gemm_dir, measured_rows
 
     d = default_f4gemm_dir()

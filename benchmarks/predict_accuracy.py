@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from f4pipe.manifest import read_manifest
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit
 from f4pipe.perf.costs import load_calibration
 from f4pipe.perf.history import load_history

@@ -13,10 +13,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.fetch import PypiSource, fetch_aiter
-from f4pipe.manifest import read_manifest
-from f4pipe.roundtrip import roundtrip
-from f4pipe.toolchain import Toolchain, cache_root, find_toolchain
+from f4pipe.spine.roundtrip import roundtrip
+from f4pipe.spine.toolchain import Toolchain, cache_root, find_toolchain
 
 
 def shell_floor(objects: list[Path], tc: Toolchain, work: Path) -> float:

@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from f4pipe.edgesweep import sweep
+from f4pipe.aiter.manifest import Manifest, read_manifest
 from f4pipe.emu import EmulatorDevice
 from f4pipe.fetch import PypiSource, fetch_aiter
-from f4pipe.manifest import Manifest, read_manifest
-from f4pipe.matrices import get_matrix
-from f4pipe.schemas import ArtifactKeys
-from f4pipe.stages import StageSettings, splitk_stage, verify_stage
-from f4pipe.toolchain import cache_root
+from f4pipe.host.matrices import get_matrix
+from f4pipe.pipeline.schemas import ArtifactKeys
+from f4pipe.pipeline.stages import StageSettings, splitk_stage, verify_stage
+from f4pipe.shapes.edgesweep import sweep
+from f4pipe.spine.toolchain import cache_root
 
 KEYS = ArtifactKeys("bench-aiter", "bench-toolchain", "emulator")
 STAGES = ("verify", "splitk", "safety")

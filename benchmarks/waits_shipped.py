@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from f4pipe.aiter.manifest import read_manifest
+from f4pipe.edits.trykernel import open_devices, quick_cases, thorough_cases
 from f4pipe.emu.hazards import analyse
 from f4pipe.emu.program import Program
 from f4pipe.emu.waits import (
@@ -30,10 +32,8 @@ from f4pipe.emu.waits import (
     verify_loosening,
 )
 from f4pipe.fsio import write_text
-from f4pipe.manifest import read_manifest
 from f4pipe.perf.fit import default_f4gemm_dir
 from f4pipe.perf.predict import KernelProfile, wait_change_cycles
-from f4pipe.trykernel import open_devices, quick_cases, thorough_cases
 
 
 def short(name: str) -> str:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from f4pipe.audit import read_tuned
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.fsio import write_text
-from f4pipe.manifest import read_manifest
 from f4pipe.perf.fit import MAIN_TABLE, default_f4gemm_dir, main_table
 from f4pipe.perf.history import HISTORY_PATH, row_key
+from f4pipe.shapes.audit import read_tuned
 
 TABLE_IN_GIT = f"aiter/configs/{MAIN_TABLE}"
 F4GEMM_IN_GIT = "hsa/gfx950/f4gemm"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from f4pipe.fetch import PypiSource, extract_wheel_tree, fetch_aiter
-from f4pipe.toolchain import Toolchain, cache_root, find_toolchain
+from f4pipe.spine.toolchain import Toolchain, cache_root, find_toolchain
 
 DEFAULT_SOURCE = PypiSource()
 
@@ -32,7 +32,7 @@ def f4gemm_dir() -> Path:
 @pytest.fixture(scope="session")
 def manifest(f4gemm_dir: Path):
     """The wheel's f4gemm manifest (every .co checked present)."""
-    from f4pipe.manifest import read_manifest
+    from f4pipe.aiter.manifest import read_manifest
 
     return read_manifest(f4gemm_dir)
 
@@ -42,7 +42,7 @@ def base_asm(toolchain, f4gemm_dir) -> str:
     """co2asm of the kernel the editing tests change (tests/asm_edits.py)."""
     from asm_edits import EDITED_KERNEL
 
-    from f4pipe.co2asm import co2asm
+    from f4pipe.spine.co2asm import co2asm
 
     return co2asm(f4gemm_dir / f"{EDITED_KERNEL}.co", toolchain)
 

@@ -12,7 +12,9 @@ import tarfile
 
 import pytest
 
-from f4pipe.archive import (
+from f4pipe.aiter.manifest import MANIFEST_NAME
+from f4pipe.cli import main as cli_main
+from f4pipe.pipeline.archive import (
     PROVENANCE_NAME,
     SUMS_NAME,
     archive_name,
@@ -20,9 +22,7 @@ from f4pipe.archive import (
     create_archive,
     tarball_bytes,
 )
-from f4pipe.cli import main as cli_main
-from f4pipe.manifest import MANIFEST_NAME
-from f4pipe.resultset import ResultSet
+from f4pipe.pipeline.resultset import ResultSet
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ def test_archives_and_reports_do_not_depend_on_the_home_directory(set_a, tmp_pat
     """The same result set on two machines whose caches and homes differ (the provisioned
     toolchain lives under each user's ~/.cache): the same archive bytes and report header."""
     from f4pipe.report import build_report
-    from f4pipe.toolchain import cache_root
+    from f4pipe.spine.toolchain import cache_root
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     real = str(cache_root())  # where this machine's toolchain.json points

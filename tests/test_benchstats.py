@@ -1,4 +1,4 @@
-"""The bench statistics and compare's judgement (f4pipe.benchstats) on synthetic launch times
+"""The bench statistics and compare's judgement (f4pipe.host.benchstats) on synthetic launch times
 with known noise and known shifts."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from f4pipe.benchstats import Protocol, judge, summarize
+from f4pipe.host.benchstats import Protocol, judge, summarize
 
 SAMPLES = Protocol().samples  # 5 x 20 launches per row
 
@@ -84,7 +84,7 @@ def test_the_protocol_says_how_a_row_was_timed():
 
 
 def test_clock_columns_mark_a_row_whose_clock_fell_during_it():
-    from f4pipe.devinfo import ClockSample, clock_fields
+    from f4pipe.devices.devinfo import ClockSample, clock_fields
 
     before = ClockSample(2100.0, 1900.0, 900.0, 70.0, 1400.0)
     drooped = ClockSample(1700.0, 1900.0, 1380.0, 88.0, 1400.0)
@@ -102,7 +102,7 @@ def test_clock_columns_mark_a_row_whose_clock_fell_during_it():
 def test_without_amdsmi_the_sampler_says_why():
     import importlib.util
 
-    from f4pipe.devinfo import ClockSampler
+    from f4pipe.devices.devinfo import ClockSampler
 
     sampler = ClockSampler(0)
     if importlib.util.find_spec("amdsmi") is None:
@@ -111,7 +111,7 @@ def test_without_amdsmi_the_sampler_says_why():
 
 
 def test_the_device_fingerprint_tells_gpus_apart():
-    from f4pipe.devinfo import fingerprint, version_text
+    from f4pipe.devices.devinfo import fingerprint, version_text
 
     a = fingerprint("AMD Instinct MI355X", "gfx950:sramecc+:xnack-", "0000:0c:00")
     assert a == fingerprint("AMD Instinct MI355X", "gfx950:sramecc+:xnack-", "0000:0c:00")

@@ -9,20 +9,20 @@ import tarfile
 
 from resultsets import EDIT_FROM, EDIT_TO, EDITED, SPLITK_KERNEL
 
-from f4pipe.archive import create_archive, tarball_bytes
-from f4pipe.asmfacts import (
+from f4pipe.cli import main as cli_main
+from f4pipe.compare import compare_sets, open_result_set
+from f4pipe.compare.asmfacts import (
     descriptor_directives,
     fact_changes,
     header_facts,
     instruction_diff,
     metadata,
 )
-from f4pipe.cli import main as cli_main
-from f4pipe.compare import compare_sets, open_result_set
-from f4pipe.layout import table_file
+from f4pipe.pipeline.archive import create_archive, tarball_bytes
+from f4pipe.pipeline.layout import table_file
+from f4pipe.pipeline.resultset import ResultSet
+from f4pipe.pipeline.schemas import SPLITK, write_rows
 from f4pipe.report.render import short_kernel
-from f4pipe.resultset import ResultSet
-from f4pipe.schemas import SPLITK, write_rows
 
 
 def test_edited_kernel_is_found(result_sets):
@@ -97,7 +97,7 @@ def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, t
     noise, exit 0."""
     import numpy as np
 
-    from f4pipe.schemas import BENCH, read_table
+    from f4pipe.pipeline.schemas import BENCH, read_table
 
     noise = 1 + 0.01 * np.random.default_rng(7).standard_normal(100)
 
@@ -152,7 +152,7 @@ def test_an_archive_with_consistent_sums_but_no_json_provenance_is_exit_2(
 ):
     """The checksums agree (the file was rewritten before they were taken), but the member
     compare reads is not JSON: one error naming it, not an internal error."""
-    from f4pipe.archive import PROVENANCE_NAME, SUMS_NAME, sums_text
+    from f4pipe.pipeline.archive import PROVENANCE_NAME, SUMS_NAME, sums_text
 
     tarball = create_archive(result_sets["A"], tmp_path)
     top = tarball.name.removesuffix(".tar.gz")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from f4pipe.codeobject import CodeObject
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.emu import isa
 from f4pipe.emu.decode import decode_all, decode_one
 from f4pipe.emu.disasm import format_instruction
 from f4pipe.emu.handlers import HANDLERS
 from f4pipe.errors import EmulatorError
-from f4pipe.manifest import read_manifest
+from f4pipe.spine.codeobject import CodeObject
 
 _LABEL = re.compile(r"^([0-9a-f]{16}) <(.*)>:$")
 _INSN = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+):")

@@ -1,4 +1,4 @@
-"""EmulatorDevice as an f4pipe.device.Device: buffers, loading, launch state, refusals."""
+"""EmulatorDevice as an f4pipe.devices.device.Device: buffers, loading, launch state, refusals."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from f4pipe.device import Device
+from f4pipe.aiter.manifest import read_manifest
+from f4pipe.devices.device import Device
 from f4pipe.emu import EmulatorDevice
 from f4pipe.errors import EmulatorError
-from f4pipe.manifest import read_manifest
 
 
 def test_is_a_device_with_the_emulator_identity() -> None:

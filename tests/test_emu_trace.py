@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 from emu_snippets import make_executor
 
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.emu import EmulatorDevice
-from f4pipe.gemm import GemmRequest, run_gemm
-from f4pipe.manifest import read_manifest
+from f4pipe.host.gemm import GemmRequest, run_gemm
 
 
 def test_trace_of_one_wave_lists_every_instruction_it_ran(f4gemm_dir: Path, tmp_path) -> None:

@@ -1,4 +1,5 @@
-"""`--fit-resources` (f4pipe.edits.fit) and the kernel-descriptor field table (f4pipe.descriptor)
+"""`--fit-resources` (f4pipe.edits.fit) and the kernel-descriptor field table
+(f4pipe.spine.descriptor)
 on real code: aiter's f4gemm kernels through co2asm, and a small gfx950 kernel written here,
 each assembled by the provisioned llvm-mc / ld.lld. A fitted object must be one that
 llvm-readelf and llvm-objdump read, the emulator loads and runs, and the HIP shim's launch
@@ -13,11 +14,19 @@ import numpy as np
 import pytest
 from asm_edits import edited
 
-from f4pipe import gfx950
 from f4pipe.cli import main
-from f4pipe.co2asm import co2asm
-from f4pipe.codeobject import CodeObject
-from f4pipe.descriptor import (
+from f4pipe.edits.checks import static_checks
+from f4pipe.edits.fit import ResourceError, fit_and_assemble
+from f4pipe.edits.listing import read_listing
+from f4pipe.edits.trykernel import try_edit
+from f4pipe.emu import EmulatorDevice
+from f4pipe.emu.program import Program
+from f4pipe.hipshim.backend import Launch, check_launch, read_kernels
+from f4pipe.host.kernarg import launch_geometry
+from f4pipe.spine import gfx950
+from f4pipe.spine.co2asm import co2asm
+from f4pipe.spine.codeobject import CodeObject
+from f4pipe.spine.descriptor import (
     accum_offset,
     allocated_vgprs,
     descriptor_bits,
@@ -25,14 +34,6 @@ from f4pipe.descriptor import (
     fields_at,
     with_fields,
 )
-from f4pipe.edits.checks import static_checks
-from f4pipe.edits.fit import ResourceError, fit_and_assemble
-from f4pipe.edits.listing import read_listing
-from f4pipe.emu import EmulatorDevice
-from f4pipe.emu.program import Program
-from f4pipe.hipshim.backend import Launch, check_launch, read_kernels
-from f4pipe.kernarg import launch_geometry
-from f4pipe.trykernel import try_edit
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 KERNEL_FULL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"  # v0..v250 and a0..a255
@@ -205,7 +206,7 @@ def test_f4gemm_edit_that_frees_lds_moves_the_split_and_doubles_occupancy(
     assert ".group_segment_fixed_size: 81920" in notes(toolchain, keep)
     rebuilt = co2asm(keep, toolchain)
     assert ".amdhsa_accum_offset 160" in rebuilt and ".amdhsa_next_free_vgpr 176" in rebuilt
-    # the HIP shim's launch checks, with the grid f4pipe.kernarg computes for M=33 N=128 K=1024
+    # the HIP shim's launch checks, with the grid f4pipe.host.kernarg computes for M=33 N=128 K=1024
     geometry = launch_geometry(32, 128, 33, 128, 1024)
     (info,) = read_kernels(keep.read_bytes()).values()
     blob = bytearray(info.kernarg_segment_size)

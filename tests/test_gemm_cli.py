@@ -1,4 +1,4 @@
-"""The host flow (f4pipe.gemm) on the host-model device, and `f4pipe gemm`'s behaviour."""
+"""The host flow (f4pipe.host.gemm) on the host-model device, and `f4pipe gemm`'s behaviour."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from hostmodel import HostModelDevice, TimingModelDevice
 
-import f4pipe.opendevice as device_module
+import f4pipe.devices.opendevice as device_module
 from f4pipe.cli import main
 from f4pipe.errors import InputError, ShapeError
-from f4pipe.gemm import GemmRequest, run_gemm, tflops
-from f4pipe.kernarg import unpack_kernarg
+from f4pipe.host.gemm import GemmRequest, run_gemm, tflops
+from f4pipe.host.kernarg import unpack_kernarg
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 BF16_HALF_ULP = 2.0**-8  # relative rounding bound of bf16 (8 significant bits)
@@ -28,7 +28,7 @@ def run(manifest, name, request, device=None):
     "name", ["BpreShuffle_256x256", "noBpreShuffle_256x256", "BpreShuffle_96x640"]
 )
 def test_host_flow_verifies(manifest, name):
-    # M=300 is an M edge noBpreShuffle does not bound (f4pipe.safety): it runs padded
+    # M=300 is an M edge noBpreShuffle does not bound (f4pipe.shapes.safety): it runs padded
     policy = "pad" if name.startswith("no") else "refuse"
     result = run(manifest, name, GemmRequest(300, 2048, 1024, edge_policy=policy))
     v = result.verification

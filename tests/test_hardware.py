@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from f4pipe.aiter.manifest import read_manifest
+from f4pipe.devices.hipdevice import HipDevice
 from f4pipe.emu import EmulatorDevice
 from f4pipe.errors import NoDeviceError
-from f4pipe.gemm import GemmRequest, run_gemm
-from f4pipe.hipdevice import HipDevice
-from f4pipe.manifest import read_manifest
+from f4pipe.host.gemm import GemmRequest, run_gemm
 
 pytestmark = pytest.mark.hardware
 

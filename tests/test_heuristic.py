@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from f4pipe.aiter.heuristic import DEFAULT_NUM_CU, select_kernel
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.errors import ShapeError
-from f4pipe.heuristic import DEFAULT_NUM_CU, select_kernel
-from f4pipe.manifest import read_manifest
-from f4pipe.matrices import SEED_HEURISTIC
+from f4pipe.host.matrices import SEED_HEURISTIC
 
 # The seed's run_tests.sh heuristic shapes, from the one place they are defined.
 SEED_HEURISTIC_SHAPES = [(c.m, c.n, c.k) for c in SEED_HEURISTIC]

@@ -157,7 +157,7 @@ def test_the_supported_releases_are_the_tested_ones():
     HipDevice suggests from say the same thing."""
     import tomllib
 
-    from f4pipe.hipdevice import HIP_PYTHON_FOR_HIP
+    from f4pipe.devices.hipdevice import HIP_PYTHON_FOR_HIP
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     tested = project["tool"]["f4pipe"]["hip-python-releases"]

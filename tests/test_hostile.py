@@ -17,16 +17,16 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from f4pipe.archive import SUMS_NAME, check_archive, tarball_bytes
+from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.cli import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK
 from f4pipe.cli import main as cli_main
-from f4pipe.codeobject import NT_AMDGPU_METADATA, CodeObject
 from f4pipe.emu.program import Program
-from f4pipe.equivalence import EXPLAINED_RELRO_PADDING, compare
 from f4pipe.errors import EmulatorError, InputError
 from f4pipe.fsio import json_text
-from f4pipe.manifest import MANIFEST_NAME
-from f4pipe.schemas import read_table
+from f4pipe.pipeline.archive import SUMS_NAME, check_archive, tarball_bytes
+from f4pipe.pipeline.schemas import read_table
+from f4pipe.spine.codeobject import NT_AMDGPU_METADATA, CodeObject
+from f4pipe.spine.equivalence import EXPLAINED_RELRO_PADDING, compare
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x128"
 SMALL = ["-m", "32", "-n", "256", "-k", "256", "--device", "emulator"]
@@ -505,7 +505,7 @@ def test_co2asm_names_the_line_llvm_rejects(capsys, co_bytes, tmp_path):
 
 @pytest.fixture
 def rebuilt(f4gemm_dir, toolchain, tmp_path) -> Path:
-    from f4pipe.roundtrip import roundtrip
+    from f4pipe.spine.roundtrip import roundtrip
 
     return roundtrip(f4gemm_dir / f"{KERNEL}.co", tmp_path / "rt", toolchain).rebuilt
 
@@ -599,7 +599,7 @@ def test_duplicate_symbols_are_not_equivalent(rebuilt, toolchain, tmp_path, co_b
 
 def test_relro_padding_of_newer_lld_is_explained(aiter_hsa_dir, toolchain, tmp_path):
     """A gfx942 fmoe object linked by "AMD LLD 17" has no .relro_padding; the rebuilt one does."""
-    from f4pipe.roundtrip import roundtrip
+    from f4pipe.spine.roundtrip import roundtrip
 
     src = next(aiter_hsa_dir.rglob("fmoe_fp8_g1u1_subGU_448_silu_tkw1.co"))
     assert ".relro_padding" not in CodeObject.read(src).sections
@@ -612,7 +612,7 @@ def test_relro_padding_of_newer_lld_is_explained(aiter_hsa_dir, toolchain, tmp_p
 def test_relro_padding_is_not_a_blanket_excuse(aiter_hsa_dir, toolchain, tmp_path):
     """The same pair with the original's PT_GNU_RELRO shortened: the padding no longer ends
     where RELRO does, so it is not explained and the pair is not equivalent."""
-    from f4pipe.roundtrip import roundtrip
+    from f4pipe.spine.roundtrip import roundtrip
 
     src = next(aiter_hsa_dir.rglob("fmoe_fp8_g1u1_subGU_448_silu_tkw1.co"))
     rebuilt = roundtrip(src, tmp_path / "rt", toolchain).rebuilt

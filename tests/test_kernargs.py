@@ -11,8 +11,8 @@ import pytest
 from f4pipe.cli import main
 from f4pipe.emu import EmulatorDevice
 from f4pipe.emu.kernargs import ignored_field, kernarg_loads
-from f4pipe.gemm import GemmRequest, run_gemm
-from f4pipe.kernarg import KERNARG_BY_NAME
+from f4pipe.host.gemm import GemmRequest, run_gemm
+from f4pipe.host.kernarg import KERNARG_BY_NAME
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 ALPHA = KERNARG_BY_NAME["alpha"].offset

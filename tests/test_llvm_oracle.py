@@ -1,4 +1,4 @@
-"""LLVM as the independent check of f4pipe's timing rules (f4pipe.oracle): a fixed set of
+"""LLVM as the independent check of f4pipe's timing rules (f4pipe.emu.oracle): a fixed set of
 generated kernels compiled by the provisioned llc for gfx950, where f4pipe must add nothing to
 LLVM's output and catch every s_nop and s_waitcnt LLVM needed, each disagreement explained by
 a documented class (docs/reference/timing.md, section D)."""
@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from f4pipe import oracle
-from f4pipe.emu import waitstates
-from f4pipe.toolchain import llc_path
+from f4pipe.emu import oracle, waitstates
+from f4pipe.spine.toolchain import llc_path
 
 #: The CI set: seeds 0..26 and three that meet the explained classes 0..26 do not (nox -s fuzz
 #: runs 400 more from seed 1000).

@@ -1,4 +1,4 @@
-"""aiter's tuned-table lookup (f4pipe.lookup) against rules read from aiter's own code, on
+"""aiter's tuned-table lookup (f4pipe.aiter.lookup) against rules read from aiter's own code, on
 hand-written tables whose answers are derived by hand, and on the pinned wheel's table."""
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from f4pipe.audit import read_tuned
-from f4pipe.cli import main
-from f4pipe.fetch import GitSource, fetch_aiter
-from f4pipe.lookup import (
+from f4pipe.aiter.lookup import (
     AITER_2026,
     WHEEL_0_1_7,
     build_index,
@@ -22,10 +19,13 @@ from f4pipe.lookup import (
     padded_m,
     rules_for,
 )
-from f4pipe.manifest import MANIFEST_NAME
-from f4pipe.schemas import COVERAGE, read_table
-from f4pipe.tables import CONFIGS_PATH
-from f4pipe.traffic import ShapeSpec, groups, read_shapes
+from f4pipe.aiter.manifest import MANIFEST_NAME
+from f4pipe.aiter.tables import CONFIGS_PATH
+from f4pipe.cli import main
+from f4pipe.fetch import GitSource, fetch_aiter
+from f4pipe.pipeline.schemas import COVERAGE, read_table
+from f4pipe.shapes.audit import read_tuned
+from f4pipe.shapes.traffic import ShapeSpec, groups, read_shapes
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 N, K = 7168, 4608
@@ -369,8 +369,8 @@ def test_a_git_source_with_2026_tables_is_looked_up_by_gfx_and_its_merge_refused
 def test_audit_rows_carry_what_the_lookup_makes_of_them(f4gemm_dir, tmp_path, capsys):
     """The wheel's asm rows at M=4 and M=8 are reached only by their own M (M=3 pads to 16,
     M=5-7 to 16 as well); the report lists them per table."""
+    from f4pipe.pipeline.schemas import AUDIT
     from f4pipe.report.sections import Section, _lookup_counts, _lookup_view
-    from f4pipe.schemas import AUDIT
 
     out = tmp_path / "audit.parquet"
     main(["audit-tuned", "--co-dir", str(f4gemm_dir), "--no-emulate", "-o", str(out)])

@@ -1,4 +1,5 @@
-"""f4pipe.parallel: a stage's runs on forked workers give the serial loop's results, in order."""
+"""f4pipe.pipeline.parallel: a stage's runs on forked workers give the serial loop's results, in
+order."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import time
 
 import pytest
 
-from f4pipe.layout import EMULATOR_DEVICE_ID
-from f4pipe.manifest import read_manifest
-from f4pipe.matrices import Case
-from f4pipe.opendevice import open_device
-from f4pipe.parallel import map_ordered, workers_for
-from f4pipe.schemas import ArtifactKeys
-from f4pipe.stages import StageSettings, verify_stage
+from f4pipe.aiter.manifest import read_manifest
+from f4pipe.devices.opendevice import open_device
+from f4pipe.host.matrices import Case
+from f4pipe.pipeline.layout import EMULATOR_DEVICE_ID
+from f4pipe.pipeline.parallel import map_ordered, workers_for
+from f4pipe.pipeline.schemas import ArtifactKeys
+from f4pipe.pipeline.stages import StageSettings, verify_stage
 
 KEYS = ArtifactKeys("aiter-test", "llvm-test", "none")
 

@@ -1,4 +1,4 @@
-"""Nothing works while the Snakefile is parsed (f4pipe.facts): a dry run neither imports
+"""Nothing works while the Snakefile is parsed (f4pipe.pipeline.facts): a dry run neither imports
 hip-python nor touches the network, whatever the configuration asks for; the aiter id and the
 device's meaning are found by the aiter_id and device jobs the dry run plans."""
 

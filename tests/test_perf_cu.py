@@ -14,7 +14,7 @@ import pytest
 from emu_snippets import make_executor, u32
 
 from f4pipe.emu.memory import GlobalMemory
-from f4pipe.kernarg import KERNARG_SIZE
+from f4pipe.host.kernarg import KERNARG_SIZE
 from f4pipe.perf import cu, trace
 from f4pipe.perf.costs import COST, TABLE
 from f4pipe.perf.cu import WorkgroupCycles, decode_ops, simulate_workgroup

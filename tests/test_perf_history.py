@@ -8,7 +8,7 @@ import importlib.util
 import subprocess
 from pathlib import Path
 
-from f4pipe.manifest import read_manifest
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit
 from f4pipe.perf.history import load_history, row_key
 

@@ -19,8 +19,8 @@ from workflow_run import (
     write_nop_edit,
 )
 
-from f4pipe.layout import ARCHIVES_DIR, EVERY_KERNEL, FACTS_DIR, STORE_DIR
-from f4pipe.manifest import MANIFEST_NAME, read_manifest
+from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
+from f4pipe.pipeline.layout import ARCHIVES_DIR, EVERY_KERNEL, FACTS_DIR, STORE_DIR
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import threading
 
-from f4pipe.progress import Progress, format_duration, track
+from f4pipe.pipeline.progress import Progress, format_duration, track
 
 
 class Clock:

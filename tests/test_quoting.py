@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from f4pipe.layout import FACTS_DIR, table_file
-from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
+from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
+from f4pipe.pipeline.layout import FACTS_DIR, table_file
 
 REPO = Path(__file__).resolve().parents[1]
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
@@ -50,8 +50,8 @@ def test_hostile_paths_in_the_config_are_names_not_commands(f4gemm_dir: Path, tm
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
 
-    # the aiter id is a fact a job finds (f4pipe.facts): that job first, then the kernels table
-    # of the id it found
+    # the aiter id is a fact a job finds (f4pipe.pipeline.facts): that job first, then the kernels
+    # table of the id it found
     snakemake("all", "--until", "aiter_id")
     (fact,) = (odd / "results" / FACTS_DIR).glob("aiter-id-*.json")
     aiter_id = json.loads(fact.read_text())["aiter_id"]

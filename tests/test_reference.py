@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from f4pipe.errors import InputError
-from f4pipe.operands import OperandDistribution, generate_operand
-from f4pipe.reference import reference_gemm
+from f4pipe.host.operands import OperandDistribution, generate_operand
+from f4pipe.host.reference import reference_gemm
 
 
 def naive_value(packed: np.ndarray, scales: np.ndarray, row: int, k: int) -> float:

@@ -1,5 +1,5 @@
-"""Reuse by content (f4pipe.resultstore) through the stage commands, on real code objects and
-the emulator: a run is reused exactly when the kernel's bytes and manifest row, the run's
+"""Reuse by content (f4pipe.pipeline.resultstore) through the stage commands, on real code objects
+and the emulator: a run is reused exactly when the kernel's bytes and manifest row, the run's
 parameters, the device, the toolchain and f4pipe are the same, and a reused row says so.
 
 The whole pipeline's reuse across two aiter ids (every round trip, verify, splitk and safety
@@ -16,15 +16,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from f4pipe.assemble import assemble
+from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
 from f4pipe.cli import main
-from f4pipe.co2asm import co2asm
 from f4pipe.emu.program import executed_digest
 from f4pipe.fetch import extract_wheel_file
 from f4pipe.fsio import write_text
-from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
-from f4pipe.safety import is_safe
-from f4pipe.schemas import ADDED_COLUMNS, VERIFY, read_table
+from f4pipe.pipeline.schemas import ADDED_COLUMNS, VERIFY, read_table
+from f4pipe.shapes.safety import is_safe
+from f4pipe.spine.assemble import assemble
+from f4pipe.spine.co2asm import co2asm
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 SHAPE = "32,256,512"
@@ -118,7 +118,7 @@ def test_a_rebuilt_kernel_takes_the_originals_emulated_row(
     same loaded and decoded program: on the emulator that is the same run, bit for bit, so the
     rebuilt variant's row is the original's, marked as such. A GPU runs the bytes: there the
     two are different kernels to the store."""
-    from f4pipe.resultstore import kernel_identity
+    from f4pipe.pipeline.resultstore import kernel_identity
 
     _, store, first = first_run
     co_dir = copy_kernel(f4gemm_dir, tmp_path / "rebuilt")

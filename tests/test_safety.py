@@ -1,4 +1,4 @@
-"""Shape-edge safety: the rules (f4pipe.safety) against the emulator, the static evidence,
+"""Shape-edge safety: the rules (f4pipe.shapes.safety) against the emulator, the static evidence,
 the heuristic and `f4pipe gemm` refusing unsafe pairs, the padded remedy, and the audit of
 aiter's tuned table. The full 35-kernel sweep runs in the pipeline (`safety` rule); here a
 kernel of each store class runs the same sweep."""
@@ -11,15 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from f4pipe.audit import audit_tuned, read_tuned
+from f4pipe.aiter.heuristic import select_kernel
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, main
-from f4pipe.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
 from f4pipe.emu import EmulatorDevice, SharedRuns
 from f4pipe.errors import ShapeError
 from f4pipe.fetch import extract_wheel_file
-from f4pipe.gemm import GemmRequest, run_gemm
-from f4pipe.heuristic import select_kernel
-from f4pipe.safety import (
+from f4pipe.host.gemm import GemmRequest, run_gemm
+from f4pipe.pipeline.schemas import AUDIT, SAFETY, ArtifactKeys, table_from_rows
+from f4pipe.shapes.audit import audit_tuned, read_tuned
+from f4pipe.shapes.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
+from f4pipe.shapes.safety import (
     EDGE_CLASSES,
     STORE_CHUNK32,
     STORE_FULL_TILE,
@@ -27,7 +28,6 @@ from f4pipe.safety import (
     edge_rule,
     is_safe,
 )
-from f4pipe.schemas import AUDIT, SAFETY, ArtifactKeys, table_from_rows
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 KEYS = ArtifactKeys("test-aiter", "test-toolchain", "emulator")
@@ -306,7 +306,7 @@ def test_an_audit_table_from_before_the_new_columns_still_reads(manifest, tuned_
     import pyarrow.parquet as pq
 
     from f4pipe.errors import InputError
-    from f4pipe.schemas import ADDED_COLUMNS, read_table, write_rows
+    from f4pipe.pipeline.schemas import ADDED_COLUMNS, read_table, write_rows
 
     rows = audit_tuned(tuned_csv, manifest, KEYS, emulate=False)[:5]
     path = tmp_path / "audit.parquet"
@@ -323,9 +323,9 @@ def test_an_audit_table_from_before_the_new_columns_still_reads(manifest, tuned_
 def test_report_shows_the_safety_table_and_the_audit(
     manifest, subset_rows, tuned_csv, f4gemm_dir, toolchain, tmp_path
 ) -> None:
+    from f4pipe.pipeline.schemas import write_rows
     from f4pipe.report import build_report
-    from f4pipe.schemas import write_rows
-    from f4pipe.toolchain import write_toolchain_json
+    from f4pipe.spine.toolchain import write_toolchain_json
 
     res = tmp_path / "test-aiter"
     res.mkdir()

@@ -9,7 +9,7 @@ import pytest
 
 from f4pipe.cli import main
 from f4pipe.errors import ToolchainError
-from f4pipe.toolchain import (
+from f4pipe.spine.toolchain import (
     TOOLS,
     _nothing_found_message,
     find_toolchain,

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from f4pipe.aiter.manifest import read_manifest
 from f4pipe.cli import main
-from f4pipe.gemm import GemmRequest, run_gemm
-from f4pipe.manifest import read_manifest
-from f4pipe.matrices import Case
-from f4pipe.opendevice import open_device
-from f4pipe.trykernel import quick_cases, try_edit
+from f4pipe.devices.opendevice import open_device
+from f4pipe.edits.trykernel import quick_cases, try_edit
+from f4pipe.host.gemm import GemmRequest, run_gemm
+from f4pipe.host.matrices import Case
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 FIRST_STORE = "\tbuffer_store_dwordx4 v[16:19], v158, s[4:7], 0 offen\n"

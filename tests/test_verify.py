@@ -1,11 +1,11 @@
-"""The verification criteria (f4pipe.verify), on hand-made outputs."""
+"""The verification criteria (f4pipe.host.verify), on hand-made outputs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from f4pipe.verify import RTOL, atol_for, verify_output
+from f4pipe.host.verify import RTOL, atol_for, verify_output
 
 
 def test_criteria_boundaries():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
+from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = ("f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128", "f4gemm_bf16_per1x32Fp4_BpreShuffle_64x128")
@@ -41,7 +41,7 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def write_nop_edit(f4gemm_dir: Path, dest: Path, toolchain) -> Path:
     """A semantics-keeping hand edit: an s_nop right after the kernel's entry label."""
-    from f4pipe.co2asm import co2asm
+    from f4pipe.spine.co2asm import co2asm
 
     kernel = read_manifest(f4gemm_dir).get(KERNELS[0])
     asm = co2asm(f4gemm_dir / kernel.co_name, toolchain)

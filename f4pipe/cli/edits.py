@@ -14,7 +14,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from f4pipe.assemble import assemble
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_co_dir,
@@ -28,8 +27,9 @@ from f4pipe.cli.args import (
     toolchain_from_args,
 )
 from f4pipe.fsio import write_text
-from f4pipe.matrices import parse_case
-from f4pipe.toolchain import Toolchain
+from f4pipe.host.matrices import parse_case
+from f4pipe.spine.assemble import assemble
+from f4pipe.spine.toolchain import Toolchain
 
 #: Instruction changes shown on the terminal; the diff file has them all.
 TERMINAL_CHANGES = 20
@@ -41,7 +41,7 @@ TERMINAL_FINDINGS = 10
 
 def cmd_try(args: argparse.Namespace) -> int:
     from f4pipe.edits import render_findings, report_text
-    from f4pipe.trykernel import try_edit
+    from f4pipe.edits.trykernel import try_edit
 
     asm = Path(args.edit)
     seed_a, seed_b = parse_seed(args.seed)

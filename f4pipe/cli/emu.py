@@ -30,9 +30,9 @@ def rules_text() -> str:
 
 
 def cmd_hazards(args: argparse.Namespace) -> int:
-    from f4pipe.codeobject import CodeObject
     from f4pipe.emu.hazards import analyse
     from f4pipe.emu.program import Program
+    from f4pipe.spine.codeobject import CodeObject
 
     if args.rules:
         print(rules_text())

@@ -1,5 +1,5 @@
-"""`f4pipe aiter-id` and `f4pipe device`: the facts the workflow reads (f4pipe.facts), found by
-a job instead of while the Snakefile is parsed."""
+"""`f4pipe aiter-id` and `f4pipe device`: the facts the workflow reads (f4pipe.pipeline.facts),
+found by a job instead of while the Snakefile is parsed."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 from f4pipe.cli import EXIT_OK, command_help
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
-from f4pipe.layout import DEVICE_KINDS
+from f4pipe.pipeline.layout import DEVICE_KINDS
 
 
 def cmd_aiter_id(args: argparse.Namespace) -> int:
-    from f4pipe.facts import AITER_ID, aiter_id_fact, write_fact
+    from f4pipe.pipeline.facts import AITER_ID, aiter_id_fact, write_fact
 
     fact = aiter_id_fact(source_from_args(args))
     if args.output:
@@ -22,7 +22,7 @@ def cmd_aiter_id(args: argparse.Namespace) -> int:
 
 
 def cmd_device(args: argparse.Namespace) -> int:
-    from f4pipe.facts import TIMES_LAUNCHES, device_fact, write_fact
+    from f4pipe.pipeline.facts import TIMES_LAUNCHES, device_fact, write_fact
 
     fact = device_fact(args.device)
     if args.output:

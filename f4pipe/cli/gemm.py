@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from f4pipe.aiter.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_artifact_keys,
@@ -29,14 +30,13 @@ from f4pipe.cli.args import (
 )
 from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
 from f4pipe.fsio import check_writable, json_text
-from f4pipe.layout import GEMM_STAGES, NO_DEVICE
-from f4pipe.manifest import KernelEntry, Manifest, read_manifest
-from f4pipe.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
-from f4pipe.resultstore import open_store, reuse_line
+from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
+from f4pipe.pipeline.layout import GEMM_STAGES, NO_DEVICE
+from f4pipe.pipeline.resultstore import open_store, reuse_line
 
 if TYPE_CHECKING:
-    from f4pipe.device import Device
-    from f4pipe.gemm import GemmResult
+    from f4pipe.devices.device import Device
+    from f4pipe.host.gemm import GemmResult
 
 
 PREFIX = "[f4gemm]"
@@ -57,7 +57,7 @@ def print_manifest(manifest: Manifest) -> None:
 
 def edge_policy(args: argparse.Namespace) -> str:
     """--unsafe runs unsafe kernel/shape pairs as asked, --pad-output pads them; default
-    refuse (f4pipe.safety)."""
+    refuse (f4pipe.shapes.safety)."""
     if args.unsafe and args.pad_output:
         raise ConfigError("--unsafe and --pad-output exclude each other")
     return "unsafe" if args.unsafe else "pad" if args.pad_output else "refuse"
@@ -68,8 +68,8 @@ def choose(
 ) -> tuple[KernelEntry, int, str]:
     """(kernel, log2_k_split, how it was chosen) as the seed driver does; the heuristic only
     considers kernels that are safe at the shape (or that --pad-output / --unsafe allow)."""
-    from f4pipe.heuristic import select_kernel
-    from f4pipe.safety import is_safe, refusal
+    from f4pipe.aiter.heuristic import select_kernel
+    from f4pipe.shapes.safety import is_safe, refusal
 
     policy = edge_policy(args)
     if args.kernel:
@@ -143,7 +143,7 @@ def timing_line(result: GemmResult) -> str:
 
 
 def print_result(result: GemmResult, device: Device) -> None:
-    from f4pipe.gemm import SHIM_TIME_NOTE
+    from f4pipe.host.gemm import SHIM_TIME_NOTE
 
     v = result.verification
     if v is None:
@@ -171,9 +171,9 @@ def print_result(result: GemmResult, device: Device) -> None:
 
 
 def run_gemm_command(args: argparse.Namespace) -> int:
-    from f4pipe.gemm import GemmRequest, check_alpha, run_gemm
-    from f4pipe.kernarg import check_shape
-    from f4pipe.opendevice import open_device
+    from f4pipe.devices.opendevice import open_device
+    from f4pipe.host.gemm import GemmRequest, check_alpha, run_gemm
+    from f4pipe.host.kernarg import check_shape
 
     if args.list:
         print_manifest(read_manifest(co_dir_from(args)))
@@ -238,7 +238,7 @@ def alpha_ignored(co_path: Path, symbol: str, alpha: float) -> str:
     if alpha == 1.0:
         return ""
     from f4pipe.emu.kernargs import ignored_field
-    from f4pipe.kernarg import KERNARG_BY_NAME
+    from f4pipe.host.kernarg import KERNARG_BY_NAME
 
     offset = KERNARG_BY_NAME["alpha"].offset
     load = ignored_field(co_path, symbol, offset)
@@ -254,14 +254,14 @@ def alpha_ignored(co_path: Path, symbol: str, alpha: float) -> str:
 
 def waves_per_workgroup() -> int:
     """Waves in one f4gemm workgroup (64 lanes each)."""
-    from f4pipe.kernarg import BLOCK
+    from f4pipe.host.kernarg import BLOCK
 
     return BLOCK[0] // 64
 
 
 def check_trace_wave(args: argparse.Namespace, entry: KernelEntry, log2_k_split: int) -> None:
     """--trace WAVE must name a wave of this launch, or the trace would be silently empty."""
-    from f4pipe.kernarg import launch_geometry
+    from f4pipe.host.kernarg import launch_geometry
 
     if args.trace is None:
         return
@@ -348,7 +348,7 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
         help="run even if the buffers exceed the available host memory (default: refuse with "
         "the bytes needed and available)",
     )
-    edge = p.add_argument_group("shape edges (f4pipe.safety; see `f4pipe safety`)")
+    edge = p.add_argument_group("shape edges (f4pipe.shapes.safety; see `f4pipe safety`)")
     edge.add_argument(
         "--pad-output",
         action="store_true",
@@ -391,11 +391,11 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stage_command(args: argparse.Namespace) -> int:
-    from f4pipe.gemm import check_alpha
-    from f4pipe.locate import artifact_keys, locate_co_dir
-    from f4pipe.opendevice import open_device
-    from f4pipe.schemas import TABLE_SCHEMAS
-    from f4pipe.stages import NO_DEVICE_REASON, STAGES, StageSettings
+    from f4pipe.aiter.locate import artifact_keys, locate_co_dir
+    from f4pipe.devices.opendevice import open_device
+    from f4pipe.host.gemm import check_alpha
+    from f4pipe.pipeline.schemas import TABLE_SCHEMAS
+    from f4pipe.pipeline.stages import NO_DEVICE_REASON, STAGES, StageSettings
 
     check_alpha(args.alpha)  # before any row: a bad alpha is bad input, not an error row
     cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
@@ -421,7 +421,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
         device = None
     protocol = None
     if args.command == "bench":
-        from f4pipe.stages import bench_protocol
+        from f4pipe.pipeline.stages import bench_protocol
 
         protocol = bench_protocol(
             args.iters,
@@ -482,7 +482,8 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     p = subparsers.add_parser(
         name,
         help=command_help(name),
-        description=f"{command_help(name)}; writes one Parquet table (schema f4pipe.schemas."
+        description=f"{command_help(name)}; writes one Parquet table (schema "
+        f"f4pipe.pipeline.schemas."
         f"{name.upper()}). Without a usable device every row is recorded as skipped with the "
         "reason. Exit 0 if every run passed or was skipped, 1 if one failed, 2 if one could "
         "not run (its row says why) or on bad input.",

@@ -81,10 +81,10 @@ def record(predictor: Predictor, r: Ranked, warm: bool = False) -> dict[str, Any
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    from f4pipe.aiter.manifest import read_manifest
     from f4pipe.cli.args import co_dir_from
     from f4pipe.fsio import json_text
-    from f4pipe.kernarg import check_shape
-    from f4pipe.manifest import read_manifest
+    from f4pipe.host.kernarg import check_shape
     from f4pipe.perf.predict import Predictor
 
     manifest = read_manifest(co_dir_from(args))
@@ -134,7 +134,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Predict each kernel's MI355X time at a shape with f4pipe's cycle model "
         "(the kernel's own instructions, replayed from one emulated workgroup; constants "
         "fitted on aiter's recorded MI355X timings). Safe kernels are ranked fastest first; "
-        "kernels unsafe at the shape (f4pipe.safety) are listed after them, unranked. The "
+        "kernels unsafe at the shape (f4pipe.shapes.safety) are listed after them, unranked. The "
         "first prediction of a kernel traces it on the emulator (about a second; cached).",
     )
     add_co_dir(p)

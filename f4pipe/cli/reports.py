@@ -30,7 +30,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
-    from f4pipe.archive import check_archive, create_archive
+    from f4pipe.pipeline.archive import check_archive, create_archive
 
     if args.check:
         status = EXIT_OK
@@ -104,7 +104,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verdicts (rows added, changed, newly unsafe); throughput, each measured run judged "
         "against its noise (a change is reported only when the two runs' 95 % intervals of the "
         "median separate and the change exceeds max(3 %, the larger relative IQR); "
-        "f4pipe.benchstats). Exit 1 when anything a verdict depends on changed or a run got "
+        "f4pipe.host.benchstats). Exit 1 when anything a verdict depends on changed or a run got "
         "slower beyond the noise, 0 otherwise.",
     )
     p.add_argument("a", type=Path, help="baseline: result-set directory or archive")

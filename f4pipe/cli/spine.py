@@ -22,20 +22,20 @@ from f4pipe.cli.args import (
 )
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, check_writable, json_text, sha256_file, write_text
-from f4pipe.layout import NO_DEVICE, TABLES
+from f4pipe.pipeline.layout import NO_DEVICE, TABLES
 
 if TYPE_CHECKING:
-    from f4pipe.schemas import ArtifactKeys
+    from f4pipe.pipeline.schemas import ArtifactKeys
 
 
 def _keys(args: argparse.Namespace, toolchain_id: str) -> ArtifactKeys:
-    from f4pipe.schemas import ArtifactKeys
+    from f4pipe.pipeline.schemas import ArtifactKeys
 
     return ArtifactKeys(aiter_id=args.aiter_id, toolchain_id=toolchain_id, device_id=NO_DEVICE)
 
 
 def cmd_toolchain(args: argparse.Namespace) -> int:
-    from f4pipe.toolchain import find_toolchain, write_toolchain_json
+    from f4pipe.spine.toolchain import find_toolchain, write_toolchain_json
 
     tc = find_toolchain(args.toolchain_bin, provision=not args.no_provision)
     if args.output:
@@ -45,7 +45,7 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
 
 
 def cmd_co2asm(args: argparse.Namespace) -> int:
-    from f4pipe.co2asm import check_reassembles, co2asm
+    from f4pipe.spine.co2asm import check_reassembles, co2asm
 
     src = Path(args.code_object)
     to_stdout = args.output == "-"
@@ -65,7 +65,7 @@ def cmd_co2asm(args: argparse.Namespace) -> int:
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
-    from f4pipe.assemble import assemble
+    from f4pipe.spine.assemble import assemble
 
     tc = toolchain_from_args(args)
     if args.fit_resources:
@@ -81,9 +81,9 @@ def cmd_assemble(args: argparse.Namespace) -> int:
 
 def cmd_roundtrip(args: argparse.Namespace) -> int:
     """One code object, or with --co-dir every one its manifest lists (the pipeline's job)."""
-    from f4pipe.resultstore import open_store, reuse_line
-    from f4pipe.roundtrip import roundtrip_dir, roundtrip_row
-    from f4pipe.schemas import ROUNDTRIP, write_rows
+    from f4pipe.pipeline.resultstore import open_store, reuse_line
+    from f4pipe.pipeline.schemas import ROUNDTRIP, write_rows
+    from f4pipe.spine.roundtrip import roundtrip_dir, roundtrip_row
 
     if (args.code_object is None) == (args.co_dir is None):
         raise InputError("roundtrip: name one code object, or --co-dir (with --out) for all")
@@ -119,7 +119,7 @@ def _verdict(row: dict) -> str:
 def _print_roundtrip(row: dict, co_path: Path, out_dir: Path) -> None:
     """One round trip in words: the verdict's text (its diff file below the lines naming the
     files), the timing check, the files."""
-    from f4pipe.roundtrip import diff_header, output_paths
+    from f4pipe.spine.roundtrip import diff_header, output_paths
 
     asm, rebuilt, diff = output_paths(co_path, out_dir)
     header = diff_header(co_path, rebuilt, row["toolchain_id"])
@@ -135,10 +135,10 @@ def _print_roundtrip(row: dict, co_path: Path, out_dir: Path) -> None:
 
 def cmd_kernels(args: argparse.Namespace) -> int:
     """kernels.parquet: the manifest joined with what each code object's header says."""
-    from f4pipe.codeobject import CodeObject
-    from f4pipe.manifest import read_manifest
-    from f4pipe.schemas import KERNELS, write_rows
-    from f4pipe.toolchain import read_toolchain_id
+    from f4pipe.aiter.manifest import read_manifest
+    from f4pipe.pipeline.schemas import KERNELS, write_rows
+    from f4pipe.spine.codeobject import CodeObject
+    from f4pipe.spine.toolchain import read_toolchain_id
 
     manifest = read_manifest(args.co_dir)
     toolchain_id = read_toolchain_id(args.toolchain_json)
@@ -178,7 +178,7 @@ def cmd_gather(args: argparse.Namespace) -> int:
     """Concatenate per-job Parquet tables of one schema into one table."""
     import pyarrow as pa
 
-    from f4pipe.schemas import TABLE_SCHEMAS, read_table, write_table
+    from f4pipe.pipeline.schemas import TABLE_SCHEMAS, read_table, write_table
 
     schema = TABLE_SCHEMAS[args.table]
     tables = [read_table(p, schema) for p in args.rows]
@@ -190,7 +190,7 @@ def cmd_gather(args: argparse.Namespace) -> int:
 
 def cmd_rebuilt_dir(args: argparse.Namespace) -> int:
     """Rebuilt objects plus their own manifest, so later stages treat them like aiter's."""
-    from f4pipe.manifest import MANIFEST_NAME, manifest_text, read_manifest
+    from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
 
     manifest = read_manifest(args.co_dir)
     rebuilt = Path(args.rebuilt)

@@ -15,12 +15,12 @@ from f4pipe.errors import InputError
 
 def _program(args: argparse.Namespace, tmp: Path):
     """The kernel to analyse (an .s is assembled first) and the code object it lives in."""
-    from f4pipe.codeobject import CodeObject
     from f4pipe.emu.program import Program
+    from f4pipe.spine.codeobject import CodeObject
 
     path = Path(args.kernel_file)
     if path.suffix == ".s":
-        from f4pipe.assemble import assemble
+        from f4pipe.spine.assemble import assemble
 
         path = assemble(path, tmp / f"{path.stem}.co", toolchain_from_args(args))
     symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
@@ -36,8 +36,8 @@ def _program(args: argparse.Namespace, tmp: Path):
 
 def _manifest_entry(args: argparse.Namespace, symbol: str):
     """The f4gemm manifest row of `symbol` (needed to launch it), or an InputError."""
-    from f4pipe.locate import locate_co_dir
-    from f4pipe.manifest import read_manifest
+    from f4pipe.aiter.locate import locate_co_dir
+    from f4pipe.aiter.manifest import read_manifest
 
     manifest = read_manifest(locate_co_dir(args.co_dir).co_dir)
     entry = next((e for e in manifest if e.symbol == symbol), None)
@@ -124,12 +124,12 @@ MAX_BARRIER_ROUNDS = 8
 def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> int:
     """--apply -o Y.s: write the repaired (and with --loosen, loosened) assembly, then prove it:
     the static check finds nothing, and for an f4gemm kernel the emulator runs it clean."""
-    from f4pipe.co2asm import co2asm
     from f4pipe.edits.waitfix import apply_repairs
     from f4pipe.emu.hazards import analyse
     from f4pipe.emu.program import Program
     from f4pipe.emu.waits import first_problem, loosen_in_turn, repairs
     from f4pipe.fsio import write_text
+    from f4pipe.spine.co2asm import co2asm
 
     if args.output is None:
         raise InputError("--apply writes a new assembly file: give -o Y.s")
@@ -145,7 +145,7 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
                 "--loosen starts from a kernel that misses nothing: run --apply without "
                 "--loosen first, then --loosen on its output"
             )
-        from f4pipe.trykernel import open_devices
+        from f4pipe.edits.trykernel import open_devices
 
         (device,) = open_devices("emulator", True)
         try:
@@ -160,7 +160,7 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     left = analyse(Program.load(check, program.symbol))
     ran = ""
     if entry is not None:
-        from f4pipe.trykernel import open_devices
+        from f4pipe.edits.trykernel import open_devices
 
         (device,) = open_devices("emulator", True)
         try:
@@ -194,10 +194,10 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
     emulator finds unordered with another wave's (a dropped barrier: which words two waves
     share is data, so only a run shows it): one round at a time on the repaired kernel, a
     barrier before the first such access the run met, until a run finds none."""
+    from f4pipe.edits.trykernel import open_devices
     from f4pipe.edits.waitfix import apply_repairs, original_pcs
     from f4pipe.emu.program import Program
     from f4pipe.emu.waits import barrier_repairs, lds_order_hazards
-    from f4pipe.trykernel import open_devices
 
     original = asm.splitlines()
     (device,) = open_devices("emulator", True)
@@ -218,7 +218,7 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
 
 
 def assemble_text(text: str, path: Path, tc) -> Path:
-    from f4pipe.assemble import assemble
+    from f4pipe.spine.assemble import assemble
 
     path.write_text(text)
     return assemble(path, path.with_suffix(".co"), tc)
@@ -227,8 +227,8 @@ def assemble_text(text: str, path: Path, tc) -> Path:
 def _cases(args: argparse.Namespace, entry) -> list:
     """The launches a loosening or repair must run clean: `try`'s quick shapes (with
     --thorough, also the seed's every-kernel shape and the safety sweep's), plus --case."""
-    from f4pipe.matrices import Case, parse_case
-    from f4pipe.trykernel import quick_cases, thorough_cases
+    from f4pipe.edits.trykernel import quick_cases, thorough_cases
+    from f4pipe.host.matrices import Case, parse_case
 
     cases = thorough_cases(entry) if args.thorough else quick_cases(entry)
     extra = [parse_case(text) for text in args.case]
@@ -258,8 +258,8 @@ def cmd_waits(args: argparse.Namespace) -> int:
         verified: dict = {}
         predicted: dict = {}
         if args.verify and advice:
+            from f4pipe.edits.trykernel import open_devices
             from f4pipe.emu.waits import verify_loosening
-            from f4pipe.trykernel import open_devices
 
             entry = _manifest_entry(args, program.symbol)
             (device,) = open_devices("emulator", True)

@@ -33,7 +33,6 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.archive import SUFFIX, extract_archive
 from f4pipe.compare.changes import (
     GEMM_METRICS,
     CodeObjectChange,
@@ -49,8 +48,9 @@ from f4pipe.compare.changes import (
     throughput_deltas,
 )
 from f4pipe.errors import InputError
+from f4pipe.pipeline.archive import SUFFIX, extract_archive
+from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.render import fmt_value
-from f4pipe.resultset import ResultSet
 
 TERMINAL_ROWS = 20  # per list in the terminal summary; -o and --json carry every row
 
@@ -107,7 +107,7 @@ class Comparison:
 
     @property
     def regressions(self) -> int:
-        """Runs judged slower than in A beyond the noise (f4pipe.benchstats.judge)."""
+        """Runs judged slower than in A beyond the noise (f4pipe.host.benchstats.judge)."""
         tp = self.throughput
         return 0 if tp is None else int((tp["change"] == "slower").sum())
 

@@ -12,19 +12,19 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.archive import PROVENANCE_NAME
-from f4pipe.asmfacts import fact_changes, instruction_diff
-from f4pipe.audit import TARGET_ARCH
+from f4pipe.compare.asmfacts import fact_changes, instruction_diff
 from f4pipe.errors import InputError
 from f4pipe.fsio import read_input_text
-from f4pipe.layout import ROUNDTRIP_DIR
+from f4pipe.pipeline.archive import PROVENANCE_NAME
+from f4pipe.pipeline.layout import ROUNDTRIP_DIR
+from f4pipe.pipeline.resultset import RUN_KEY, ResultSet, find_aiter_provenance
 from f4pipe.report.render import (
     fmt_value,
     shape_label,
     short_kernel,
 )
 from f4pipe.report.sections import VERIFY_METRICS
-from f4pipe.resultset import RUN_KEY, ResultSet, find_aiter_provenance
+from f4pipe.shapes.audit import TARGET_ARCH
 
 ASM_DIFF_LINES = 40  # per kernel; the full diff is one `diff` of the two .s files away
 #: The stages whose error metrics a comparison lines up run by run (the report's columns).
@@ -372,7 +372,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     )
 
 
-#: What makes two measurements come from different machines (f4pipe.devinfo columns).
+#: What makes two measurements come from different machines (f4pipe.devices.devinfo columns).
 MACHINE_KEYS = ("device_fingerprint", "rocm_version")
 
 
@@ -389,11 +389,11 @@ def throughput_deltas(
     a: ResultSet, b: ResultSet, floor_pct: float | None = None, across_machines: bool = False
 ) -> pd.DataFrame | None:
     """Measured runs in both sets, B against A. Rows whose launch times both sets kept are
-    judged against the noise (f4pipe.benchstats.judge): `change` is "slower", "faster" or
+    judged against the noise (f4pipe.host.benchstats.judge): `change` is "slower", "faster" or
     "" (within noise); rows timed before the protocol recorded spread are "not judged", and so
     are rows from different machines (device fingerprint or ROCm release) unless
     `across_machines`, which then labels each judgement."""
-    from f4pipe.benchstats import FLOOR_PCT, judge, summarize
+    from f4pipe.host.benchstats import FLOOR_PCT, judge, summarize
 
     ta, tb = a.table("bench"), b.table("bench")
     if ta is None or tb is None:

@@ -28,16 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from f4pipe.assemble import assemble
-from f4pipe.codeobject import CodeObject
+from f4pipe.aiter.manifest import MANIFEST_NAME, KernelEntry, manifest_text, read_manifest
 from f4pipe.edits.checks import Finding, static_checks
 from f4pipe.edits.diff import EditDiff, diff_listings
 from f4pipe.edits.fit import FitReport, fit_and_assemble
 from f4pipe.edits.listing import read_listing
 from f4pipe.errors import InputError
 from f4pipe.fsio import atomic_dir, write_json, write_text
-from f4pipe.manifest import MANIFEST_NAME, KernelEntry, manifest_text, read_manifest
-from f4pipe.toolchain import Toolchain
+from f4pipe.spine.assemble import assemble
+from f4pipe.spine.codeobject import CodeObject
+from f4pipe.spine.toolchain import Toolchain
 
 # ---------------------------------------------------------------------------------------------
 # Preparing an edit: assemble, find its original, diff, check

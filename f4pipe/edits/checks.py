@@ -12,17 +12,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from f4pipe import gfx950
-from f4pipe.co2asm import invert_next_free_sgpr
-from f4pipe.descriptor import (
+from f4pipe.edits.listing import KernelListing
+from f4pipe.errors import InputError
+from f4pipe.spine import gfx950
+from f4pipe.spine.co2asm import invert_next_free_sgpr
+from f4pipe.spine.descriptor import (
     accum_offset,
     allocated_vgprs,
     descriptor_fields,
     field,
     kernarg_sgpr,
 )
-from f4pipe.edits.listing import KernelListing
-from f4pipe.errors import InputError
 
 # GFX90A and later GFX9 parts share one unified VGPR file: arch VGPRs first, AGPRs from
 # accum_offset on, allocated in granules of 8, at most 256 of each (AMDGPUUsage, "GFX90A").
@@ -267,7 +267,7 @@ def static_checks(listing: KernelListing) -> list[Finding]:
                         line.text,
                         f"reads kernarg bytes {read[0]}..{read[0] + read[1] - 1} but "
                         f".kernarg_segment_size is {lim.kernarg_bytes}: the kernarg block "
-                        "(f4pipe.kernarg) has nothing there",
+                        "(f4pipe.host.kernarg) has nothing there",
                     )
                 )
     findings.extend(_metadata_findings(listing, lim))

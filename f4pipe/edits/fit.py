@@ -6,10 +6,10 @@ registers keeps the original's occupancy). This module assembles the edit once a
 reads what every instruction touches through the emulator's decoder and effects (no text
 parsing), rewrites the directives and the kernel's metadata entry to agree with that use, and
 assembles again. Nothing else in the .s changes, the .s itself is never written, and the
-result is read back through f4pipe.descriptor's table to prove the descriptor says what was
+result is read back through f4pipe.spine.descriptor's table to prove the descriptor says what was
 meant.
 
-What "use" means, per resource (facts in f4pipe.gfx950, docs/reference/gfx950.md "Resources
+What "use" means, per resource (facts in f4pipe.spine.gfx950, docs/reference/gfx950.md "Resources
 and occupancy"):
 - arch VGPRs and AGPRs: the highest of each an instruction names, plus v0 (the work-item id the
   hardware writes); accum_offset is the arch count rounded up to 4, and the unified total is
@@ -32,11 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from f4pipe import gfx950
-from f4pipe.assemble import assemble
-from f4pipe.co2asm import encode_granulated_sgpr, extra_sgprs, invert_next_free_sgpr
-from f4pipe.codeobject import CodeObject, Symbol
-from f4pipe.descriptor import (
+from f4pipe.edits.listing import read_asm
+from f4pipe.emu import isa
+from f4pipe.emu.decode import Instruction, Operand, decode_all
+from f4pipe.emu.effects import SGPR_BASE, effects_of
+from f4pipe.errors import EmulatorError, F4PipeError, InputError, ToolchainError
+from f4pipe.spine import gfx950
+from f4pipe.spine.assemble import assemble
+from f4pipe.spine.co2asm import encode_granulated_sgpr, extra_sgprs, invert_next_free_sgpr
+from f4pipe.spine.codeobject import CodeObject, Symbol
+from f4pipe.spine.descriptor import (
     ACCUM_OFFSET,
     GROUP_SEGMENT,
     NEXT_FREE_SGPR,
@@ -48,12 +53,7 @@ from f4pipe.descriptor import (
     descriptor_fields,
     system_sgprs,
 )
-from f4pipe.edits.listing import read_asm
-from f4pipe.emu import isa
-from f4pipe.emu.decode import Instruction, Operand, decode_all
-from f4pipe.emu.effects import SGPR_BASE, effects_of
-from f4pipe.errors import EmulatorError, F4PipeError, InputError, ToolchainError
-from f4pipe.toolchain import Toolchain
+from f4pipe.spine.toolchain import Toolchain
 
 FLAG = "--fit-resources"
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from f4pipe.assemble import MAX_ASM_BYTES
-from f4pipe.co2asm import Instruction, branch_target, disassemble_text
-from f4pipe.codeobject import CodeObject
 from f4pipe.errors import InputError
 from f4pipe.fsio import read_input_text
-from f4pipe.toolchain import Toolchain
+from f4pipe.spine.assemble import MAX_ASM_BYTES
+from f4pipe.spine.co2asm import Instruction, branch_target, disassemble_text
+from f4pipe.spine.codeobject import CodeObject
+from f4pipe.spine.toolchain import Toolchain
 
 _LABEL_SUFFIX = re.compile(r"^(?P<label>.+)\+(?P<index>\d+)$")
 

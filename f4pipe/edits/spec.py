@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.errors import ConfigError
-from f4pipe.layout import EDIT_NAME, edit_variant
+from f4pipe.pipeline.layout import EDIT_NAME, edit_variant
 
 # ---------------------------------------------------------------------------------------------
 # Edits named in the pipeline config

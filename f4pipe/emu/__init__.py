@@ -2,16 +2,14 @@
 timing (memory counters, LDS visibility, wait states) that its own legal schedule hides.
 What it models exactly, as a schedule, or refuses: fidelity.py.
 
-`EmulatorDevice` implements f4pipe.device.Device; its launches return LaunchStats. The pieces:
-isa.py (formats, field layouts, opcode tables), decode.py (machine code from the code object's
-.text, driven by those tables), disasm.py (LLVM's spelling, for traces and the llvm-objdump
-cross-check), program.py (kernel entry and launch settings from the descriptor), engine.py
-(register state, lockstep scheduler), ops_scalar/ops_vector/ops_memory/ops_mfma.py
-(instruction semantics), handlers.py (the table from operation name to the function that runs
-it), memory.py (global memory), effects.py / timing.py /
-waitstates.py / hazards.py (the timing model, its rule table and the static check), trace.py,
-device.py.
-"""
+`EmulatorDevice` implements f4pipe.devices.device.Device; its launches return LaunchStats. The
+pieces: isa.py (formats, field layouts, opcode tables), decode.py (machine code from the code
+object's .text, driven by those tables), disasm.py (LLVM's spelling, for traces and the llvm-objdump
+cross-check), program.py (kernel entry and launch settings from the descriptor), engine.py (register
+state, lockstep scheduler), ops_scalar/ops_vector/ops_memory/ops_mfma.py (instruction semantics),
+handlers.py (the table from operation name to the function that runs it), memory.py (global memory),
+effects.py / timing.py / waitstates.py / hazards.py (the timing model, its rule table and the static
+check), trace.py, device.py."""
 
 from f4pipe.emu.device import (
     EmulatorDevice,

@@ -1,4 +1,5 @@
-"""EmulatorDevice: the gfx950 functional emulator as a launch backend (f4pipe.device.Device).
+"""EmulatorDevice: the gfx950 functional emulator as a launch backend
+(f4pipe.devices.device.Device).
 
 A launch lays out the initial state the descriptor asks for (AMDGPUUsage, "Initial Kernel
 Execution State"): s[0:1] the kernarg segment address, then one SGPR per enabled workgroup id,
@@ -25,7 +26,7 @@ from typing import TextIO
 
 import numpy as np
 
-from f4pipe.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
+from f4pipe.devices.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
 from f4pipe.emu import isa
 from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.memory import (
@@ -39,7 +40,7 @@ from f4pipe.emu.program import Program
 from f4pipe.emu.timing import Hazard, HazardReport, LdsWords, TimingModel, TimingRun
 from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.fsio import write_text
-from f4pipe.layout import EMULATOR_DEVICE_ID
+from f4pipe.pipeline.layout import EMULATOR_DEVICE_ID
 
 DEFAULT_MAX_WAVES_PER_BATCH = 512
 DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
@@ -77,7 +78,7 @@ def order_workgroups(num: int, order: str) -> np.ndarray:
 
 @dataclass
 class EmulatorKernel:
-    """A loaded kernel (f4pipe.device.Kernel)."""
+    """A loaded kernel (f4pipe.devices.device.Kernel)."""
 
     symbol: str
     co_path: Path
@@ -87,7 +88,7 @@ class EmulatorKernel:
 @dataclass
 class LaunchStats:
     """What one launch found and cost (EmulatorDevice.launch returns it; it implements
-    f4pipe.device.LaunchReport): races, hazards, wall time, waves, dynamic instructions."""
+    f4pipe.devices.device.LaunchReport): races, hazards, wall time, waves, dynamic instructions."""
 
     seconds: float = 0.0
     waves: int = 0

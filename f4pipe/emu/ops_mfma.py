@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from f4pipe.emu.decode import Instruction, Operand
-from f4pipe.numerics import e8m0_to_float, fp4_to_float
+from f4pipe.host.numerics import e8m0_to_float, fp4_to_float
 
 if TYPE_CHECKING:
     from f4pipe.emu.engine import Executor, Sel

@@ -14,7 +14,7 @@ import numpy as np
 
 from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction
-from f4pipe.numerics import float_to_bf16_bits
+from f4pipe.host.numerics import float_to_bf16_bits
 
 if TYPE_CHECKING:
     from f4pipe.emu.engine import Executor, Sel

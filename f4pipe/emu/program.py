@@ -13,17 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from f4pipe import gfx950
-from f4pipe.codeobject import CodeObject
-from f4pipe.descriptor import (
+from f4pipe.emu.decode import Instruction, decode_all, decode_one
+from f4pipe.errors import CodeObjectError, EmulatorError
+from f4pipe.spine import gfx950
+from f4pipe.spine.codeobject import CodeObject
+from f4pipe.spine.descriptor import (
     RESERVED_BYTES,
     allocated_sgprs,
     allocated_vgprs,
     descriptor_bits,
     descriptor_fields,
 )
-from f4pipe.emu.decode import Instruction, decode_all, decode_one
-from f4pipe.errors import CodeObjectError, EmulatorError
 
 # Bits AMDGPUUsage marks "must be 0" or reserved on GFX9 (gfx950 is GFX9): compute_pgm_rsrc1
 # PRIORITY (11:10), DEBUG_MODE (22), BULKY (24), CDBG_USER (25), 31:27 (GFX10+ fields);
@@ -252,8 +252,8 @@ def executed_digest(co_path: str | Path, symbol: str) -> str | None:
     .text as decoded. Two code objects with one digest run identically on the emulator, bit for
     bit, whatever their other bytes: the rebuilt variant differs from aiter's objects only in
     ELF layout and in encoding bits the decoder does not read, so its emulated rows are the
-    original's (f4pipe.resultstore keys emulated runs by this). None when the digest would not
-    prove that: a branch target inside an instruction (decoding there reads bytes the linear
+    original's (f4pipe.pipeline.resultstore keys emulated runs by this). None when the digest would
+    not prove that: a branch target inside an instruction (decoding there reads bytes the linear
     sweep did not) or a kernel the emulator cannot load (its run reports why)."""
     import hashlib
 

@@ -32,8 +32,8 @@ from f4pipe.emu.program import Program
 from f4pipe.emu.timing import LGKM_MAX, VM_MAX, Hazard, TimingModel
 
 if TYPE_CHECKING:
-    from f4pipe.device import Device
-    from f4pipe.manifest import KernelEntry
+    from f4pipe.aiter.manifest import KernelEntry
+    from f4pipe.devices.device import Device
 
 #: A tagged op is pc | (younger count at W + 1) << TAG_SHIFT (pcs are below 2**32).
 TAG_SHIFT = 32
@@ -241,8 +241,8 @@ def encode_waitcnt(simm16: int, vmcnt: int, lgkmcnt: int) -> int:
 def patch_waits(co_path: Path, out: Path, limits: dict[int, tuple[int, int]]) -> None:
     """Write `co_path` to `out` with the s_waitcnt at each pc given new (vmcnt, lgkmcnt): the
     instruction keeps its size, so nothing else moves."""
-    from f4pipe.codeobject import CodeObject
     from f4pipe.fsio import write_bytes
+    from f4pipe.spine.codeobject import CodeObject
 
     co = CodeObject.read(co_path)
     text = co.sections[".text"]
@@ -275,7 +275,7 @@ class Verified:
 def verify_loosening(
     entry: KernelEntry, co_path: Path, advice: list[WaitAdvice], device: Device, cases
 ) -> list[Verified]:
-    """Each looser wait alone, on emulated launches of `cases` (f4pipe.trykernel.Case): the
+    """Each looser wait alone, on emulated launches of `cases` (f4pipe.edits.trykernel.Case): the
     static limits when they run clean, else the loosest clean ones found by bisection on each
     counter (the emulator also checks LDS between waves, which the static analysis cannot)."""
     out = []
@@ -315,7 +315,7 @@ def _bisect(lo: int, hi: int, clean) -> int:
 
 def first_problem(device: Device, entry: KernelEntry, co_path: Path, cases) -> str:
     from f4pipe.errors import DeviceError
-    from f4pipe.gemm import GemmRequest, run_gemm
+    from f4pipe.host.gemm import GemmRequest, run_gemm
 
     for case in cases:
         request = GemmRequest(case.m, case.n, case.k, case.log2_k_split, edge_policy="pad")
@@ -401,7 +401,7 @@ def barrier_repairs(
 
 def lds_order_hazards(device: Device, entry: KernelEntry, co_path: Path, cases) -> list[Hazard]:
     """The LDS hazards between waves that emulated launches of `cases` report."""
-    from f4pipe.gemm import GemmRequest, run_gemm
+    from f4pipe.host.gemm import GemmRequest, run_gemm
 
     found: dict[tuple, Hazard] = {}
     for case in cases:

@@ -30,13 +30,14 @@ or tag needs the network on a re-run (to learn which commit it names now).
 
 A fetch made before tables were fetched (its provenance has no "tables") is completed once, by
 the next fetch of its source: the tables of the same wheel or commit are added and the record
-rewritten; nothing else changes. Reading such a directory (f4pipe.aiterdir) never completes it.
+rewritten; nothing else changes. Reading such a directory (f4pipe.aiter.aiterdir) never
+completes it.
 
 The parts: `sources` (the config's source, checked, and the id it names offline), `record`
 (provenance.json and the locked atomic copy), `process` (pip and git failures as FetchErrors)
 and `wheel` (the PyPI wheel cache and extraction); this module fetches each kind of source and
 names the aiter id a source gives. What a fetched directory holds, its id and the re-hash against
-its record are f4pipe.aiterdir's, which this package writes and never reads around.
+its record are f4pipe.aiter.aiterdir's, which this package writes and never reads around.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from f4pipe.aiterdir import AiterDir, configs_beside, content_digest, content_files, local_id
+from f4pipe.aiter.aiterdir import AiterDir, configs_beside, content_digest, content_files, local_id
+from f4pipe.aiter.manifest import MANIFEST_NAME
+from f4pipe.aiter.tables import CONFIGS_PATH
 from f4pipe.errors import ChecksumError, FetchError, ManifestError
 from f4pipe.fetch.process import run_fetch_tool
 from f4pipe.fetch.record import FetchResult, complete_tables, fetch_into, fetch_result, locked
@@ -74,9 +77,7 @@ from f4pipe.fetch.wheel import (
     extract_wheel_tree,
     wheel_cache_dir,
 )
-from f4pipe.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
-from f4pipe.manifest import MANIFEST_NAME
-from f4pipe.tables import CONFIGS_PATH
+from f4pipe.pipeline.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
 
 #: The public API; the parts live in sources, record, process and wheel.
 __all__ = [

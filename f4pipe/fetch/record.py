@@ -1,5 +1,5 @@
 """What a fetch leaves behind: the FetchResult, provenance.json, and the one atomic, locked copy
-into place. Reading and re-hashing a fetched directory is f4pipe.aiterdir's."""
+into place. Reading and re-hashing a fetched directory is f4pipe.aiter.aiterdir's."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe import __version__
-from f4pipe.aiterdir import PROVENANCE_SCHEMA, AiterDir, content_digest, listed_names
+from f4pipe.aiter.aiterdir import PROVENANCE_SCHEMA, AiterDir, content_digest, listed_names
+from f4pipe.aiter.manifest import MANIFEST_NAME
+from f4pipe.aiter.tables import copy_tables
 from f4pipe.errors import CodeObjectError
 from f4pipe.fsio import atomic_dir, sha256_file, write_json
-from f4pipe.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
-from f4pipe.manifest import MANIFEST_NAME
-from f4pipe.tables import copy_tables
+from f4pipe.pipeline.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from f4pipe.aiterdir import content_id
+from f4pipe.aiter.aiterdir import content_id
 from f4pipe.errors import ConfigError
 
 DEFAULT_PACKAGE = "amd-aiter"
@@ -132,7 +132,7 @@ def git_id(commit: str) -> str:
 def offline_id(source: Mapping[str, Any] | AiterSource) -> str | None:
     """The aiter id a fetch of `source` produces, when naming it needs no network: None for a
     git branch or tag, whose commit only the server knows. A local source's id is its content
-    (f4pipe.aiterdir.content_id), so the directory is hashed."""
+    (f4pipe.aiter.aiterdir.content_id), so the directory is hashed."""
     src = parse_source(source)
     if isinstance(src, PypiSource):
         return pypi_id(src)

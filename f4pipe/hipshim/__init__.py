@@ -1,6 +1,6 @@
 """f4pipe's HIP runtime shim: a libamdhip64.so backed by host memory and the gfx950 emulator.
 
-Why: the hardware launcher (f4pipe.hipdevice) goes through hip-python, whose API changes
+Why: the hardware launcher (f4pipe.devices.hipdevice) goes through hip-python, whose API changes
 between releases; the shim lets it run for real, with every supported hip-python release, on
 a machine without ROCm (rung 4 of the design's ladder: API use, kernarg, grid and block
 checked against the code object's metadata; nothing learned about silicon).
@@ -12,7 +12,7 @@ and set ROCM_PATH=<root> (hip-python 10) and LD_LIBRARY_PATH=<root>/lib (hip-pyt
 7.x dlopen the bare name) before the process starts; `shim_environment` gives both.
 
 The device can never pass for a GPU: it is named SHIM_DEVICE_NAME, HipDevice gives it the
-device_id f4pipe.device.HIP_SHIM_DEVICE_ID, and its times are host wall clock, which the
+device_id f4pipe.devices.device.HIP_SHIM_DEVICE_ID, and its times are host wall clock, which the
 bench stage records as such and never as TFLOP/s.
 """
 
@@ -24,8 +24,8 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from f4pipe import gfx950
 from f4pipe.errors import ToolchainError
+from f4pipe.spine import gfx950
 
 #: What the shim's hipGetDeviceProperties calls itself; HipDevice recognises the shim by it.
 SHIM_DEVICE_NAME = "f4pipe HIP shim (gfx950 emulator, not a GPU)"

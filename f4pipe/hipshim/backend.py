@@ -1,7 +1,7 @@
 """The Python half of the HIP shim: code objects, launch checks and the emulator.
 
 libamdhip64.c calls these through ctypes callbacks (f4pipe_shim_attach). A module's image is
-read with f4pipe.codeobject; hipModuleGetFunction succeeds only for a kernel that the metadata
+read with f4pipe.spine.codeobject; hipModuleGetFunction succeeds only for a kernel that the metadata
 note lists and the symbol table holds; hipModuleLaunchKernel is refused, with a message that
 names the mismatch, unless the launch is what the kernel's metadata asks for:
 
@@ -10,7 +10,7 @@ names the mismatch, unless the launch is what the kernel's metadata asks for:
 - `.group_segment_fixed_size` plus the dynamic LDS fits the gfx950's 160 KiB;
 - for aiter's f4gemm kernels, the grid counts workgroups and tiles D exactly: the seed
   README's geometry (x = ceil(N / tile_N), y = ceil(M / tile_M), z = the K splits), restated
-  here from the kernarg values the metadata names rather than imported from f4pipe.kernarg,
+  here from the kernarg values the metadata names rather than imported from f4pipe.host.kernarg,
   so that a wrong grid there is caught here.
 
 Then the kernel runs on f4pipe's EmulatorDevice over the shim's host buffers: each is copied
@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from f4pipe import gfx950
-from f4pipe.codeobject import CodeObject
-from f4pipe.device import DeviceBuffer
+from f4pipe.devices.device import DeviceBuffer
 from f4pipe.errors import DeviceError, F4PipeError, NoDeviceError
+from f4pipe.spine import gfx950
+from f4pipe.spine.codeobject import CodeObject
 
 from . import LIBRARY_NAME, SHIM_ARCH
 

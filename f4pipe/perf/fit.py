@@ -31,9 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from f4pipe.audit import read_tuned
-from f4pipe.kernarg import launch_geometry
-from f4pipe.manifest import Manifest, read_manifest
+from f4pipe.aiter.manifest import Manifest, read_manifest
+from f4pipe.host.kernarg import launch_geometry
 from f4pipe.perf.costs import (
     CALIBRATION_PATH,
     DEFAULT_CALIBRATION,
@@ -52,6 +51,7 @@ from f4pipe.perf.model import (
     workgroups_and_rounds,
 )
 from f4pipe.perf.predict import MODEL_ID, Predictor
+from f4pipe.shapes.audit import read_tuned
 
 #: The seed driver's MI355X table (its README: 256 CU, hipEvents, --iters 50).
 SEED_MEASURED = (
@@ -355,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def default_f4gemm_dir() -> Path:
     """The pinned wheel's f4gemm directory (fetched into f4pipe's cache on first use)."""
     from f4pipe.fetch import PypiSource, fetch_aiter
-    from f4pipe.toolchain import cache_root
+    from f4pipe.spine.toolchain import cache_root
 
     return fetch_aiter(PypiSource(), cache_root() / "test-resources").f4gemm_dir
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from f4pipe.gemm import tflops
-from f4pipe.kernarg import LaunchGeometry
-from f4pipe.manifest import KernelEntry
+from f4pipe.aiter.manifest import KernelEntry
+from f4pipe.host.gemm import tflops
+from f4pipe.host.kernarg import LaunchGeometry
 from f4pipe.perf.costs import COST, Calibration
 from f4pipe.perf.cu import WorkgroupCycles
 

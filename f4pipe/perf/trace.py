@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.emu import isa
 from f4pipe.emu.decode import Instruction
 from f4pipe.emu.ops_memory import buffer_addresses
 from f4pipe.errors import EmulatorError
 from f4pipe.fsio import write_bytes
-from f4pipe.manifest import KernelEntry
 from f4pipe.perf.costs import COST
 
 #: Bytes the LDS of a CU serves per clock (the timing table's row): a DS access is served in
@@ -157,7 +157,7 @@ def record_workgroup(
     on the emulator and return its path. Values are not verified here: the verify stage
     does that; this run exists for its path."""
     from f4pipe.emu.device import EmulatorDevice
-    from f4pipe.gemm import GemmRequest, run_gemm
+    from f4pipe.host.gemm import GemmRequest, run_gemm
 
     device = EmulatorDevice(check_hazards=False)
     recorder = PathRecorder()
@@ -183,7 +183,7 @@ def record_workgroup(
 def kernarg_pointers(ex) -> list[tuple[int, int]]:
     """(address, side) of the operand pointers in the launch's kernarg, highest first; read
     at the first step, when the kernarg SGPR pair still holds the kernarg's address."""
-    from f4pipe.kernarg import KERNARG_SIZE, unpack_kernarg
+    from f4pipe.host.kernarg import KERNARG_SIZE, unpack_kernarg
 
     sgpr = ex.program.kernarg_sgpr
     if sgpr < 0:

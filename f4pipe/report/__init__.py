@@ -6,7 +6,8 @@ seed's MI355X numbers, and throughput when gfx950 hardware measured it. A stage 
 or ran without a device, is shown as such ("not run", "not measured: no gfx950 device"): the
 report draws only numbers that a stage recorded, never a placeholder value.
 
-The parts: f4pipe.resultset reads the set (also for f4pipe.archive and f4pipe.compare),
+The parts: f4pipe.pipeline.resultset reads the set (also for f4pipe.pipeline.archive and
+f4pipe.compare),
 `sections` turns it into Sections (`sections.SECTIONS` is the page's list: a new section is one
 function added there), `plots` draws the PNGs and `render` writes HTML and markdown. The HTML
 has no script and no external resource except the PNG plots beside it, so it opens from a file,
@@ -23,11 +24,11 @@ from pathlib import Path
 
 from f4pipe import __version__
 from f4pipe.fsio import atomic_dir, read_json_file, sha256_file
-from f4pipe.layout import REPORT_DIR, TABLES, table_file
+from f4pipe.pipeline.layout import REPORT_DIR, TABLES, table_file
+from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 from f4pipe.report import sections
 from f4pipe.report.render import Section, render_html, render_markdown
-from f4pipe.resultset import ResultSet, find_aiter_provenance
-from f4pipe.toolchain import portable, portable_path
+from f4pipe.spine.toolchain import portable, portable_path
 
 
 def config_hash(config: Path | None) -> str:

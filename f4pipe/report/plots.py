@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.layout import (
+from f4pipe.pipeline.layout import (
     BASE_VARIANTS,
     SEED_SPLITK_ERR_PCT,
     SEED_SPLITK_SHAPE,
@@ -73,7 +73,7 @@ def plot_splitk(ran: pd.DataFrame | None, path: Path) -> str:
 
 def plot_bench(table: pd.DataFrame, path: Path) -> str:
     """Measured TFLOP/s per run and variant, with the 95 % interval of each run's median as
-    error bars where its launch times were kept (f4pipe.benchstats)."""
+    error bars where its launch times were kept (f4pipe.host.benchstats)."""
     plt = pyplot()
     labels = [f"{r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()]
     cols = [c for c in (f"{v} tflops" for v in BASE_VARIANTS) if c in table]

@@ -1,10 +1,9 @@
 """The report's "Reused results" section: which rows came from the result store, and from where.
 
-A reused row (f4pipe.resultstore) was not run in this result set: it is the row a run in another
-set (or an earlier run of this one) produced for the same kernel bytes, parameters, device,
+A reused row (f4pipe.pipeline.resultstore) was not run in this result set: it is the row a run in
+another set (or an earlier run of this one) produced for the same kernel bytes, parameters, device,
 toolchain and f4pipe. The section says so plainly, per table and per originating aiter id, so a
-reader never mistakes a reused verdict for a fresh one.
-"""
+reader never mistakes a reused verdict for a fresh one."""
 
 from __future__ import annotations
 
@@ -12,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from f4pipe.pipeline.resultset import ResultSet
+from f4pipe.pipeline.resultstore import REUSE_KEY, REUSED_FROM
 from f4pipe.report.render import Section
-from f4pipe.resultset import ResultSet
-from f4pipe.resultstore import REUSE_KEY, REUSED_FROM
 
 #: Tables whose rows may be reused: the round trips and the emulated verdicts (bench never: its
 #: numbers are measurements). Of the audit, only rows with an emulation are.

@@ -10,12 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.audit import format_finding
-from f4pipe.layout import (
+from f4pipe.pipeline.layout import (
     BASE_VARIANTS,
     SEED_SPLITK_ERR_PCT,
     SEED_SPLITK_SHAPE,
 )
+from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.plots import (
     plot_bench,
     plot_predicted,
@@ -25,8 +25,8 @@ from f4pipe.report.plots import (
 )
 from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
 from f4pipe.report.reuse import reuse_section
-from f4pipe.resultset import ResultSet
-from f4pipe.safety import EDGE_CLASSES
+from f4pipe.shapes.audit import format_finding
+from f4pipe.shapes.safety import EDGE_CLASSES
 
 NOT_MEASURED = "not measured: no gfx950 device"
 
@@ -374,7 +374,8 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
     )
     if len(disagree):
         sec.notes.append(
-            f"{len(disagree)} row(s) where f4pipe.safety's rules disagree with the emulator: "
+            f"{len(disagree)} row(s) where f4pipe.shapes.safety's rules disagree with the "
+            "emulator: "
             + ", ".join(
                 f"{short_kernel(r['kernel'])} {r['edge_class']} M={r['m']} N={r['n']} K={r['k']}"
                 for _, r in disagree.iterrows()
@@ -483,7 +484,7 @@ def _lookup_counts(t: pd.DataFrame) -> str:
 
 
 def _lookup_view(sec: Section, df: pd.DataFrame) -> None:
-    """Rows aiter's lookup cannot use as written (f4pipe.lookup.key_findings), per table."""
+    """Rows aiter's lookup cannot use as written (f4pipe.aiter.lookup.key_findings), per table."""
     if "lookup_finding" not in df.columns:
         return
     found = df[df["lookup_finding"].fillna("") != ""]
@@ -508,7 +509,7 @@ def _retune_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> None:
     have = df[df["us_pred"].notna() & df["aiter_us"].notna()]
     if not len(have):
         return
-    from f4pipe.audit import retune_candidates
+    from f4pipe.shapes.audit import retune_candidates
 
     err = (have["aiter_us"] / have["us_pred"] - 1).abs() * 100
     sec.notes.append(

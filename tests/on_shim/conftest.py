@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from f4pipe.hipdevice import HipDevice
+from f4pipe.devices.hipdevice import HipDevice
 from f4pipe.hipshim.backend import ShimBackend, attached_backend
 
 

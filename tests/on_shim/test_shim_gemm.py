@@ -12,17 +12,23 @@ import pytest
 from hip import hip
 
 from f4pipe.cli import main
-from f4pipe.co2asm import co2asm
-from f4pipe.device import HIP_SHIM_DEVICE_ID
+from f4pipe.devices.device import HIP_SHIM_DEVICE_ID
+from f4pipe.devices.hipdevice import HipDevice
+from f4pipe.edits.trykernel import try_edit
 from f4pipe.emu import EmulatorDevice
 from f4pipe.errors import DeviceError
-from f4pipe.gemm import WARMUP_LAUNCHES, GemmRequest, run_gemm
-from f4pipe.hipdevice import HipDevice
-from f4pipe.kernarg import BufferLayout, gemm_kernarg, launch_geometry
-from f4pipe.matrices import Case
-from f4pipe.schemas import BENCH, ArtifactKeys, read_table
-from f4pipe.stages import SHIM_TIMED, StageSettings, bench_stage, splitk_stage, verify_stage
-from f4pipe.trykernel import try_edit
+from f4pipe.host.gemm import WARMUP_LAUNCHES, GemmRequest, run_gemm
+from f4pipe.host.kernarg import BufferLayout, gemm_kernarg, launch_geometry
+from f4pipe.host.matrices import Case
+from f4pipe.pipeline.schemas import BENCH, ArtifactKeys, read_table
+from f4pipe.pipeline.stages import (
+    SHIM_TIMED,
+    StageSettings,
+    bench_stage,
+    splitk_stage,
+    verify_stage,
+)
+from f4pipe.spine.co2asm import co2asm
 
 M, N, K = 32, 256, 512
 SPLITK_KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
@@ -77,8 +83,8 @@ def test_a_protocol_times_every_launch_alone_and_rotates_distinct_operand_copies
     """R x N launches, each between its own event pair, the splitK memset of D inside it;
     warm-up first; cold mode uploads distinct copies of A, B and their scales and really
     launches on each in turn."""
-    from f4pipe.benchstats import Protocol
-    from f4pipe.kernarg import KERNARG_SIZE, unpack_kernarg
+    from f4pipe.host.benchstats import Protocol
+    from f4pipe.host.kernarg import KERNARG_SIZE, unpack_kernarg
 
     entry = manifest.get(SPLITK_KERNEL)
     protocol = Protocol(warmup=2, warmup_ms=0, repeats=2, launches=3, cold=True, rotate_bytes=1)

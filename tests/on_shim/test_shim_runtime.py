@@ -9,8 +9,8 @@ from pathlib import Path
 
 from hip import hip
 
-from f4pipe.device import HIP_SHIM_DEVICE_ID
-from f4pipe.hipdevice import device_properties
+from f4pipe.devices.device import HIP_SHIM_DEVICE_ID
+from f4pipe.devices.hipdevice import device_properties
 from f4pipe.hipshim import SHIM_DEVICE_NAME
 
 

@@ -7,14 +7,14 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from f4pipe.edits.spec import parse_edit_specs
-from f4pipe.facts import (
+from f4pipe.pipeline.facts import (
     AITER_ID,
     TIMES_LAUNCHES,
     local_source_files,
     read_fact,
     source_key,
 )
-from f4pipe.layout import (
+from f4pipe.pipeline.layout import (
     AITER_ID_PATTERN,
     ARCHIVES_DIR,
     BASE_VARIANTS,
@@ -36,8 +36,8 @@ from f4pipe.layout import (
     edit_name_of,
     table_file,
 )
-from f4pipe.manifest import read_manifest
-from f4pipe.matrices import get_matrix, kernels_that_may_run
+from f4pipe.aiter.manifest import read_manifest
+from f4pipe.host.matrices import get_matrix, kernels_that_may_run
 
 validate(config, schema="../schemas/config.schema.yaml")
 
@@ -45,7 +45,7 @@ RESOURCES = Path(config["resources_dir"])
 RESULTS_ROOT = Path(config["results_dir"])
 # What takes work to learn (the aiter id: a branch resolved, a local tree hashed; whether the
 # device times launches: hip-python asked) is found by the aiter_id and device checkpoints and
-# read from their fact files (f4pipe.facts), never while this file is parsed.
+# read from their fact files (f4pipe.pipeline.facts), never while this file is parsed.
 FACTS = RESULTS_ROOT / FACTS_DIR
 AITER_ID_FACT = FACTS / aiter_id_fact_file(source_key(config["aiter"]))
 DEVICE_FACT = FACTS / device_fact_file(config["device"])
@@ -59,7 +59,7 @@ LOGS_ROOT = Path("logs")
 LOGS = LOGS_ROOT / AITER_ID_WILDCARD
 FACT_LOGS = LOGS_ROOT / FACTS_DIR  # the fact jobs belong to no aiter id
 ARCHIVES = RESULTS_ROOT / ARCHIVES_DIR
-# The set's paths, spelt once (f4pipe.layout); the rules name nothing else under RESULTS.
+# The set's paths, spelt once (f4pipe.pipeline.layout); the rules name nothing else under RESULTS.
 TOOLCHAIN = RESULTS / TOOLCHAIN_JSON
 REPORT = RESULTS / REPORT_DIR
 ROUNDTRIP = RESULTS / ROUNDTRIP_DIR
@@ -106,7 +106,7 @@ def get_aiter_id():
 
 def get_local_source_files(wildcards):
     """A local source's files (listed, not read): the aiter id is found again when one
-    changes. A git branch is resolved once: `--forcerun aiter_id` follows it (f4pipe.facts).
+    changes. A git branch is resolved once: `--forcerun aiter_id` follows it (f4pipe.pipeline.facts).
     """
     return local_source_files(config["aiter"])
 
@@ -262,7 +262,7 @@ def get_stage_iters(wildcards):
     return config[wildcards.stage].get("iters", 1)
 
 
-#: The bench protocol's config keys and their options (f4pipe.benchstats; defaults there).
+#: The bench protocol's config keys and their options (f4pipe.host.benchstats; defaults there).
 BENCH_PROTOCOL_OPTIONS = {
     "repeats": "--repeats",
     "warmup": "--warmup",
@@ -288,7 +288,7 @@ def get_stage_protocol_args(wildcards):
 
 def get_store_args(wildcards):
     """`--store DIR`: round trips, verify, splitk, safety and the audit's emulations are reused
-    by content across result sets (f4pipe.resultstore); bench never (its numbers are
+    by content across result sets (f4pipe.pipeline.resultstore); bench never (its numbers are
     measurements).
     """
     reuse = config.get("reuse", {"activate": True})

@@ -1,0 +1,122 @@
+"""One result set, read: the tables and files of a results/<aiter_id>/ directory, each table
+checked against its schema. The report, the archive and compare all read a set through this."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from f4pipe.aiter.aiterdir import AiterDir
+from f4pipe.errors import InputError
+from f4pipe.fsio import read_json_file
+from f4pipe.pipeline.layout import (
+    DEFAULT_RESOURCES_DIR,
+    GEMM_STAGES,
+    NO_DEVICE,
+    TABLES,
+    TOOLCHAIN_JSON,
+    table_file,
+)
+from f4pipe.pipeline.schemas import ADDED_COLUMNS, TABLE_SCHEMAS, read_table
+
+#: The columns that name one GEMM run in a stage table.
+RUN_KEY = ["variant", "kernel", "m", "n", "k", "log2_k_split"]
+
+
+@dataclass
+class ResultSet:
+    """The tables and files of one results/<aiter_id>/ directory; a missing table is None."""
+
+    directory: Path
+    tables: dict[str, pd.DataFrame | None]
+    toolchain: dict[str, Any] | None
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> ResultSet:
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise InputError(f"{directory}: not a result-set directory (results/<aiter_id>/)")
+        tables: dict[str, pd.DataFrame | None] = {}
+        for name in TABLES:
+            path = directory / table_file(name)
+            tables[name] = (
+                read_table(path, TABLE_SCHEMAS[name], ADDED_COLUMNS.get(name, ())).to_pandas()
+                if path.is_file()
+                else None
+            )
+        if tables["kernels"] is None and tables["roundtrip"] is None:
+            raise InputError(
+                f"{directory}: has neither kernels.parquet nor roundtrip.parquet; "
+                "point at a results/<aiter_id>/ directory the pipeline wrote"
+            )
+        tc_path = directory / TOOLCHAIN_JSON
+        toolchain = read_json_file(tc_path, "toolchain.json") if tc_path.is_file() else None
+        if toolchain is not None and not isinstance(toolchain, dict):
+            raise InputError(f"{tc_path}: not a toolchain.json (a JSON object)")
+        return cls(directory=directory, tables=tables, toolchain=toolchain)
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        return self.tables[name]
+
+    def _distinct(self, column: str, names: Iterable[str]) -> list[str]:
+        values: set[str] = set()
+        for name in names:
+            df = self.tables[name]
+            if df is not None and len(df):
+                values.update(df[column].astype(str))
+        return sorted(values)
+
+    def _single(self, column: str, names: Sequence[str], fallback: str | None) -> str:
+        values = self._distinct(column, names)
+        if len(values) > 1:
+            raise InputError(
+                f"{self.directory}: rows of several {column}s {values}; an artifact set has one"
+            )
+        if values:
+            return values[0]
+        if fallback is None:
+            raise InputError(f"{self.directory}: no row names its {column}")
+        return fallback
+
+    @property
+    def aiter_id(self) -> str:
+        return self._single("aiter_id", list(TABLES), self.directory.name)
+
+    @property
+    def toolchain_id(self) -> str:
+        fallback = self.toolchain.get("toolchain_id") if self.toolchain else None
+        return self._single("toolchain_id", ["kernels", "roundtrip"], fallback)
+
+    @property
+    def device_id(self) -> str:
+        """The device the GEMM stages ran on; several (unusual) are joined with '+'."""
+        devices = [d for d in self._distinct("device_id", GEMM_STAGES) if d != NO_DEVICE]
+        return "+".join(devices) if devices else NO_DEVICE
+
+    @property
+    def f4pipe_versions(self) -> list[str]:
+        return self._distinct("f4pipe_version", list(TABLES))
+
+    def files(self) -> list[Path]:
+        """Every regular file of the set (relative, sorted), hidden files excluded."""
+        out = []
+        for path in sorted(self.directory.rglob("*")):
+            rel = path.relative_to(self.directory)
+            if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+                continue
+            out.append(rel)
+        return out
+
+
+def find_aiter_provenance(result_dir: Path, aiter_id: str) -> Path | None:
+    """resources/aiter/<aiter_id>/provenance.json of the workflow that wrote results/<aiter_id>."""
+    for root in (result_dir.parent.parent, Path.cwd()):
+        fetched = AiterDir.at(root / DEFAULT_RESOURCES_DIR, aiter_id)
+        if fetched.is_fetched():
+            return fetched.provenance_json
+    return None
