@@ -16,6 +16,8 @@ checked against the decoded instruction at that pc before anything is written.
 
 from __future__ import annotations
 
+import numpy as np
+
 from f4pipe.emu.program import Program
 from f4pipe.emu.timing import LGKM_MAX, VM_MAX
 from f4pipe.emu.waits import Repair
@@ -62,10 +64,12 @@ def original_pcs(
     """pc in the applied text's program -> pc of the same instruction in the original (lines
     this module inserted, marked `inserted`, have none)."""
     orig_pc = {line: pc for pc, line in pc_lines(original, original_program).items()}
+    inserted = [f"{MARK} inserted" in text for text in applied]
+    before = np.cumsum([0, *inserted])  # inserted lines above each line
     out = {}
     for pc, line in pc_lines(applied, program).items():
-        shift = sum(1 for i in range(line) if f"{MARK} inserted" in applied[i])
-        if f"{MARK} inserted" not in applied[line] and line - shift in orig_pc:
+        shift = int(before[line])
+        if not inserted[line] and line - shift in orig_pc:
             out[pc] = orig_pc[line - shift]
     return out
 
