@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from f4pipe.cli import COMMANDS, build_parser
 
 HEAVY = ("numpy", "pandas", "pyarrow", "matplotlib")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def imported_by(code: str) -> set[str]:
@@ -76,3 +79,24 @@ def test_a_run_builds_its_own_command_fully_and_lists_the_rest() -> None:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert "--output" in sub.choices["co2asm"].format_help()
     assert set(sub.choices) == set(COMMANDS)
+
+
+def test_the_workflow_s_imports_load_no_emulator() -> None:
+    """Every Snakemake parse (and every job on a cluster) imports what common.smk imports: the
+    emulator's engine, its MFMA tables and ml_dtypes (about 2 s) stay out; `f4pipe.emu`'s names
+    load on first use."""
+    common = (REPO / "workflow" / "rules" / "common.smk").read_text()
+    modules = re.findall(r"^from (f4pipe[\w.]*) import", common, flags=re.M)
+    assert "f4pipe.edits.spec" in modules  # a package that also holds the emulator's users
+    probe = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "print(','.join(m for m in ('ml_dtypes', 'f4pipe.emu.engine') if m in sys.modules))\n"
+        + "from f4pipe.emu import EmulatorDevice\n"
+        + "print('ml_dtypes' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    parse_time, on_use = out.stdout.splitlines()
+    assert parse_time == ""
+    assert on_use == "True"  # the probe can fail: the device's names do load what they need

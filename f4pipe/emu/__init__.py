@@ -11,12 +11,28 @@ handlers.py (the table from operation name to the function that runs it), memory
 effects.py / timing.py / waitstates.py / hazards.py (the timing model, its rule table and the static
 check), trace.py, device.py."""
 
-from f4pipe.emu.device import (
-    EmulatorDevice,
-    EmulatorKernel,
-    LaunchFault,
-    LaunchStats,
-    SharedRuns,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from f4pipe.emu.device import (
+        EmulatorDevice,
+        EmulatorKernel,
+        LaunchFault,
+        LaunchStats,
+        SharedRuns,
+    )
 
 __all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchFault", "LaunchStats", "SharedRuns"]
+
+
+def __getattr__(name: str) -> Any:
+    """The device's names, imported on first use: a process that only decodes (the workflow's
+    parse, a stage job answered from the result store) does not load the engine, its MFMA
+    tables or ml_dtypes (about 2 s)."""
+    if name in __all__:
+        from f4pipe.emu import device
+
+        return getattr(device, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,6 +7,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from f4pipe.edits.spec import parse_edit_specs
+from f4pipe.fsio import json_text
 from f4pipe.pipeline.facts import (
     AITER_ID,
     TIMES_LAUNCHES,

@@ -9,11 +9,12 @@ rule effective_config:
     conda:
         "../envs/f4pipe.yaml"
     params:
-        config=config,
-    run:
-        from f4pipe.fsio import write_json
-
-        write_json(output[0], params.config)
+        text=json_text(config, indent=2),
+    shell:
+        # a shell job, not `run:`: Snakemake runs a `run:` block in a new process that parses
+        # the whole workflow again (seconds); written beside, then renamed: never half-written
+        "printf '%s\\n' {params.text:q} > {output:q}.part && mv {output:q}.part {output:q} "
+        "2> {log:q}"
 
 
 rule report:
