@@ -300,3 +300,23 @@ def test_warm_launches_find_a_and_b_in_the_infinity_cache(f4gemm_dir):
     warm = predictor.predict(entry, 16, 8192, 8192, warm=True)
     cold = predictor.predict(entry, 16, 8192, 8192)
     assert warm.us < cold.us
+
+
+def test_past_the_infinity_cache_hbm_serves_each_round_s_tiles_once():
+    """A and B beyond the 256 MiB Infinity Cache, counted by hand (a row of K = 16384 is 16384
+    x 17/32 = 8704 bytes of FP4 data and e8m0 scales)."""
+    from f4pipe.perf.model import hbm_bytes
+
+    row = 16384 * 17 // 32
+    # 128x384 at M=384 N=53248: 139 x 3 = 417 workgroups in 2 rounds of 256 CUs. Round 0 reads
+    # A row tiles 0-1 and all 139 B column tiles on every XCD, fetched once for the device (the
+    # Infinity Cache serves the other XCDs); its 467 MB of tiles overflow the cache, so round 1
+    # fetches its A tiles 1-2 and all 139 B tiles again.
+    got = hbm_bytes(128, 384, 384, 53248, 16384, (139, 3, 1))
+    assert got == (2 + 2) * 128 * row + (139 + 139) * 384 * row + 384 * 53248 * 2
+    # 256x256 at M=65536 N=512, K=8192 (287 MB of A and B): 2 x 256 = 512 workgroups in 2
+    # rounds; round 0 reads A tiles 0-127 and both B tiles (146 MB, fits), so round 1 finds both
+    # B tiles in the cache: every tile is fetched once.
+    row = 8192 * 17 // 32
+    got = hbm_bytes(256, 256, 65536, 512, 8192, (2, 256, 1))
+    assert got == 256 * 256 * row + 2 * 256 * row + 65536 * 512 * 2

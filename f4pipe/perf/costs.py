@@ -134,7 +134,7 @@ class Calibration:
     vmem_latency: float  # clk, loaded round trip of a buffer load (L2 / Infinity Cache)
     cu_vmem_bytes_per_clk: float  # a CU's vector-memory path for bytes the L2 (or MALL) serves
     cu_hbm_bytes_per_clk: float  # ... for bytes HBM serves (cold streams queue in the fabric)
-    hbm_tbps: float  # bytes from HBM (first touch; L2 misses when A + B exceed the MALL), TB/s
+    hbm_tbps: float  # bytes from HBM (first touch; past the MALL, each round's tiles), TB/s
     l2_tbps: float  # bytes every workgroup's buffer accesses move, through the L2s, TB/s
     launch_us: float  # launch and drain overhead per kernel, us
     overlap_p: float  # p of the p-norm that joins compute and memory time (large = max)

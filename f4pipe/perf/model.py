@@ -14,9 +14,9 @@ turn). Per shape:
   rate of its shape's mix (effective_bytes_per_clk).
 - **memory**: the bytes every workgroup's buffer accesses move (the trace's in-range bytes,
   times the workgroups) over the L2 bandwidth, and the bytes HBM serves over the HBM
-  bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what the
-  L2s miss (per round and XCD, the distinct A row tiles and B column tiles its workgroups read,
-  with their scales, plus D).
+  bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what it
+  misses (per round, the distinct A row tiles and B column tiles its workgroups read, with
+  their scales, less those the previous round left in it; plus D).
 - **launch**: a fixed overhead per launch.
 
 time = launch + (compute^p + memory^p)^(1/p): p-norm of the two, p calibrated (compute and
@@ -96,24 +96,48 @@ def hbm_bytes(
 ) -> float:
     """Bytes HBM serves over the launch: first touch of A, B, scales and D when A and B fit in
     the Infinity Cache (only D when `warm`: launches repeated on the same buffers find A and B
-    there); else every tile an XCD's L2 fetches (per round and XCD, each distinct A row tile
-    and B column tile once), plus D."""
+    there). Else per round of workgroups, each distinct A row tile and B column tile once: the
+    XCDs' L2s miss separately, but workgroups of one round stream a shared tile at about the
+    same pace, so the Infinity Cache (one for all XCDs) serves every request after the first;
+    it also serves a tile the previous round read, when that round's tiles fit in it. Plus D."""
     gdx, gdy, gdz = grid
     row_bytes = k_local * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     d_bytes = m * n * D_BYTES * gdz
+    mall = COST["mall_bytes"]
     footprint = (m + n) * k_local * gdz * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
-    if footprint <= COST["mall_bytes"]:
+    if footprint <= mall:
         return float(d_bytes if warm else footprint + d_bytes)
-    num_cu = int(COST["num_cu"])
-    num_xcd = int(COST["num_xcd"])
     ids = np.arange(gdx * gdy * gdz, dtype=np.int64)
-    x = ids % gdx
-    y = (ids // gdx) % gdy
+    rounds = ids // int(COST["num_cu"])
     z = ids // (gdx * gdy)
-    where = ((ids // num_cu) * num_xcd + ids % num_xcd) * gdz + z  # (round, XCD, split)
-    a_tiles = np.unique(where * gdy + y).size
-    b_tiles = np.unique(where * gdx + x).size
-    return float((a_tiles * min(tile_m, m) + b_tiles * tile_n) * row_bytes + d_bytes)
+    a_round, a_tile = _distinct_per_round(rounds, z * gdy + (ids // gdx) % gdy)
+    b_round, b_tile = _distinct_per_round(rounds, z * gdx + ids % gdx)
+    a_bytes, b_bytes = min(tile_m, m) * row_bytes, tile_n * row_bytes
+    count = int(rounds[-1]) + 1
+    per_round = (
+        np.bincount(a_round, minlength=count) * a_bytes
+        + np.bincount(b_round, minlength=count) * b_bytes
+    )
+    fits = per_round <= mall
+    fetched = _fetched(a_round, a_tile, fits) * a_bytes + _fetched(b_round, b_tile, fits) * b_bytes
+    return float(fetched + d_bytes)
+
+
+def _distinct_per_round(rounds: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each (round, tile) pair once, as (rounds, tiles)."""
+    span = int(tiles.max()) + 1
+    pairs = np.unique(rounds * span + tiles)
+    return pairs // span, pairs % span
+
+
+def _fetched(rounds: np.ndarray, tiles: np.ndarray, fits: np.ndarray) -> int:
+    """How many (round, tile) reads HBM serves: all but those of a tile the previous round also
+    read while that round's tiles fit in the Infinity Cache."""
+    span = int(tiles.max()) + 1
+    code = rounds * span + tiles
+    again = (rounds > 0) & np.isin(code - span, code)
+    served = again & fits[np.maximum(rounds - 1, 0)]
+    return int(np.count_nonzero(~served))
 
 
 def hbm_share(l2_bytes, hbm_bytes):
