@@ -206,6 +206,11 @@ def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
     assert big["us_pred"] > small["us_pred"]
     lines = retune_candidates(rows)
     assert lines and "PREDICTED gain" in lines[0] and "M=16" in lines[0]
+    # aiter timed the M=16 row on 2025-08-24, when its tuner had 6 f4gemm kernels and no
+    # 64x128 (f4pipe/perf/tuning_history.json); the M=1 row after the small tiles came
+    assert big["best_kernel_pred"].endswith("_64x128") and big["best_raced"] is False
+    assert "never raced: aiter timed the row on 2025-08-24 with 6 f4gemm kernels" in lines[0]
+    assert small["best_raced"] is True
     # the report's audit section shows them, labelled, with the predicted-vs-recorded plot
     import pandas as pd
 

@@ -351,12 +351,14 @@ AUDIT = with_keys(
     # The cycle model (f4pipe.perf; audit-tuned --predict, else null): the recorded kernel's
     # predicted time, the predicted best kernel safe at the shape, and the predicted gain of
     # re-tuning to it; `suspect` when aiter's recorded time and the prediction disagree by more
-    # than the model's p90 error.
+    # than the model's p90 error; `best_raced`: whether aiter's tuner had that kernel when it
+    # timed the row (aiter's git history, f4pipe.perf.history; null for a row it does not know).
     pa.field("us_pred", pa.float64()),
     pa.field("best_kernel_pred", pa.string()),
     pa.field("best_us_pred", pa.float64()),
     pa.field("gain_pct_pred", pa.float64()),
     pa.field("suspect", pa.string()),
+    pa.field("best_raced", pa.bool_()),
     # aiter's lookup (f4pipe.aiter.lookup): how many M in 1..65536 reach the row (0: a merge
     # drops it or a duplicate key breaks the table), and the key findings about it
     # (comma-separated: duplicate, lost-in-merge, no-part, unsupported-arch, exact-only; "" none).
@@ -411,6 +413,7 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
         "suspect",
         "reached_by_m",
         "lookup_finding",
+        "best_raced",
     ),
     # every bench column from the cycle model's on was added after the first release
     "bench": tuple(BENCH.names[BENCH.names.index("us_pred") :]),

@@ -515,7 +515,9 @@ def _retune_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> None:
     sec.notes.append(
         f"cycle model (PREDICTED, not measured): {len(have)} rows, predicted vs aiter's "
         f"recorded time median {err.median():.1f} %, p90 {err.quantile(0.9):.1f} %; "
-        f"{int(have['suspect'].notna().sum())} row(s) marked suspect"
+        f"{int(have['suspect'].notna().sum())} row(s) marked suspect; "
+        f"{int(have['best_raced'].eq(False).sum()) if 'best_raced' in have else 0} row(s) "
+        "timed before their predicted best kernel existed (never raced against it)"
     )
     per_kernel = (
         have.assign(err=err, kernel=have["kernel"].map(short_kernel))

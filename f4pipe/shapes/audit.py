@@ -36,6 +36,7 @@ from f4pipe.emu import EmulatorDevice, SharedRuns
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.fsio import read_input_text
 from f4pipe.host.kernarg import check_shape
+from f4pipe.perf.history import load_history
 from f4pipe.pipeline.layout import EMULATOR_DEVICE_ID
 from f4pipe.pipeline.resultstore import (
     REUSE_KEY,
@@ -279,6 +280,7 @@ def _row(keys: ArtifactKeys, name: str, r: pd.Series, gfx: str) -> dict[str, Any
         "best_us_pred": None,
         "gain_pct_pred": None,
         "suspect": None,
+        "best_raced": None,
         "reached_by_m": None,
         "lookup_finding": "",
     }
@@ -288,7 +290,9 @@ def retune_fields(predictor: Predictor, entry: KernelEntry, row: dict[str, Any])
     """The cycle model's view of one tuned row: the recorded kernel's predicted time, the
     predicted best kernel safe at the shape and the predicted gain of switching to it, and
     whether aiter's recorded time is suspect (off the prediction by more than the model's
-    out-of-sample p90 error, in either direction)."""
+    out-of-sample p90 error, in either direction), and whether aiter's tuner had the predicted
+    best kernel when it timed the row: a row timed before that kernel existed was never raced
+    against it, the cheapest re-tune to try."""
     m, n, k, split = row["m"], row["n"], row["k"], row["log2_k_split"]
     try:
         ranked = predictor.rank(m, n, k, split)
@@ -304,6 +308,9 @@ def retune_fields(predictor: Predictor, entry: KernelEntry, row: dict[str, Any])
             gain_pct_pred=(mine.us / best.us - 1) * 100,
         )
     recorded = row.get("aiter_us")
+    raced = None if recorded is None else load_history().raced(m, n, k, entry.name, recorded)
+    if best is not None and raced is not None:
+        out["best_raced"] = best.kernel in raced
     _, p90 = predictor.calibration_file.error_band()
     if recorded and p90:
         off = (recorded / mine.us - 1) * 100
@@ -450,8 +457,22 @@ def retune_candidates(rows: Sequence[dict[str, Any]], top: int = 20) -> list[str
         f"{short_name(r['kernel'])} (recorded {r['aiter_us'] or float('nan'):.1f} us, predicted "
         f"{r['us_pred']:.1f} us); predicted best {short_name(r['best_kernel_pred'])} "
         f"{r['best_us_pred']:.1f} us (PREDICTED gain {r['gain_pct_pred']:.0f} %)"
+        f"{_never_raced(r)}"
         for r in have[:top]
     ]
+
+
+def _never_raced(row: dict[str, Any]) -> str:
+    """'; never raced: ...' for a row timed before its predicted best kernel existed."""
+    if row.get("best_raced") is not False:
+        return ""
+    history = load_history()
+    key = (row["m"], row["n"], row["k"], row["kernel"], row["aiter_us"])
+    had = history.raced(*key) or frozenset()
+    return (
+        f"; never raced: aiter timed the row on {history.recorded_on(*key)} with "
+        f"{len(had)} f4gemm kernels, before {short_name(row['best_kernel_pred'])} existed"
+    )
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> str:
