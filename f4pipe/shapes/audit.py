@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest
-from f4pipe.emu import EmulatorDevice, SharedRuns
 from f4pipe.errors import InputError, ShapeError
 from f4pipe.fsio import read_input_text
 from f4pipe.host.kernarg import check_shape
@@ -168,6 +167,8 @@ def _finding(shape: EdgeShape, outcomes: Sequence[OrderOutcome]) -> str:
 def _emulate(
     entry: KernelEntry, co_path: Path, shape: EdgeShape, orders: Sequence[str]
 ) -> Emulated:
+    from f4pipe.emu import EmulatorDevice, SharedRuns  # only here: the report reads audits
+
     ref = reference_for(shape)
     outcomes = []
     shared = SharedRuns()  # the launch executes once; the other orders replay its stores
