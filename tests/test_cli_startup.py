@@ -100,3 +100,20 @@ def test_the_workflow_s_imports_load_no_emulator() -> None:
     parse_time, on_use = out.stdout.splitlines()
     assert parse_time == ""
     assert on_use == "True"  # the probe can fail: the device's names do load what they need
+
+
+def test_the_lazy_emulator_answers_its_identity_without_loading_the_engine() -> None:
+    """A bench job on the emulator only predicts: it reads the device's identity and `info`
+    (none), and must not pay for the engine (a stage answered from the store neither)."""
+    probe = (
+        "import sys\nfrom f4pipe.devices.opendevice import open_device\n"
+        "d = open_device('emulator', lazy=True)\n"
+        "print(d.device_id, d.can_time, getattr(d, 'info', 'missing'), d.num_cu)\n"
+        "print('f4pipe.emu.engine' in sys.modules)\n"
+        "d.launch\nprint('f4pipe.emu.engine' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    identity, before, after = out.stdout.splitlines()
+    assert identity.split()[1:3] == ["False", "None"]
+    assert (before, after) == ("False", "True")  # a launch-side call does build it

@@ -57,6 +57,7 @@ class LazyEmulator:
     arch = EMULATOR_ARCH
     num_cu = EMULATED_NUM_CU
     can_time = False
+    info = None  # no clocks, driver or PCI identity (the bench stage asks; it only predicts)
 
     def __init__(self, **options: Any) -> None:
         self._options = options
