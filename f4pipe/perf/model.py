@@ -16,7 +16,7 @@ turn). Per shape:
   times the workgroups) over the L2 bandwidth, and the bytes HBM serves over the HBM
   bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what it
   misses (per round, the distinct A row tiles and B column tiles its workgroups read, with
-  their scales, less those the previous round left in it; plus D).
+  their scales, less the share of the previous round's tiles it still holds; plus D).
 - **launch**: a fixed overhead per launch.
 
 time = launch + (compute^p + memory^p)^(1/p): p-norm of the two, p calibrated (compute and
@@ -99,7 +99,9 @@ def hbm_bytes(
     there). Else per round of workgroups, each distinct A row tile and B column tile once: the
     XCDs' L2s miss separately, but workgroups of one round stream a shared tile at about the
     same pace, so the Infinity Cache (one for all XCDs) serves every request after the first;
-    it also serves a tile the previous round read, when that round's tiles fit in it. Plus D."""
+    of a tile the previous round read, it serves the share of that round's tiles it holds: all
+    when they fit, else capacity / their bytes (a cache that sees a stream larger than itself
+    again keeps about that share of it, not none). Plus D."""
     gdx, gdy, gdz = grid
     row_bytes = k_local * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     d_bytes = m * n * D_BYTES * gdz
@@ -118,8 +120,8 @@ def hbm_bytes(
         np.bincount(a_round, minlength=count) * a_bytes
         + np.bincount(b_round, minlength=count) * b_bytes
     )
-    fits = per_round <= mall
-    fetched = _fetched(a_round, a_tile, fits) * a_bytes + _fetched(b_round, b_tile, fits) * b_bytes
+    held = np.minimum(1.0, mall / np.maximum(per_round, 1.0))
+    fetched = _fetched(a_round, a_tile, held) * a_bytes + _fetched(b_round, b_tile, held) * b_bytes
     return float(fetched + d_bytes)
 
 
@@ -130,14 +132,14 @@ def _distinct_per_round(rounds: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarr
     return pairs // span, pairs % span
 
 
-def _fetched(rounds: np.ndarray, tiles: np.ndarray, fits: np.ndarray) -> int:
-    """How many (round, tile) reads HBM serves: all but those of a tile the previous round also
-    read while that round's tiles fit in the Infinity Cache."""
+def _fetched(rounds: np.ndarray, tiles: np.ndarray, held: np.ndarray) -> float:
+    """How many (round, tile) reads HBM serves: each, less the share `held` (per round) of the
+    Infinity Cache's hits on a tile the previous round also read."""
     span = int(tiles.max()) + 1
     code = rounds * span + tiles
     again = (rounds > 0) & np.isin(code - span, code)
-    served = again & fits[np.maximum(rounds - 1, 0)]
-    return int(np.count_nonzero(~served))
+    served = np.where(again, held[np.maximum(rounds - 1, 0)], 0.0)
+    return float(np.sum(1.0 - served))
 
 
 def hbm_share(l2_bytes, hbm_bytes):
