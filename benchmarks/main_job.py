@@ -137,7 +137,7 @@ def main() -> None:
         differences = report_differences(cold, update)
         print(
             f"report lines that differ beyond the aiter id and provenance: {len(differences)} "
-            "(expected: the reuse line)"
+            "(expected: the reuse summary, which says where each row came from)"
         )
         for line in differences:
             print(f"  {line[:160]}")
