@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -329,3 +330,25 @@ def test_past_the_infinity_cache_hbm_serves_each_round_s_tiles_once():
     row = 8192 * 17 // 32
     got = hbm_bytes(256, 256, 65536, 512, 8192, (2, 256, 1))
     assert got == 256 * 256 * row + 2 * 256 * row + 65536 * 512 * 2
+
+
+def test_a_round_s_tiles_as_intervals_are_its_workgroups_tiles():
+    """model.round_tiles reads a round's A and B tiles off its id range without listing the
+    workgroups; listed one by one they must be the same sets (grids with and without split-K,
+    rounds that wrap a row, cross a split, or cover less than a row)."""
+    from f4pipe.perf.model import round_tiles
+
+    def expand(spans):
+        return {t for lo, hi in spans for t in range(lo, hi)}
+
+    for gdx, gdy, gdz in [(7, 5, 1), (3, 4, 5), (416, 1, 1), (1, 300, 2), (20, 13, 16), (1, 1, 9)]:
+        total = gdx * gdy * gdz
+        for start in range(0, total, 11):
+            for stop in {min(total, start + w) for w in (1, 5, 11, 23, 256)}:
+                ids = range(start, stop)
+                z = [i // (gdx * gdy) for i in ids]
+                a_want = {zz * gdy + (i // gdx) % gdy for zz, i in zip(z, ids, strict=True)}
+                b_want = {zz * gdx + i % gdx for zz, i in zip(z, ids, strict=True)}
+                a, b = round_tiles(start, stop, gdx, gdy)
+                assert (expand(a), expand(b)) == (a_want, b_want), (gdx, gdy, gdz, start, stop)
+                assert all(hi < lo2 for (_, hi), (lo2, _) in pairwise(a))

@@ -109,37 +109,75 @@ def hbm_bytes(
     footprint = (m + n) * k_local * gdz * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     if footprint <= mall:
         return float(d_bytes if warm else footprint + d_bytes)
-    ids = np.arange(gdx * gdy * gdz, dtype=np.int64)
-    rounds = ids // int(COST["num_cu"])
-    z = ids // (gdx * gdy)
-    a_round, a_tile = _distinct_per_round(rounds, z * gdy + (ids // gdx) % gdy)
-    b_round, b_tile = _distinct_per_round(rounds, z * gdx + ids % gdx)
     a_bytes, b_bytes = min(tile_m, m) * row_bytes, tile_n * row_bytes
-    count = int(rounds[-1]) + 1
-    per_round = (
-        np.bincount(a_round, minlength=count) * a_bytes
-        + np.bincount(b_round, minlength=count) * b_bytes
-    )
-    held = np.minimum(1.0, mall / np.maximum(per_round, 1.0))
-    fetched = _fetched(a_round, a_tile, held) * a_bytes + _fetched(b_round, b_tile, held) * b_bytes
+    num_cu = int(COST["num_cu"])
+    workgroups = gdx * gdy * gdz
+    fetched = 0.0
+    prev_a: Intervals = []
+    prev_b: Intervals = []
+    held = 0.0  # the share of the previous round's tiles the Infinity Cache still holds
+    for start in range(0, workgroups, num_cu):
+        a, b = round_tiles(start, min(workgroups, start + num_cu), gdx, gdy)
+        fetched += (_length(a) - held * _overlap(a, prev_a)) * a_bytes
+        fetched += (_length(b) - held * _overlap(b, prev_b)) * b_bytes
+        held = min(1.0, mall / max(_length(a) * a_bytes + _length(b) * b_bytes, 1.0))
+        prev_a, prev_b = a, b
     return float(fetched + d_bytes)
 
 
-def _distinct_per_round(rounds: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each (round, tile) pair once, as (rounds, tiles)."""
-    span = int(tiles.max()) + 1
-    pairs = np.unique(rounds * span + tiles)
-    return pairs // span, pairs % span
+#: Sorted, disjoint, half-open intervals of tile numbers.
+Intervals = list[tuple[int, int]]
 
 
-def _fetched(rounds: np.ndarray, tiles: np.ndarray, held: np.ndarray) -> float:
-    """How many (round, tile) reads HBM serves: each, less the share `held` (per round) of the
-    Infinity Cache's hits on a tile the previous round also read."""
-    span = int(tiles.max()) + 1
-    code = rounds * span + tiles
-    again = (rounds > 0) & np.isin(code - span, code)
-    served = np.where(again, held[np.maximum(rounds - 1, 0)], 0.0)
-    return float(np.sum(1.0 - served))
+def round_tiles(start: int, stop: int, gdx: int, gdy: int) -> tuple[Intervals, Intervals]:
+    """The A row tiles (z * gdy + y) and B column tiles (z * gdx + x) that workgroups
+    start..stop-1 read. Their ids are consecutive (x fastest), so within one split z they cover
+    one run of rows and one run of columns (wrapping once): intervals, computed in a few steps
+    per round rather than per workgroup (the largest grids have 10^6 workgroups)."""
+    per_split = gdx * gdy
+    a: Intervals = []
+    b: Intervals = []
+    lo = start
+    while lo < stop:
+        z = lo // per_split
+        hi = min(stop, (z + 1) * per_split)
+        first, last = lo - z * per_split, hi - 1 - z * per_split
+        a.append((z * gdy + first // gdx, z * gdy + last // gdx + 1))
+        x0, x1 = first % gdx, last % gdx
+        if hi - lo >= gdx:
+            b.append((z * gdx, z * gdx + gdx))
+        elif x0 <= x1:
+            b.append((z * gdx + x0, z * gdx + x1 + 1))
+        else:
+            b += [(z * gdx, z * gdx + x1 + 1), (z * gdx + x0, z * gdx + gdx)]
+        lo = hi
+    return _merged(a), _merged(b)
+
+
+def _merged(spans: Intervals) -> Intervals:
+    out: Intervals = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _length(spans: Intervals) -> int:
+    return sum(hi - lo for lo, hi in spans)
+
+
+def _overlap(p: Intervals, q: Intervals) -> int:
+    """How many tile numbers two interval lists share."""
+    i = j = total = 0
+    while i < len(p) and j < len(q):
+        total += max(0, min(p[i][1], q[j][1]) - max(p[i][0], q[j][0]))
+        if p[i][1] < q[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
 
 
 def hbm_share(l2_bytes, hbm_bytes):
