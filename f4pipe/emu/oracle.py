@@ -269,12 +269,20 @@ def _mfma_operand(w: _Writer, width: int) -> str:
 
 def _mfma(w: _Writer) -> None:
     fp8 = w.rng.random() < 0.2
-    width, code, sfx = (8, 0, "v8i32") if fp8 else (4, 4, "v4i32")
+    width, code = (8, 0) if fp8 else (4, 4)
     a, b = _mfma_operand(w, width), _mfma_operand(w, width)
     c = (w.take_acc() if w.rng.random() < 0.7 else None) or "zeroinitializer"
     scale_a = w.pick_lane()  # two constant scales select the unscaled MFMA
     scale_b = w.pick_lane() if w.rng.random() < 0.5 else "0"
-    out = w.new("acc")
+    _scaled_mfma(w, w.new("acc"), width, code, a, b, c, scale_a, scale_b)
+
+
+def _scaled_mfma(
+    w: _Writer, out: str, width: int, code: int, a: str, b: str, c: str, scale_a: str, scale_b: str
+) -> None:
+    """The scaled 16x16x128 MFMA intrinsic (width 4: FP4 operands, code 4; 8: FP8, code 0),
+    its result a new accumulator."""
+    sfx = f"v{width}i32"
     w.emit(
         f"{out} = call <4 x float> @llvm.amdgcn.mfma.scale.f32.16x16x128.f8f6f4.{sfx}.{sfx}("
         f"<{width} x i32> {a}, <{width} x i32> {b}, <4 x float> {c}, i32 {code}, i32 {code}, "
@@ -306,12 +314,8 @@ def _mfma_on_result(w: _Writer) -> None:
         if k == 0:
             scale = i
     out = w.new("acc")
-    w.emit(
-        f"{out} = call <4 x float> @llvm.amdgcn.mfma.scale.f32.16x16x128.f8f6f4.v4i32.v4i32("
-        f"<4 x i32> {vec}, <4 x i32> {_mfma_operand(w, 4)}, <4 x float> zeroinitializer, "
-        f"i32 4, i32 4, i32 0, i32 {scale}, i32 0, i32 {w.pick_lane()})"
-    )
-    w.acc.append(out)
+    b = _mfma_operand(w, 4)
+    _scaled_mfma(w, out, 4, 4, vec, b, "zeroinitializer", scale, w.pick_lane())
 
 
 def _accumulator_valu(w: _Writer) -> None:
