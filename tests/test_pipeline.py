@@ -6,11 +6,13 @@ variant, per-kernel GEMM stages, gathered tables) in a scratch working directory
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from workflow_run import (
     KERNELS,
     make_local_aiter,
@@ -20,6 +22,7 @@ from workflow_run import (
 )
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
+from f4pipe.fsio import json_text
 from f4pipe.pipeline.layout import ARCHIVES_DIR, EVERY_KERNEL, FACTS_DIR, STORE_DIR
 
 
@@ -142,6 +145,29 @@ def test_pipeline_reports_and_archives(pipeline_run: Path) -> None:
     proc = snakemake(pipeline_run, "--report", str(pipeline_run / "report.html"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (pipeline_run / "report.html").stat().st_size > 10_000
+
+
+def test_pipeline_records_the_effective_config(pipeline_run: Path) -> None:
+    """config.json (a shell job writes it) is the run's configuration: every key the user set,
+    with the schema's defaults, in f4pipe's JSON spelling, and nothing half-written beside it."""
+    res = results_dir(pipeline_run)
+    text = (res / "config.json").read_text()
+    recorded = json.loads(text)
+    assert text == json_text(recorded, indent=2) + "\n"
+    given = yaml.safe_load((pipeline_run / "config.yaml").read_text())
+    assert holds(recorded, given)
+    assert "predict" not in given["audit_tuned"]  # a default the schema filled in
+    assert recorded["audit_tuned"]["predict"] is False
+    assert not list(res.glob("*.part"))
+
+
+def holds(recorded: object, given: object) -> bool:
+    """Every value of `given` is in `recorded` (which may hold more: the defaults)."""
+    if isinstance(given, dict):
+        return isinstance(recorded, dict) and all(
+            key in recorded and holds(recorded[key], value) for key, value in given.items()
+        )
+    return recorded == given
 
 
 def test_second_run_does_nothing(pipeline_run: Path) -> None:
