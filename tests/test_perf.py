@@ -16,7 +16,7 @@ import pytest
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.cli import main
 from f4pipe.perf.costs import load_calibration
-from f4pipe.perf.fit import M_RANGES, by_range, measured_rows
+from f4pipe.perf.fit import M_RANGES, by_range, measured_rows, noise_ceiling, recorded_rank
 from f4pipe.perf.predict import KernelProfile, Predictor, predict_profile, predicted_change
 from f4pipe.spine.assemble import assemble
 
@@ -352,3 +352,20 @@ def test_a_round_s_tiles_as_intervals_are_its_workgroups_tiles():
                 a, b = round_tiles(start, stop, gdx, gdy)
                 assert (expand(a), expand(b)) == (a_want, b_want), (gdx, gdy, gdz, start, stop)
                 assert all(hi < lo2 for (_, hi), (lo2, _) in pairwise(a))
+
+
+def test_a_recorded_kernel_the_model_does_not_rank_is_a_miss_not_rank_n_plus_1():
+    """With two kernels ranked, an unranked recorded kernel once scored rank 3: a top-3 hit."""
+    ranked = [("f4gemm_a", 10.0), ("f4gemm_b", 11.0)]
+    assert recorded_rank(ranked, "f4gemm_b") == (2, pytest.approx(0.1))
+    assert recorded_rank(ranked, "f4gemm_c") == (None, float("inf"))
+
+
+def test_the_noise_ceiling_falls_as_the_noise_grows_and_counts_unranked_rows_as_misses():
+    """Four kernels predicted 1 % apart: with no noise the winner is always predicted first;
+    noise far above their spread sends the winner anywhere (top 3 of 4: about 75 %)."""
+    row = [(f"k{i}", 100.0 * 1.01**i) for i in range(4)]
+    assert noise_ceiling([row], [True], sigma=1e-9) == 100.0
+    assert noise_ceiling([row], [True], sigma=0.005) > noise_ceiling([row], [True], sigma=0.05)
+    assert noise_ceiling([row], [True], sigma=10.0, draws=4000) == pytest.approx(75.0, abs=3.0)
+    assert noise_ceiling([row, row], [True, False], sigma=1e-9) == 50.0

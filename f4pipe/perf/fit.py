@@ -265,6 +265,40 @@ def cross_validated(d: Design, rows: pd.DataFrame, groups: np.ndarray) -> np.nda
     return pred
 
 
+def recorded_rank(ranked: Sequence[tuple[str, float]], recorded: str) -> tuple[int | None, float]:
+    """Where aiter's `recorded` kernel falls among `ranked`, the (kernel, predicted us) the model
+    ranks at a shape, fastest first: its rank (1 = predicted fastest) and its predicted gap to
+    the fastest. (None, inf) when it is not among them (unsafe there, or not raced then): such a
+    row is a miss in every count, however few kernels were ranked."""
+    names = [name for name, _us in ranked]
+    if recorded not in names:
+        return None, float("inf")
+    rank = names.index(recorded) + 1
+    return rank, ranked[rank - 1][1] / ranked[0][1] - 1
+
+
+def noise_ceiling(
+    ranked: Sequence[Sequence[tuple[str, float]]],
+    recorded_ranked: Sequence[bool],
+    sigma: float,
+    draws: int = 400,
+    seed: int = 0,
+) -> float:
+    """The share of rows (%) whose measured winner would fall in the predicted top 3 if every
+    prediction were exact and the tuner's timings carried lognormal noise `sigma`: what the
+    ranking could score at best, given how close the predictions put the kernels. Rows whose
+    recorded kernel is not ranked (`recorded_ranked` False) count as misses, as in the score."""
+    rng = np.random.default_rng(seed)
+    hits = 0.0
+    for row, ok in zip(ranked, recorded_ranked, strict=True):
+        if not ok or not row:
+            continue
+        us = np.array([u for _name, u in row])
+        measured = us[None, :] * np.exp(rng.normal(0.0, sigma, (draws, len(us))))
+        hits += float(np.mean(np.argmin(measured, axis=1) < 3))
+    return 100 * hits / len(ranked)
+
+
 def nk_folds(rows: pd.DataFrame, folds: int = FOLDS) -> np.ndarray:
     """Fold number per row: (N, K) groups dealt to folds by a fixed hash (no RNG state)."""
     keys = [f"{n}x{k}" for n, k in zip(rows["n"], rows["k"], strict=True)]
