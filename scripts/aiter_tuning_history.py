@@ -11,7 +11,7 @@ once, here, with the command that regenerates it:
 
 For every asm row (cu_num 256) of the wheel's table, the first commit of aiter's
 `aiter/configs/a4w4_blockscale_tuned_gemm.csv` that holds the identical row (M, N, K, kernel
-and us), and per such commit the f4gemm code objects present in `hsa/gfx950/f4gemm/`.
+and us), and per such commit the f4gemm kernels the tuner raced (kernels_at).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from f4pipe.shapes.audit import read_tuned
 
 TABLE_IN_GIT = f"aiter/configs/{MAIN_TABLE}"
 F4GEMM_IN_GIT = "hsa/gfx950/f4gemm"
+MANIFEST_IN_GIT = "f4gemm_bf16_per1x32Fp4.csv"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -48,8 +49,21 @@ def table_commits(repo: Path) -> list[tuple[str, str]]:
 
 
 def kernels_at(repo: Path, commit: str) -> list[str]:
+    """The f4gemm kernels aiter's tuner raced at `commit`: those its manifest lists with
+    bpreshuffle 1 and whose code object is there. The tuner
+    (csrc/ck_gemm_a4w4_blockscale/gemm_a4w4_blockscale_tune.py, get_asm_kernels) keeps only
+    the manifest's bpreshuffle == 1 rows, one kernel per (tile_M, tile_N, splitK), since
+    2025-07-24 (28c1973512), a week before the table's oldest asm row: gemm_a4w4 takes B
+    pre-shuffled, so the noBpreShuffle kernel was never in a race."""
     names = git(repo, "ls-tree", "--name-only", commit, f"{F4GEMM_IN_GIT}/").split()
-    return sorted(Path(n).stem for n in names if n.endswith(".co"))
+    present = {Path(n).stem for n in names if n.endswith(".co")}
+    text = git(repo, "show", f"{commit}:{F4GEMM_IN_GIT}/{MANIFEST_IN_GIT}")
+    listed = pd.read_csv(io.StringIO(text))
+    shuffled = listed[listed["bpreshuffle"] == 1]
+    raced = {
+        Path(c).stem for c in shuffled.groupby(["tile_m", "tile_n", "splitK"])["co_name"].first()
+    }
+    return sorted(raced & present)
 
 
 def first_commits(repo: Path, symbols: dict[str, str]) -> dict[str, str]:

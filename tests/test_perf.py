@@ -207,10 +207,11 @@ def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
     assert big["us_pred"] > small["us_pred"]
     lines = retune_candidates(rows)
     assert lines and "PREDICTED gain" in lines[0] and "M=16" in lines[0]
-    # aiter timed the M=16 row on 2025-08-24, when its tuner had 6 f4gemm kernels and no
-    # 64x128 (f4pipe/perf/tuning_history.json); the M=1 row after the small tiles came
+    # aiter timed the M=16 row on 2025-08-24, when its tuner raced 5 f4gemm kernels (the
+    # pre-shuffled ones of 6) and no 64x128 (f4pipe/perf/tuning_history.json); the M=1 row
+    # after the small tiles came
     assert big["best_kernel_pred"].endswith("_64x128") and big["best_raced"] is False
-    assert "never raced: aiter timed the row on 2025-08-24 with 6 f4gemm kernels" in lines[0]
+    assert "never raced: aiter timed the row on 2025-08-24 racing 5 f4gemm kernels" in lines[0]
     assert small["best_raced"] is True
     # the report's audit section shows them, labelled, with the predicted-vs-recorded plot
     import pandas as pd
@@ -369,3 +370,18 @@ def test_the_noise_ceiling_falls_as_the_noise_grows_and_counts_unranked_rows_as_
     assert noise_ceiling([row], [True], sigma=0.005) > noise_ceiling([row], [True], sigma=0.05)
     assert noise_ceiling([row], [True], sigma=10.0, draws=4000) == pytest.approx(75.0, abs=3.0)
     assert noise_ceiling([row, row], [True, False], sigma=1e-9) == 50.0
+
+
+def test_a_re_tune_candidate_reads_b_in_the_recorded_kernel_s_layout(f4gemm_dir):
+    """noBpreShuffle_256x256 is the only kernel that reads B unshuffled: a row recorded with it
+    can only be re-tuned to itself, however fast the pre-shuffled kernels are predicted."""
+    from f4pipe.shapes.audit import retune_fields
+
+    manifest = read_manifest(f4gemm_dir)
+    predictor = Predictor(manifest)
+    plain = manifest.get("f4gemm_bf16_per1x32Fp4_noBpreShuffle_256x256")
+    row = {"m": 256, "n": 2048, "k": 2048, "log2_k_split": 0}
+    ranked = [r for r in predictor.rank(256, 2048, 2048) if r.safe]
+    assert ranked[0].prediction.kernel != plain.name  # a pre-shuffled kernel is faster here
+    fields = retune_fields(predictor, plain, row)
+    assert fields["best_kernel_pred"] == plain.name and fields["gain_pct_pred"] == 0

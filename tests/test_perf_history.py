@@ -28,13 +28,15 @@ def test_every_wheel_row_knows_the_kernels_its_tuner_raced(f4gemm_dir):
     rows = fit.measured_rows(f4gemm_dir, manifest)
     rows = rows[rows["source"] == "aiter"]
     history = load_history()
-    names = {e.name for e in manifest}
+    shuffled = {e.name for e in manifest if e.bpreshuffle}
+    plain = {e.name for e in manifest if not e.bpreshuffle}
     raced = [history.raced(r.m, r.n, r.k, r.kernel, r.us) for r in rows.itertuples()]
     assert all(r is not None for r in raced)
     assert all(r.kernel in s for r, s in zip(rows.itertuples(), raced, strict=True))
-    early = [s for s in raced if not names <= s]
+    assert len(shuffled) == 34 and not any(s & plain for s in raced)  # the tuner's filter
+    early = [s for s in raced if not shuffled <= s]
     assert len(early) == 30  # timed in July/August 2025, before aiter added 30 more tiles
-    assert all(len(s & names) == 5 for s in early)
+    assert all(len(s) == 5 for s in early)
 
 
 def test_a_row_timed_before_the_small_tiles_never_raced_them():
@@ -56,10 +58,17 @@ def _git(repo: Path, *args: str) -> None:
 
 
 def _commit(repo: Path, table: str, kernels: list[str], date: str) -> None:
+    """A commit of aiter: its tuned table, and code objects `kernels` (a name ending in
+    "_plain" listed with bpreshuffle 0) in a manifest that also lists one absent kernel."""
     f4gemm = repo / "hsa" / "gfx950" / "f4gemm"
     f4gemm.mkdir(parents=True, exist_ok=True)
-    for k in kernels:
-        (f4gemm / f"{k}.co").write_bytes(b"\x7fELF")
+    lines = ["tile_m,tile_n,splitK,bpreshuffle,knl_name,co_name"]
+    for i, k in enumerate([*kernels, "absent"]):
+        shuffled = 0 if k.endswith("_plain") else 1
+        lines.append(f"{32 * (i + 1)},128,0,{shuffled},_ZN5aiter{len(k)}{k}E,{k}.co")
+        if k != "absent":
+            (f4gemm / f"{k}.co").write_bytes(b"\x7fELF")
+    (f4gemm / "f4gemm_bf16_per1x32Fp4.csv").write_text("\n".join(lines) + "\n")
     (repo / "aiter" / "configs").mkdir(parents=True, exist_ok=True)
     (repo / "aiter" / "configs" / fit.MAIN_TABLE).write_text(table)
     _git(repo, "add", "-A")
@@ -74,8 +83,8 @@ def test_the_history_reader_finds_each_row_first_commit_on_real_git(tmp_path):
     head = "cu_num,M,N,K,kernelId,splitK,us,kernelName\n"
     row_a = "256,8,1024,2048,0,0,10.5,_ZN5aiter3BigE\n"
     row_b = "256,8,4096,2048,0,0,7.25,_ZN5aiter5SmallE\n"
-    _commit(repo, head + row_a, ["big"], "2025-08-01")
-    _commit(repo, head + row_a + row_b, ["big", "small"], "2025-09-01")
+    _commit(repo, head + row_a, ["big", "big_plain"], "2025-08-01")
+    _commit(repo, head + row_a + row_b, ["big", "big_plain", "small"], "2025-09-01")
     symbols = {"_ZN5aiter3BigE": "big", "_ZN5aiter5SmallE": "small"}
     first = script.first_commits(repo, symbols)
     commits = [c for c, _ in script.table_commits(repo)]
@@ -83,5 +92,6 @@ def test_the_history_reader_finds_each_row_first_commit_on_real_git(tmp_path):
         row_key(8, 1024, 2048, "big", 10.5): commits[0],
         row_key(8, 4096, 2048, "small", 7.25): commits[1],
     }
+    # the tuner races the pre-shuffled kernels whose code object is there
     assert script.kernels_at(repo, commits[0]) == ["big"]
     assert script.kernels_at(repo, commits[1]) == ["big", "small"]

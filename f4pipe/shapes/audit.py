@@ -293,10 +293,12 @@ def retune_fields(predictor: Predictor, entry: KernelEntry, row: dict[str, Any])
     whether aiter's recorded time is suspect (off the prediction by more than the model's
     out-of-sample p90 error, in either direction), and whether aiter's tuner had the predicted
     best kernel when it timed the row: a row timed before that kernel existed was never raced
-    against it, the cheapest re-tune to try."""
+    against it, the cheapest re-tune to try. Only kernels that read B in the recorded kernel's
+    layout compete: a pre-shuffled B cannot feed the noBpreShuffle kernel, nor the reverse."""
     m, n, k, split = row["m"], row["n"], row["k"], row["log2_k_split"]
+    same_layout = [e for e in predictor.manifest if e.bpreshuffle == entry.bpreshuffle]
     try:
-        ranked = predictor.rank(m, n, k, split)
+        ranked = predictor.rank(m, n, k, split, kernels=same_layout)
     except ShapeError:  # a shape the kernels refuse: the shape rule reports it
         return {}
     mine = next(r.prediction for r in ranked if r.prediction.kernel == entry.name)
@@ -471,7 +473,7 @@ def _never_raced(row: dict[str, Any]) -> str:
     key = (row["m"], row["n"], row["k"], row["kernel"], row["aiter_us"])
     had = history.raced(*key) or frozenset()
     return (
-        f"; never raced: aiter timed the row on {history.recorded_on(*key)} with "
+        f"; never raced: aiter timed the row on {history.recorded_on(*key)} racing "
         f"{len(had)} f4gemm kernels, before {short_name(row['best_kernel_pred'])} existed"
     )
 
