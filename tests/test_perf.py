@@ -240,14 +240,16 @@ def test_predict_lists_a_kernel_unsafe_at_the_traced_k_unranked(f4gemm_dir, caps
 
 
 def test_a_partial_last_round_runs_at_a_higher_clock_than_full_rounds():
-    """Full rounds at the full-load clock; a last round with few busy CUs faster, linearly in
-    the busy share; a whole launch of full rounds never sees the light-load clock."""
+    """Full rounds of saturated MFMA pipes at the full-load clock; a last round with few busy
+    CUs faster, linearly in the busy share; a whole launch of full rounds never sees the
+    light-load clock."""
     from f4pipe.perf.costs import DEFAULT_CALIBRATION as cal
     from f4pipe.perf.model import combine, round_clocks
 
-    full, rest, clock = round_clocks(cal, np.array([512, 300, 1]))
+    full, rest, full_clock, clock = round_clocks(cal, np.array([512, 300, 1]))
     assert full.tolist() == [2, 1, 0] and rest.tolist() == [0, 44, 1]
     light, loaded = cal.clock_light_ghz, cal.clock_ghz
+    assert full_clock == loaded
     assert clock[1] == pytest.approx(light - (light - loaded) * 44 / 256)
     assert loaded < clock[1] < clock[2] < light
     cycles = 10_000.0
@@ -255,6 +257,29 @@ def test_a_partial_last_round_runs_at_a_higher_clock_than_full_rounds():
     _, compute_1, _, _ = combine(cal, 1, cycles, 0.0, 0.0)
     assert compute_512 == pytest.approx(2 * cycles / (loaded * 1e3))
     assert compute_1 == pytest.approx(cycles / (clock[2] * 1e3))
+
+
+def test_cus_waiting_on_memory_draw_less_power_and_run_at_a_higher_clock():
+    """A busy CU's load is the fixed share plus the rest times its MFMA pipes' activity: at
+    share 0.5 and activity 0.2 a full round's load is 0.6, its clock 60 % of the way from the
+    light-load clock to the full-load one; at share 1 the activity does not matter."""
+    from dataclasses import replace
+
+    from f4pipe.perf.costs import DEFAULT_CALIBRATION
+    from f4pipe.perf.model import combine, round_clocks
+
+    cal = replace(DEFAULT_CALIBRATION, power_fixed_share=0.5)
+    light, loaded = cal.clock_light_ghz, cal.clock_ghz
+    _, _, waiting, _ = round_clocks(cal, 256, activity=0.2)
+    _, _, saturated, _ = round_clocks(cal, 256, activity=1.0)
+    assert waiting == pytest.approx(light - (light - loaded) * 0.6)
+    assert saturated == loaded < waiting < light
+    _, _, fixed, _ = round_clocks(replace(cal, power_fixed_share=1.0), 256, activity=0.2)
+    assert fixed == loaded
+    # combine reads the activity off the workgroup's MFMA clocks over its cycles
+    cycles = 10_000.0
+    _, compute, _, _ = combine(cal, 256, cycles, 0.0, 0.0, mfma_busy=0.2 * cycles)
+    assert compute == pytest.approx(cycles / (waiting * 1e3))
 
 
 def test_a_cus_rate_mixes_l2_and_hbm_served_bytes_by_clocks_per_byte():

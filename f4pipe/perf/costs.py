@@ -129,8 +129,8 @@ COST: dict[str, float] = {c.name: c.value for c in TABLE}
 class Calibration:
     """The model's fitted global constants (none per kernel, none per shape)."""
 
-    clock_ghz: float  # sustained engine clock under FP4 MFMA load with every CU busy
-    clock_light_ghz: float  # ... with (almost) no other CU busy; linear in the busy share between
+    clock_ghz: float  # sustained engine clock with every CU busy and its MFMA pipes saturated
+    clock_light_ghz: float  # ... with (almost) no load; linear in the load between (round_clocks)
     vmem_latency: float  # clk, loaded round trip of a buffer load (L2 / Infinity Cache)
     cu_vmem_bytes_per_clk: float  # a CU's vector-memory path for bytes the L2 (or MALL) serves
     cu_hbm_bytes_per_clk: float  # ... for bytes HBM serves (cold streams queue in the fabric)
@@ -138,6 +138,7 @@ class Calibration:
     l2_tbps: float  # bytes every workgroup's buffer accesses move, through the L2s, TB/s
     launch_us: float  # launch and drain overhead per kernel, us
     overlap_p: float  # p of the p-norm that joins compute and memory time (large = max)
+    power_fixed_share: float  # a busy CU's load that does not follow its MFMA pipes' activity
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ DEFAULT_CALIBRATION = Calibration(
     l2_tbps=12.0,
     launch_us=4.0,
     overlap_p=4.0,
+    power_fixed_share=0.5,  # no source: between a load set by busy CUs alone (1) or MFMAs (0)
 )
 
 

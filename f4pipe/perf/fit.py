@@ -9,8 +9,9 @@ one (M, N, K, kernel, measured us).
 A CU's vector-memory bytes per clock for L2-served bytes is chosen on a grid (the loaded VMEM
 round trip is fixed at its measured ~1,000 clk, LATENCY_GRID); workgroups are simulated once
 per latency and per rate of model.SIM_BYTES_PER_CLK, and a row's own rate (its mix of L2- and
-HBM-served bytes) is interpolated between them. The other seven constants (clocks, a CU's
-rate for HBM-served bytes, bandwidths, launch, overlap) are fitted by robust least squares on
+HBM-served bytes) is interpolated between them. The other eight constants (clocks and the
+fixed share of a busy CU's load, a CU's rate for HBM-served bytes, bandwidths, launch,
+overlap) are fitted by robust least squares on
 log(predicted / measured) at each grid point. The seed's rows are warm (its launches repeat on
 the same buffers), aiter's cold (rotated copies). Out-of-sample accuracy refits on the same
 grid with the held-out rows removed: k-fold over (N, K) groups, and leave-one-kernel-out.
@@ -110,6 +111,7 @@ class Design:
     l2: np.ndarray
     hbm: np.ndarray
     cycles: dict[float, np.ndarray]  # latency -> rows x SIM_BYTES_PER_CLK
+    mfma_busy: np.ndarray  # clocks the busiest MFMA pipe works (the same at every rate)
 
     @property
     def share(self) -> np.ndarray:
@@ -154,7 +156,16 @@ def design(
                 for e, kl, fr in zip(entries, klocal, fracs, strict=True)
             ]
         )
-    return Design(workgroups=workgroups, l2=workgroups * moved, hbm=hbm, cycles=cycles)
+    cal = Calibration(**{**asdict(base), "vmem_latency": latencies[0]})
+    mfma_busy = np.array(
+        [
+            predictor.profile(e).cycles(int(kl), 0, cal, fr, SIM_BYTES_PER_CLK[0]).mfma_busy
+            for e, kl, fr in zip(entries, klocal, fracs, strict=True)
+        ]
+    )
+    return Design(
+        workgroups=workgroups, l2=workgroups * moved, hbm=hbm, cycles=cycles, mfma_busy=mfma_busy
+    )
 
 
 #: The closed-form constants, in the order the optimizer sees them (log-transformed; the light
@@ -167,13 +178,14 @@ FREE = (
     "l2_tbps",
     "launch_us",
     "overlap_p",
+    "power_fixed_share",
 )
 #: Bounds of the closed-form constants: physical limits, so the fit cannot buy accuracy with
 #: an impossible machine (WP: a clock above the 2.4 GHz peak, HBM above its 8 TB/s peak, the
 #: L2s above 16 channels x 128 B/clk x 8 XCDs at 2.4 GHz = 39.3 TB/s); a CU's rate for HBM
-#: bytes within the simulated rates.
-LOWER = (0.5, 0.001, SIM_BYTES_PER_CLK[0], 1.0, 1.0, 0.1, 0.01)
-UPPER = (2.4, 1.9, SIM_BYTES_PER_CLK[-1], 8.0, 39.3, 20.0, 50.0)
+#: bytes within the simulated rates; a share within 0 and 1.
+LOWER = (0.5, 0.001, SIM_BYTES_PER_CLK[0], 1.0, 1.0, 0.1, 0.01, 0.001)
+UPPER = (2.4, 1.9, SIM_BYTES_PER_CLK[-1], 8.0, 39.3, 20.0, 50.0, 1.0)
 
 
 def _calibration(x: np.ndarray, lat: float, bpc: float) -> Calibration:
@@ -194,6 +206,7 @@ def _x0() -> np.ndarray:
             d.l2_tbps,
             d.launch_us,
             d.overlap_p - 1.0,
+            d.power_fixed_share,
         ]
     )
 
@@ -204,7 +217,7 @@ def predict_design(cal: Calibration, d: Design, idx: np.ndarray | slice = slice(
     lo, hi, weight = bracket_bytes_per_clk(bpc)
     rows = np.arange(len(table))
     cyc = (1 - weight) * table[rows, lo] + weight * table[rows, hi]
-    us, *_ = combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx])
+    us, *_ = combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
     return us
 
 

@@ -7,8 +7,9 @@ turn). Per shape:
 
 - **compute**: per round, the workgroup's cycles at its K (cu.py on the emulator's path, traced
   at K = 256, 512, 1024, 2048 and linear in K beyond: the main loop is the same every
-  iteration) / the clock that round sustains: full rounds at the clock of a fully loaded part,
-  a last partial round faster, as fewer busy CUs draw less power (round_clocks). The CU's
+  iteration) / the clock that round sustains: MI355X's clock falls with the power its CUs draw,
+  so a round runs faster when fewer CUs are busy or their MFMA pipes are less so (a kernel
+  waiting on memory), slower when every CU's MFMA pipes are saturated (round_clocks). The CU's
   vector-memory path moves bytes the L2 serves at one rate and bytes HBM serves at another
   (a cold stream's requests queue in the fabric and at HBM): the workgroup is simulated at the
   rate of its shape's mix (effective_bytes_per_clk).
@@ -209,25 +210,35 @@ def workgroups_and_rounds(geometry: LaunchGeometry) -> tuple[int, int]:
     return workgroups, -(-workgroups // int(COST["num_cu"]))
 
 
-def round_clocks(cal: Calibration, workgroups):
-    """(full rounds, workgroups of the last partial round, its clock in GHz). MI355X's clock
-    falls with power: under FP4 MFMA load on every CU it sustains cal.clock_ghz; a round that
-    keeps fewer CUs busy runs faster, linearly towards cal.clock_light_ghz as the busy share
-    goes to 0 (AMD does not publish the curve; both ends are calibrated, the line is assumed)."""
+def round_clocks(cal: Calibration, workgroups, activity=1.0):
+    """(full rounds, workgroups of the last partial round, the full rounds' clock, the last
+    round's clock), in GHz. MI355X's sustained clock falls with the power its CUs draw (AMD
+    publishes no curve and the clocks cannot be locked): linear in the load, from
+    cal.clock_light_ghz at none to cal.clock_ghz with every CU busy and its MFMA pipes
+    saturated. A busy CU's load is cal.power_fixed_share (what it draws whatever its MFMA pipes
+    do: memory traffic, LDS, issue) plus the rest in proportion to `activity`, the share of its
+    cycles its busiest MFMA pipe works (the FP4 MFMA is the largest consumer); a round's load
+    is that times its share of busy CUs. All three constants are calibrated; the line is
+    assumed."""
     num_cu = COST["num_cu"]
     full = np.floor_divide(workgroups, num_cu)
     rest = workgroups - full * num_cu
     light = np.maximum(cal.clock_light_ghz, cal.clock_ghz)
-    clock = light - (light - cal.clock_ghz) * (rest / num_cu)
-    return full, rest, clock
+    share = cal.power_fixed_share
+    load = share + (1.0 - share) * np.clip(activity, 0.0, 1.0)
+    full_clock = light - (light - cal.clock_ghz) * load
+    last_clock = light - (light - cal.clock_ghz) * load * (rest / num_cu)
+    return full, rest, full_clock, last_clock
 
 
-def combine(cal: Calibration, workgroups, cycles, l2_bytes, hbm_bytes):
-    """(time, compute, L2, HBM) in us from workgroups, workgroup cycles and bytes: the one
-    formula, for scalars or numpy arrays alike (the fit evaluates it on every row at once)."""
-    full, rest, light_clock = round_clocks(cal, workgroups)
-    compute_us = full * cycles / (cal.clock_ghz * 1e3)
-    compute_us = compute_us + np.where(rest > 0, cycles / (light_clock * 1e3), 0.0)
+def combine(cal: Calibration, workgroups, cycles, l2_bytes, hbm_bytes, mfma_busy=None):
+    """(time, compute, L2, HBM) in us from workgroups, workgroup cycles, the clocks its busiest
+    MFMA pipe works (None: all of them) and bytes: the one formula, for scalars or numpy
+    arrays alike (the fit evaluates it on every row at once)."""
+    activity = 1.0 if mfma_busy is None else np.divide(mfma_busy, np.maximum(cycles, 1.0))
+    full, rest, full_clock, last_clock = round_clocks(cal, workgroups, activity)
+    compute_us = full * cycles / (full_clock * 1e3)
+    compute_us = compute_us + np.where(rest > 0, cycles / (last_clock * 1e3), 0.0)
     l2_us = l2_bytes / (cal.l2_tbps * 1e6)
     hbm_us = hbm_bytes / (cal.hbm_tbps * 1e6)
     memory_us = np.maximum(l2_us, hbm_us)
@@ -251,7 +262,7 @@ def kernel_time(
     at its K and the bytes HBM serves."""
     workgroups, rounds = workgroups_and_rounds(geometry)
     us, compute_us, l2_us, hbm_us = combine(
-        cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm
+        cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm, wg.mfma_busy
     )
     memory_us = max(l2_us, hbm_us)
     body = us - cal.launch_us
