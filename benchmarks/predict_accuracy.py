@@ -220,7 +220,11 @@ def print_report(r: dict) -> None:
             f"seed {s['shape']:>18} {s['kernel'][-7:]:>8}: measured {s['measured_us']:7.1f} us, "
             f"predicted {s['predicted_us']:7.1f} us ({s['error_pct']:+.1f} %)"
         )
-    print("ranking (aiter's recorded kernel among the kernels safe at its shape):", r["ranking"])
+    print(
+        "ranking (aiter's recorded kernel among the kernels safe at its shape that read B as it"
+        " does):",
+        r["ranking"],
+    )
     print(
         "ranking among the safe kernels aiter's tuner raced when it timed the row:",
         r["ranking_among_kernels_raced"],
