@@ -67,9 +67,9 @@ def ranking(predictor: Predictor, rows: pd.DataFrame, raced_only: bool) -> dict[
         raced = history.raced(r.m, r.n, r.k, r.kernel, r.us)
         # the kernels that read B as the recorded one does (aiter's tuner races the
         # pre-shuffled ones only), safe at the shape, fastest first
-        layout = predictor.manifest.get(r.kernel).bpreshuffle
-        same = [e for e in predictor.manifest if e.bpreshuffle == layout]
-        safe = [x for x in predictor.rank(r.m, r.n, r.k, kernels=same) if x.safe]
+        same = predictor.manifest.same_b_layout(predictor.manifest.get(r.kernel))
+        every = predictor.rank(r.m, r.n, r.k, kernels=same)
+        safe = [x for x in every if x.safe]
         if raced_only and raced is not None:
             early += len(raced) < len(same)
             safe = [x for x in safe if x.prediction.kernel in raced]
@@ -79,7 +79,7 @@ def ranking(predictor: Predictor, rows: pd.DataFrame, raced_only: bool) -> dict[
         ranked_ok.append(rank is not None)
         if rank is None:  # aiter's kernel breaks a shape-edge rule here
             unsafe += 1
-            mine = predictor.predict(predictor.manifest.get(r.kernel), r.m, r.n, r.k).us
+            mine = next(x.prediction.us for x in every if x.prediction.kernel == r.kernel)
             top3_with_unsafe_recorded += sum(us < mine for _name, us in ranked) < 3
             continue
         first += rank == 1

@@ -25,15 +25,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from f4pipe.aiter.manifest import read_manifest
+from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
+from f4pipe.fetch import GIT_F4GEMM_PATH
 from f4pipe.fsio import write_text
 from f4pipe.perf.fit import MAIN_TABLE, default_f4gemm_dir, main_table
 from f4pipe.perf.history import HISTORY_PATH, row_key
 from f4pipe.shapes.audit import read_tuned
 
 TABLE_IN_GIT = f"aiter/configs/{MAIN_TABLE}"
-F4GEMM_IN_GIT = "hsa/gfx950/f4gemm"
-MANIFEST_IN_GIT = "f4gemm_bf16_per1x32Fp4.csv"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -55,9 +54,9 @@ def kernels_at(repo: Path, commit: str) -> list[str]:
     the manifest's bpreshuffle == 1 rows, one kernel per (tile_M, tile_N, splitK), since
     2025-07-24 (28c1973512), a week before the table's oldest asm row: gemm_a4w4 takes B
     pre-shuffled, so the noBpreShuffle kernel was never in a race."""
-    names = git(repo, "ls-tree", "--name-only", commit, f"{F4GEMM_IN_GIT}/").split()
+    names = git(repo, "ls-tree", "--name-only", commit, f"{GIT_F4GEMM_PATH}/").split()
     present = {Path(n).stem for n in names if n.endswith(".co")}
-    text = git(repo, "show", f"{commit}:{F4GEMM_IN_GIT}/{MANIFEST_IN_GIT}")
+    text = git(repo, "show", f"{commit}:{GIT_F4GEMM_PATH}/{MANIFEST_NAME}")
     listed = pd.read_csv(io.StringIO(text))
     shuffled = listed[listed["bpreshuffle"] == 1]
     raced = {
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         commits.setdefault(first[key][:10], first[key])
     dates = dict(table_commits(args.aiter_git))
     out = {
-        "source": f"git history of ROCm/aiter ({TABLE_IN_GIT}, {F4GEMM_IN_GIT}/*.co)",
+        "source": f"git history of ROCm/aiter ({TABLE_IN_GIT}, {GIT_F4GEMM_PATH}/*.co)",
         "command": "python scripts/aiter_tuning_history.py --aiter-git PATH",
         "table": str(f4gemm.parent.name),
         "commits": {

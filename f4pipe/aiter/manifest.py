@@ -69,6 +69,12 @@ class Manifest:
             f"(it lists {len(self.entries)}: {names}{', ...' if len(self.entries) > 5 else ''})"
         )
 
+    def same_b_layout(self, entry: KernelEntry) -> list[KernelEntry]:
+        """The kernels that read B as `entry` does (pre-shuffled or not): only they can stand
+        in for it on the same operands, and only they were raced against it by aiter's tuner
+        (which races the pre-shuffled ones)."""
+        return [e for e in self.entries if e.bpreshuffle == entry.bpreshuffle]
+
     def co_path(self, entry: KernelEntry) -> Path:
         return self.directory / entry.co_name
 

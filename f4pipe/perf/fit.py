@@ -144,25 +144,16 @@ def design(
         fracs.append(predictor.profile(e).row_fractions(int(m), int(nn)))
         moved[i] = predictor.profile(e).vmem_bytes(g.k_per_tg, 0, fracs[-1])
     cycles = {}
+    mfma_busy = np.zeros(n)
     base = predictor.calibration
     for lat in latencies:
         cal = Calibration(**{**asdict(base), "vmem_latency": lat})
-        cycles[lat] = np.array(
-            [
-                [
-                    predictor.profile(e).cycles(int(kl), 0, cal, fr, bpc).cycles
-                    for bpc in SIM_BYTES_PER_CLK
-                ]
-                for e, kl, fr in zip(entries, klocal, fracs, strict=True)
-            ]
-        )
-    cal = Calibration(**{**asdict(base), "vmem_latency": latencies[0]})
-    mfma_busy = np.array(
-        [
-            predictor.profile(e).cycles(int(kl), 0, cal, fr, SIM_BYTES_PER_CLK[0]).mfma_busy
+        grid = [
+            [predictor.profile(e).cycles(int(kl), 0, cal, fr, bpc) for bpc in SIM_BYTES_PER_CLK]
             for e, kl, fr in zip(entries, klocal, fracs, strict=True)
         ]
-    )
+        cycles[lat] = np.array([[wg.cycles for wg in row] for row in grid])
+        mfma_busy = np.array([row[0].mfma_busy for row in grid])  # the same at every rate
     return Design(
         workgroups=workgroups, l2=workgroups * moved, hbm=hbm, cycles=cycles, mfma_busy=mfma_busy
     )

@@ -296,9 +296,8 @@ def retune_fields(predictor: Predictor, entry: KernelEntry, row: dict[str, Any])
     against it, the cheapest re-tune to try. Only kernels that read B in the recorded kernel's
     layout compete: a pre-shuffled B cannot feed the noBpreShuffle kernel, nor the reverse."""
     m, n, k, split = row["m"], row["n"], row["k"], row["log2_k_split"]
-    same_layout = [e for e in predictor.manifest if e.bpreshuffle == entry.bpreshuffle]
     try:
-        ranked = predictor.rank(m, n, k, split, kernels=same_layout)
+        ranked = predictor.rank(m, n, k, split, kernels=predictor.manifest.same_b_layout(entry))
     except ShapeError:  # a shape the kernels refuse: the shape rule reports it
         return {}
     mine = next(r.prediction for r in ranked if r.prediction.kernel == entry.name)
