@@ -34,9 +34,17 @@ from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit
 from f4pipe.perf.costs import load_calibration
 from f4pipe.perf.history import load_history
+from f4pipe.perf.model import round_clocks
 from f4pipe.perf.predict import Predictor
 
 WITHIN = 0.05  # "within 5 % of the predicted best"
+#: Held back from the calibration, to check the clock the model derives: AMD's Gluon MXFP4 GEMM
+#: tutorial (ROCm/gfx950-gluon-tutorials, kernels/gemm/intra_wave/a4w4/README.md, commit
+#: 0643476) measured two kernels on MI355 at 4096x4096x32768 (256x256 tiles: 256 workgroups,
+#: every CU busy) with rocprof: TFLOP/s and MFMA efficiency (MFMA cycles over main-loop cycles,
+#: docs/mfma_efficiency.md). Together they give the clock each ran at: TFLOP/s / (efficiency x
+#: 16,384 FLOP/clk/CU x 256 CUs). Different kernels, so only the clock is comparable.
+GLUON_A4W4 = (("v0_sliceN", 4920.0, 0.813), ("v1_sliceMN", 5189.0, 0.939))
 
 
 #: aiter's re-timings of one kernel at one shape in later revisions differ by a median 1.8 %
@@ -122,6 +130,27 @@ def per_kernel(pred: np.ndarray, rows: pd.DataFrame) -> dict[str, dict[str, floa
     return out
 
 
+def held_back_clocks(cal) -> list[dict]:
+    """The clock the model gives a launch that keeps every CU's MFMA pipes as busy as each
+    Gluon kernel's, next to the clock that kernel's measurement implies (GLUON_A4W4). The loop
+    efficiency slightly overstates a whole kernel's activity (prologue and epilogue are a few %
+    of a K=32768 launch); under f4pipe-cu-5 that moves the model's clock by under 0.01 GHz."""
+    out = []
+    for name, tflops, efficiency in GLUON_A4W4:
+        implied = tflops * 1e12 / (efficiency * 16384 * 256) / 1e9
+        _full, _rest, clock, _last = round_clocks(cal, 256, efficiency)
+        out.append(
+            {
+                "kernel": f"gluon a4w4 {name}",
+                "mfma_efficiency": efficiency,
+                "implied_clock_ghz": round(implied, 3),
+                "model_clock_ghz": round(float(clock), 3),
+                "error_pct": round(float(clock / implied - 1) * 100, 1),
+            }
+        )
+    return out
+
+
 def origami() -> dict:
     script = Path(__file__).with_name("origami_compare.py")
     if not script.is_file():
@@ -188,6 +217,7 @@ def measure(with_origami: bool) -> dict:
             }
             for r, p in zip(rows[seed].itertuples(), pred[seed.to_numpy()], strict=True)
         ],
+        "held_back_clock": held_back_clocks(cal.calibration),
         "per_kernel_in_sample": per_kernel(pred, rows),
         "ranking": rank,
         "ranking_among_kernels_raced": rank_raced,
@@ -219,6 +249,12 @@ def print_report(r: dict) -> None:
         print(
             f"seed {s['shape']:>18} {s['kernel'][-7:]:>8}: measured {s['measured_us']:7.1f} us, "
             f"predicted {s['predicted_us']:7.1f} us ({s['error_pct']:+.1f} %)"
+        )
+    for c in r["held_back_clock"]:
+        print(
+            f"held back: {c['kernel']} at MFMA efficiency {c['mfma_efficiency']:.3f} ran at "
+            f"{c['implied_clock_ghz']:.3f} GHz; the model's clock there {c['model_clock_ghz']:.3f}"
+            f" GHz ({c['error_pct']:+.1f} %)"
         )
     print(
         "ranking (aiter's recorded kernel among the kernels safe at its shape that read B as it"
