@@ -53,11 +53,13 @@ def kernels_at(repo: Path, commit: str) -> list[str]:
     (csrc/ck_gemm_a4w4_blockscale/gemm_a4w4_blockscale_tune.py, get_asm_kernels) keeps only
     the manifest's bpreshuffle == 1 rows, one kernel per (tile_M, tile_N, splitK), since
     2025-07-24 (28c1973512), a week before the table's oldest asm row: gemm_a4w4 takes B
-    pre-shuffled, so the noBpreShuffle kernel was never in a race."""
+    pre-shuffled, so the noBpreShuffle kernel was never in a race. The manifest spells the
+    tile columns tile_m / tile_n until 2025-11-22 (9b01b0d818) and tile_M / tile_N since."""
     names = git(repo, "ls-tree", "--name-only", commit, f"{GIT_F4GEMM_PATH}/").split()
     present = {Path(n).stem for n in names if n.endswith(".co")}
     text = git(repo, "show", f"{commit}:{GIT_F4GEMM_PATH}/{MANIFEST_NAME}")
     listed = pd.read_csv(io.StringIO(text))
+    listed.columns = [c.lower() if c in ("tile_M", "tile_N") else c for c in listed.columns]
     shuffled = listed[listed["bpreshuffle"] == 1]
     raced = {
         Path(c).stem for c in shuffled.groupby(["tile_m", "tile_n", "splitK"])["co_name"].first()

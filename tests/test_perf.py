@@ -124,6 +124,34 @@ def test_the_committed_calibration_reproduces_its_reported_accuracy(f4gemm_dir):
             ), (name, stat)
 
 
+def test_the_committed_calibration_reproduces_its_held_back_accuracy(f4gemm_dir):
+    """The error calibration.json reports on aiter's later timings (never fitted on: the
+    held-back rows at shapes the calibration has not seen), recomputed through the Predictor
+    users run; and `f4pipe predict` shows it beside the k-fold band."""
+    from f4pipe.perf.costs import HELD_BACK
+    from f4pipe.perf.fit import held_back_rows
+
+    cal = load_calibration()
+    manifest = read_manifest(f4gemm_dir)
+    predictor = Predictor(manifest, cal)
+    rows = held_back_rows()
+    rows = rows[~rows["shape_in_calibration"]].reset_index(drop=True)
+    assert len(rows) == cal.accuracy[HELD_BACK]["all"]["rows"] > 600
+    pred = np.array(
+        [predictor.predict(manifest.get(r.kernel), r.m, r.n, r.k).us for r in rows.itertuples()]
+    )
+    got = by_range(pred, rows)
+    for name in ["all", *(r[0] for r in M_RANGES)]:
+        for stat in ("median_pct", "p90_pct", "mean_pct"):
+            assert got[name][stat] == pytest.approx(
+                cal.accuracy[HELD_BACK][name][stat], abs=0.011
+            ), (name, stat)
+    assert cal.error_band(16, HELD_BACK) == (
+        cal.accuracy[HELD_BACK]["M<=64"]["median_pct"],
+        cal.accuracy[HELD_BACK]["M<=64"]["p90_pct"],
+    )
+
+
 def test_the_committed_clock_agrees_with_held_back_mi355_measurements():
     """AMD's Gluon MXFP4 GEMM tutorial timed two kernels on MI355 with every CU busy and
     recorded their MFMA efficiency (benchmarks/predict_accuracy.py, GLUON_A4W4): none of it is

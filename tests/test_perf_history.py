@@ -57,12 +57,14 @@ def _git(repo: Path, *args: str) -> None:
     )
 
 
-def _commit(repo: Path, table: str, kernels: list[str], date: str) -> None:
+def _commit(repo: Path, table: str, kernels: list[str], date: str, tile: str = "tile_m") -> None:
     """A commit of aiter: its tuned table, and code objects `kernels` (a name ending in
-    "_plain" listed with bpreshuffle 0) in a manifest that also lists one absent kernel."""
+    "_plain" listed with bpreshuffle 0) in a manifest that also lists one absent kernel; `tile`
+    spells the manifest's tile columns (tile_m until 2025-11-22, tile_M since)."""
     f4gemm = repo / "hsa" / "gfx950" / "f4gemm"
     f4gemm.mkdir(parents=True, exist_ok=True)
-    lines = ["tile_m,tile_n,splitK,bpreshuffle,knl_name,co_name"]
+    n = tile.replace("m", "n").replace("M", "N")
+    lines = [f"{tile},{n},splitK,bpreshuffle,knl_name,co_name"]
     for i, k in enumerate([*kernels, "absent"]):
         shuffled = 0 if k.endswith("_plain") else 1
         lines.append(f"{32 * (i + 1)},128,0,{shuffled},_ZN5aiter{len(k)}{k}E,{k}.co")
@@ -95,3 +97,43 @@ def test_the_history_reader_finds_each_row_first_commit_on_real_git(tmp_path):
     # the tuner races the pre-shuffled kernels whose code object is there
     assert script.kernels_at(repo, commits[0]) == ["big"]
     assert script.kernels_at(repo, commits[1]) == ["big", "small"]
+
+
+def test_the_tuner_s_kernels_are_read_from_either_spelling_of_the_manifest(tmp_path):
+    script = _script()
+    repo = tmp_path / "aiter"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    head = "cu_num,M,N,K,kernelId,splitK,us,kernelName\n"
+    _commit(repo, head, ["big", "big_plain"], "2025-10-01")
+    row = "256,8,1024,2048,0,0,10.5,_ZN5aiter3BigE\n"
+    _commit(repo, head + row, ["big", "big_plain", "small", "tiny"], "2025-12-01", tile="tile_M")
+    commits = [c for c, _ in script.table_commits(repo)]
+    assert script.kernels_at(repo, commits[0]) == ["big"]
+    assert script.kernels_at(repo, commits[1]) == ["big", "small", "tiny"]
+
+
+def test_held_back_rows_are_real_timings_the_calibration_has_not_seen(f4gemm_dir):
+    """f4pipe/perf/heldback_rows.csv (scripts/aiter_heldback_rows.py): aiter's later timings of
+    the wheel's code objects. None may be a calibration row, and its flags must say what the
+    calibration and the tuning history say."""
+    import pandas as pd
+
+    manifest = read_manifest(f4gemm_dir)
+    rows = fit.measured_rows(f4gemm_dir, manifest)
+    aiter = rows[rows["source"] == "aiter"]
+    calibrated = {row_key(r.m, r.n, r.k, r.kernel, r.us) for r in aiter.itertuples()}
+    shapes = {(r.m, r.n, r.k) for r in aiter.itertuples()}
+    held = pd.read_csv(fit.HELDBACK_PATH)
+    assert len(held) > 900 and set(held["kernel"]) <= {e.name for e in manifest}
+    assert not any(
+        row_key(r.m, r.n, r.k, r.kernel, r.us) in calibrated
+        for r in held.itertuples()
+        if r.splitK == 0
+    )
+    assert list(held["shape_in_calibration"]) == [
+        (r.m, r.n, r.k) in shapes for r in held.itertuples()
+    ]
+    # the tuner had every pre-shuffled kernel only from 2025-08-29 (aiter 1851a9984e) on
+    assert not held[held["date"] < "2025-08-29"]["every_kernel_raced"].any()
+    assert held[held["date"] > "2025-10-01"]["every_kernel_raced"].all()

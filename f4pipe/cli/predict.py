@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from f4pipe.cli import EXIT_OK, command_help
 from f4pipe.cli.args import add_co_dir
 from f4pipe.errors import InputError
+from f4pipe.perf.costs import HELD_BACK
 
 if TYPE_CHECKING:
     from f4pipe.perf.predict import Predictor, Ranked
@@ -60,6 +61,7 @@ def read_shapes(path: Path) -> list[tuple[int, int, int, str | None]]:
 def record(predictor: Predictor, r: Ranked, warm: bool = False) -> dict[str, Any]:
     p = r.prediction
     med, p90 = predictor.calibration_file.error_band(p.m)
+    held_med, held_p90 = predictor.calibration_file.error_band(p.m, HELD_BACK)
     return {
         "m": p.m,
         "n": p.n,
@@ -77,6 +79,8 @@ def record(predictor: Predictor, r: Ranked, warm: bool = False) -> dict[str, Any
         "calibration_id": predictor.calibration_id,
         "error_median_pct": med,
         "error_p90_pct": p90,
+        "error_held_back_median_pct": held_med,
+        "error_held_back_p90_pct": held_p90,
     }
 
 
@@ -107,11 +111,17 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def print_table(predictor: Predictor, m: int, n: int, k: int, rows: list[dict[str, Any]]) -> None:
     med, p90 = predictor.calibration_file.error_band(m)
+    held_med, held_p90 = predictor.calibration_file.error_band(m, HELD_BACK)
     band = (
         f"measured error for this M range: median {med:.1f} %, p90 {p90:.1f} % (out-of-sample)"
         if med is not None
         else "error not measured: uncalibrated model"
     )
+    if held_med is not None:
+        band += (
+            f"; on aiter's later tuning sessions (held back): median {held_med:.1f} %, "
+            f"p90 {held_p90:.1f} %"
+        )
     print(
         f"M={m} N={n} K={k}: PREDICTED MI355X time (cycle model {predictor.model_id}, "
         f"calibration {predictor.calibration_id}); {band}"

@@ -33,6 +33,8 @@ CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 M_RANGES = (("M<=64", 1, 64), ("65-512", 65, 512), (">512", 513, 1 << 31))
 #: The accuracy figures users are shown: out-of-sample, k-fold over (N, K).
 ERROR_BAND = "kfold_nk"
+#: ... and on aiter's later timings of the same code objects, never fitted on (fit.HELDBACK_PATH).
+HELD_BACK = "held_back"
 
 
 @dataclass(frozen=True)
@@ -151,10 +153,15 @@ class CalibrationFile:
     command: str
     accuracy: dict[str, Any]
 
-    def error_band(self, m: int | None = None) -> tuple[float | None, float | None]:
+    def error_band(
+        self, m: int | None = None, measure: str = ERROR_BAND
+    ) -> tuple[float | None, float | None]:
         """(median, p90) absolute % error measured out-of-sample for M's range, or over all
-        rows when M is None; (None, None) for an uncalibrated model."""
-        acc = self.accuracy.get(ERROR_BAND, {})
+        rows when M is None; (None, None) for an uncalibrated model. `measure`: ERROR_BAND
+        (k-fold over the calibration's own rows) or HELD_BACK (aiter's later tuning sessions
+        at shapes the calibration never saw: the larger, and the one to expect of a session
+        other than the one the calibration was timed in)."""
+        acc = self.accuracy.get(measure, {})
         name = "all"
         if m is not None:
             name = next((r for r, lo, hi in M_RANGES if lo <= m <= hi), "all")
