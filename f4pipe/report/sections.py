@@ -282,7 +282,7 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
     MI355X measurements where the shape is one of the seed's."""
     if "us_pred" not in df or df["us_pred"].isna().all():
         return
-    from f4pipe.perf.costs import load_calibration
+    from f4pipe.perf.costs import HELD_BACK, load_calibration
     from f4pipe.perf.fit import SEED_MEASURED
 
     table = _side_by_side(df, ("us_pred", "tflops_pred", "bound"))
@@ -297,11 +297,19 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
     sec.table = table
     sec.state = "info"
     ids = ", ".join(sorted(set(df["calibration_id"].dropna())))
-    med, p90 = load_calibration().error_band()
+    cal = load_calibration()
+    med, p90 = cal.error_band()
+    held_med, held_p90 = cal.error_band(measure=HELD_BACK)
+    held = (
+        f"; on aiter's later tuning sessions, held back from the fit: median {held_med} %, "
+        f"p90 {held_p90} %"
+        if held_med is not None
+        else ""
+    )
     sec.verdict = (
         f"{NOT_MEASURED}; PREDICTED by the cycle model (calibration {ids}; out-of-sample "
         f"median error {med if med is not None else 'n/a'} %, "
-        f"p90 {p90 if p90 is not None else 'n/a'} %)"
+        f"p90 {p90 if p90 is not None else 'n/a'} %{held})"
     )
     variants = set(df["variant"])
     if {"original", "rebuilt"} <= variants:
