@@ -193,6 +193,10 @@ def test_predict_cli_ranks_safe_kernels_and_labels_every_number(f4gemm_dir, caps
     safe = [r for r in rows if r["safe"]]
     assert [r["rank"] for r in safe] == list(range(1, len(safe) + 1))
     assert [r["us_pred"] for r in safe] == sorted(r["us_pred"] for r in safe)
+    gaps = [r["gap_pct"] for r in safe]
+    assert gaps[0] == 0.0 and gaps == sorted(gaps) and gaps[-1] > 0
+    assert gaps[-1] == pytest.approx((safe[-1]["us_pred"] / safe[0]["us_pred"] - 1) * 100, abs=0.02)
+    assert all(r["gap_pct"] is None for r in rows if not r["safe"])
     for r in rows:
         assert {"m", "n", "k", "kernel", "us_pred", "tflops_pred", "bound", "safe"} <= set(r)
         assert r["predicted"] is True and r["kernel"].endswith(".co")
@@ -220,6 +224,13 @@ def test_predict_cli_text_says_predicted(f4gemm_dir, capsys):
     assert main([*argv, "--kernel", "f4gemm_bf16_per1x32Fp4_BpreShuffle_96x640"]) == 0
     out = capsys.readouterr().out
     assert "PREDICTED" in out and "96x640" in out and "out-of-sample" in out
+    assert "held back" in out and "gap %" in out
+    # small M: the x128 tiles all stream B at nearly one rate; the table says they are a tie
+    assert (
+        main(["predict", "-m", "16", "-n", "8192", "-k", "8192", "--co-dir", str(f4gemm_dir)]) == 0
+    )
+    out = capsys.readouterr().out
+    assert re.search(r"^\d+ kernel\(s\) predicted within 1.8 % of the best", out, re.M)
 
 
 def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
