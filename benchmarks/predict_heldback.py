@@ -9,7 +9,8 @@ history). Here the committed calibration predicts them, unchanged:
 
 - error: median, p90 and mean absolute % per M range, at new shapes and at re-timed ones;
 - ranking, at new shapes where the tuner had every kernel: where the recorded kernel falls among
-  the kernels safe there that read B as it does, as benchmarks/predict_accuracy.py counts it.
+  the kernels safe there that read B as it does, counted by benchmarks/predict_accuracy.py's
+  own ranking.
 """
 
 from __future__ import annotations
@@ -21,42 +22,15 @@ import time
 
 import numpy as np
 import pandas as pd
+from predict_accuracy import ranking
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit
 from f4pipe.perf.costs import load_calibration
 from f4pipe.perf.predict import Predictor
 
-WITHIN = 0.05
 M_BINS = [0, 64, 512, 1 << 31]
 M_LABELS = ["<=64", " 65-512", ">512"]
-
-
-def ranking(predictor: Predictor, rows: pd.DataFrame) -> dict:
-    first = within = top3 = unranked = 0
-    for r in rows.itertuples():
-        same = predictor.manifest.same_b_layout(predictor.manifest.get(r.kernel))
-        ranked = [
-            (x.prediction.kernel, x.prediction.us)
-            for x in predictor.rank(r.m, r.n, r.k, kernels=same)
-            if x.safe
-        ]
-        rank, gap = fit.recorded_rank(ranked, r.kernel)
-        if rank is None:
-            unranked += 1
-            continue
-        first += rank == 1
-        within += gap <= WITHIN
-        top3 += rank <= 3
-    n = len(rows)
-    return {
-        "shapes": n,
-        "best_pct": round(100 * first / n, 1),
-        "best_or_within_5pct_pct": round(100 * float(within) / n, 1),
-        "top3_pct": round(100 * top3 / n, 1),
-        "recorded_kernel_unsafe": unranked,
-        "top3_pct_where_recorded_kernel_safe": round(100 * top3 / (n - unranked), 1),
-    }
 
 
 def session_drift(rows: pd.DataFrame, calibration: pd.DataFrame) -> dict:
@@ -96,11 +70,14 @@ def measure() -> dict:
         "new_shapes": fit.by_range(pred[new], rows[new]),
         "re_timed_shapes": fit.by_range(pred[~new], rows[~new]),
         "per_table_new_shapes": {
-            table: fit.error_summary(pred[idx], rows["us"].to_numpy()[idx])
+            table: fit.error_summary(pred[new][idx], rows[new]["us"].to_numpy()[idx])
             for table, idx in rows[new].groupby("table").indices.items()
-            for idx in [np.nonzero(new)[0][idx]]
         },
-        "ranking_new_shapes_every_kernel_raced": ranking(predictor, raced_new),
+        # scored as the calibration rows are; no history knows these rows, so every kernel
+        # the tuner had (all of them at these commits) competes
+        "ranking_new_shapes_every_kernel_raced": ranking(
+            predictor, raced_new.assign(source="aiter"), raced_only=False
+        ),
         "session_drift": session_drift(rows, fit.measured_rows(f4gemm_dir, manifest)),
     }
     report["cost_cpu_s"] = round(time.process_time() - t0, 1)

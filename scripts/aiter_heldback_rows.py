@@ -31,12 +31,11 @@ import pandas as pd
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.fetch import GIT_F4GEMM_PATH
 from f4pipe.fsio import write_text
-from f4pipe.perf.fit import HELDBACK_PATH, default_f4gemm_dir, main_table
+from f4pipe.perf.fit import HELDBACK_PATH, default_f4gemm_dir, measured_rows
 from f4pipe.perf.history import row_key
-from f4pipe.shapes.audit import read_tuned
 
 sys.path.insert(0, str(Path(__file__).parent))
-from aiter_tuning_history import kernels_at
+from aiter_tuning_history import git, kernels_at, table_commits
 
 TABLES = (
     "aiter/configs/*a4w4*tuned*gemm*.csv",
@@ -44,22 +43,10 @@ TABLES = (
 )
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
-
-
 def blob_hash(path: Path) -> str:
     return subprocess.run(
         ["git", "hash-object", str(path)], check=True, capture_output=True, text=True
     ).stdout.strip()
-
-
-def table_commits(repo: Path) -> list[tuple[str, str]]:
-    """(commit, date) of every change to an a4w4 tuned GEMM table, oldest first."""
-    out = git(repo, "log", "--reverse", "--date=short", "--format=%H %ad", "--", *TABLES)
-    return [tuple(line.split()) for line in out.splitlines() if line]
 
 
 def tables_at(repo: Path, commit: str) -> list[str]:
@@ -95,17 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     manifest = read_manifest(f4gemm)
     symbols = {e.symbol: e.name for e in manifest}
     wheel_blobs = {e.name: blob_hash(manifest.co_path(e)) for e in manifest}
-    wheel = read_tuned(main_table(f4gemm))
-    wheel = wheel[wheel["kernelName"].isin(symbols) & (wheel["cu_num"] == 256)]
-    calibrated = {
-        row_key(int(r.M), int(r.N), int(r.K), symbols[r.kernelName], r.us)
-        for r in wheel.itertuples()
-    }
-    shapes = {(int(r.M), int(r.N), int(r.K)) for r in wheel.itertuples()}
+    wheel = measured_rows(f4gemm, manifest)
+    wheel = wheel[wheel["source"] == "aiter"]
+    calibrated = {row_key(r.m, r.n, r.k, r.kernel, r.us) for r in wheel.itertuples()}
+    shapes = {(r.m, r.n, r.k) for r in wheel.itertuples()}
     seen: set[tuple] = set()
     out = []
     preshuffled = {e.name for e in manifest if e.bpreshuffle == 1}
-    for commit, date in table_commits(args.aiter_git):
+    for commit, date in table_commits(args.aiter_git, TABLES):
         blobs = code_objects_at(args.aiter_git, commit)
         every_kernel_raced = bool(blobs) and preshuffled <= set(raced_at(args.aiter_git, commit))
         for table in tables_at(args.aiter_git, commit):

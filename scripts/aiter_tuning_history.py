@@ -41,9 +41,10 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-def table_commits(repo: Path) -> list[tuple[str, str]]:
-    """(commit, date) of every change to the tuned table, oldest first."""
-    out = git(repo, "log", "--reverse", "--date=short", "--format=%H %ad", "--", TABLE_IN_GIT)
+def table_commits(repo: Path, paths: tuple[str, ...] = (TABLE_IN_GIT,)) -> list[tuple[str, str]]:
+    """(commit, date) of every change to the tuned table (or to any of `paths`), oldest
+    first."""
+    out = git(repo, "log", "--reverse", "--date=short", "--format=%H %ad", "--", *paths)
     return [tuple(line.split()) for line in out.splitlines() if line]
 
 

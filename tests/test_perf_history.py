@@ -57,6 +57,13 @@ def _git(repo: Path, *args: str) -> None:
     )
 
 
+def _new_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "aiter"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    return repo
+
+
 def _commit(repo: Path, table: str, kernels: list[str], date: str, tile: str = "tile_m") -> None:
     """A commit of aiter: its tuned table, and code objects `kernels` (a name ending in
     "_plain" listed with bpreshuffle 0) in a manifest that also lists one absent kernel; `tile`
@@ -79,9 +86,7 @@ def _commit(repo: Path, table: str, kernels: list[str], date: str, tile: str = "
 
 def test_the_history_reader_finds_each_row_first_commit_on_real_git(tmp_path):
     script = _script()
-    repo = tmp_path / "aiter"
-    repo.mkdir()
-    _git(repo, "init", "-q")
+    repo = _new_repo(tmp_path)
     head = "cu_num,M,N,K,kernelId,splitK,us,kernelName\n"
     row_a = "256,8,1024,2048,0,0,10.5,_ZN5aiter3BigE\n"
     row_b = "256,8,4096,2048,0,0,7.25,_ZN5aiter5SmallE\n"
@@ -101,9 +106,7 @@ def test_the_history_reader_finds_each_row_first_commit_on_real_git(tmp_path):
 
 def test_the_tuner_s_kernels_are_read_from_either_spelling_of_the_manifest(tmp_path):
     script = _script()
-    repo = tmp_path / "aiter"
-    repo.mkdir()
-    _git(repo, "init", "-q")
+    repo = _new_repo(tmp_path)
     head = "cu_num,M,N,K,kernelId,splitK,us,kernelName\n"
     _commit(repo, head, ["big", "big_plain"], "2025-10-01")
     row = "256,8,1024,2048,0,0,10.5,_ZN5aiter3BigE\n"
