@@ -372,6 +372,32 @@ def test_cycles_at_a_rate_between_simulated_rates_interpolate_in_clocks_per_byte
     assert got == pytest.approx((at_lo + at_hi) / 2)
 
 
+def test_a_partial_tile_is_charged_only_the_rows_it_has(f4gemm_dir):
+    """At M = 32 the 64-, 96-, 128- and 160-row kernels all read 32 rows of A: the same bytes,
+    although 32 / 96 and 32 / 160 are not multiples of the simulated fractions (rounding them
+    up charged the 96- and 160-row kernels rows they do not have). Between two simulated
+    fractions the cycles are their linear blend."""
+    from f4pipe.perf.predict import FRACTION_STEPS
+
+    manifest = read_manifest(f4gemm_dir)
+    cal = load_calibration().calibration
+    moved = {}
+    for rows in (64, 96, 128, 160):
+        name = f"f4gemm_bf16_per1x32Fp4_BpreShuffle_{rows}x128"
+        profile = KernelProfile(manifest.get(name), f4gemm_dir / f"{name}.co")
+        moved[rows] = profile.vmem_bytes(1024, 0, profile.row_fractions(32, 128))
+    assert all(b == pytest.approx(moved[64], rel=1e-12) for b in moved.values()), moved
+    name = "f4gemm_bf16_per1x32Fp4_BpreShuffle_96x128"
+    profile = KernelProfile(manifest.get(name), f4gemm_dir / f"{name}.co")
+    frac = profile.row_fractions(32, 128)[0]
+    lo, hi = int(frac * FRACTION_STEPS), int(frac * FRACTION_STEPS) + 1
+    at = {x: profile.simulated(1024, 0, cal, (x / FRACTION_STEPS, 1.0)).cycles for x in (lo, hi)}
+    weight = frac * FRACTION_STEPS - lo
+    assert at[lo] < at[hi]  # one more row of A costs time at 40 B/clk
+    got = profile.cycles(1024, 0, cal, (frac, 1.0)).cycles
+    assert got == pytest.approx((1 - weight) * at[lo] + weight * at[hi])
+
+
 def test_warm_launches_find_a_and_b_in_the_infinity_cache(f4gemm_dir):
     """Repeated launches on the same buffers (the seed's timing): HBM serves only D when A and
     B fit in the 256 MiB Infinity Cache, so a streaming small-M shape predicts faster warm than

@@ -46,7 +46,7 @@ from f4pipe.spine.toolchain import cache_root
 
 log = logging.getLogger(__name__)
 
-MODEL_ID = "f4pipe-cu-5"  # bump when the model's structure changes
+MODEL_ID = "f4pipe-cu-6"  # bump when the model's structure changes
 
 
 def trace_cache_dir() -> Path:
@@ -167,10 +167,9 @@ class KernelProfile:
 
     def row_fractions(self, m: int, n: int) -> tuple[float, float]:
         """The share of the tile's A rows and B rows a launch of M x N really has when it is a
-        single partial tile in that dimension, rounded up to 1/FRACTION_STEPS (so a few
-        simulations serve every M); 1 otherwise."""
+        single partial tile in that dimension (1 otherwise)."""
         e = self.entry
-        return _fraction(m, e.tile_m), _fraction(n, e.tile_n)
+        return min(1.0, m / e.tile_m), min(1.0, n / e.tile_n)
 
     def cycles(
         self,
@@ -183,7 +182,17 @@ class KernelProfile:
         """Workgroup cycles at any per-workgroup K: simulated at the traced Ks around it and
         interpolated (linear in K beyond the largest: the main loop repeats). With
         `bytes_per_clk`, simulated at the rates of SIM_BYTES_PER_CLK around it and interpolated
-        in clocks per byte (so a few simulations serve every shape's rate)."""
+        in clocks per byte; a partial tile's row fractions, simulated at the multiples of
+        1/FRACTION_STEPS around them and interpolated linearly (so a few simulations serve
+        every shape, and no kernel is charged rows it does not have)."""
+        parts = [
+            (wm * wn, self._at_rate(k_local, log2_k_split, cal, (fm, fn), bytes_per_clk))
+            for fm, wm in fraction_points(fracs[0])
+            for fn, wn in fraction_points(fracs[1])
+        ]
+        return weighted_cycles(parts)
+
+    def _at_rate(self, k_local, log2_k_split, cal, fracs, bytes_per_clk) -> WorkgroupCycles:
         if bytes_per_clk is None:
             return self._at_k(k_local, log2_k_split, cal, fracs, None)
         lo, hi, weight = bracket_bytes_per_clk(bytes_per_clk)
@@ -224,8 +233,15 @@ def _traced_ks_around(k_local: int) -> list[int]:
 
 def blend_cycles(a: WorkgroupCycles, b: WorkgroupCycles, weight: float) -> WorkgroupCycles:
     """(1 - weight) a + weight b, field by field."""
+    return weighted_cycles([(1 - weight, a), (weight, b)])
+
+
+def weighted_cycles(parts: list[tuple[float, WorkgroupCycles]]) -> WorkgroupCycles:
+    """The weighted sum of workgroup cycles (weights summing to 1), field by field."""
+    if len(parts) == 1:
+        return parts[0][1]
     values = {
-        f.name: (1 - weight) * float(getattr(a, f.name)) + weight * float(getattr(b, f.name))
+        f.name: sum(w * float(getattr(c, f.name)) for w, c in parts)
         for f in fields(WorkgroupCycles)
     }
     values["mfma_count"] = round(values["mfma_count"])
@@ -335,14 +351,18 @@ def wait_change_cycles(
     return before, after
 
 
-#: Row fractions of a partial tile are rounded up to multiples of 1 / FRACTION_STEPS.
+#: A partial tile's row fractions are simulated at multiples of 1 / FRACTION_STEPS.
 FRACTION_STEPS = 32
 
 
-def _fraction(rows: int, tile: int) -> float:
-    if rows >= tile:
-        return 1.0
-    return min(1.0, -(-rows * FRACTION_STEPS // tile) / FRACTION_STEPS)
+def fraction_points(frac: float) -> list[tuple[float, float]]:
+    """The simulated row fractions around `frac` with their linear interpolation weights."""
+    scaled = frac * FRACTION_STEPS
+    lo = int(scaled)
+    if scaled == lo:
+        return [(frac, 1.0)]
+    weight = scaled - lo
+    return [(lo / FRACTION_STEPS, 1.0 - weight), ((lo + 1) / FRACTION_STEPS, weight)]
 
 
 @dataclass(frozen=True)
