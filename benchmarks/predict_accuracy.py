@@ -152,6 +152,48 @@ def held_back_clocks(cal) -> list[dict]:
     return out
 
 
+#: MXFP4 multiply-accumulates per clock per SIMD: v_mfma_scale_f32_16x16x128_f8f6f4 does
+#: 16 x 16 x 128 in 16 clk (f4pipe/perf/costs.py, mfma_pass_cycles).
+MACS_PER_SIMD_CLK = 16 * 16 * 128 // 16
+#: Pairs of rows whose K differ by less than this say little about the main loop.
+MIN_K_STEP = 2048
+
+
+def incremental_k(pred: np.ndarray, rows: pd.DataFrame, manifest) -> dict[str, dict]:
+    """The main loop's cost per K, read off aiter's rows without the model: two rows of one
+    kernel at the same M and N with every CU busy differ only in K, so their time difference is
+    main-loop iterations (launch, prologue and epilogue cancel). Per kernel with 5 or more such
+    pairs: the median of measured over predicted difference (below 1: the model's loop is
+    slower than the hardware's), and the clock the measured difference needs if the MFMA pipes
+    were busy all of it, a floor no model can go under (its median over pairs)."""
+    aiter = rows[rows["source"] == "aiter"]
+    out = {}
+    for kernel, group in aiter.groupby("kernel"):
+        entry = manifest.get(kernel)
+        ratios, floors = [], []
+        for (m, n), same_mn in group.groupby(["m", "n"]):
+            workgroups = -(-m // entry.tile_m) * -(-n // entry.tile_n)
+            if workgroups < 256:
+                continue
+            rounds = -(-workgroups // 256)
+            ordered = same_mn.sort_values("k")
+            for i, a in enumerate(ordered.itertuples()):
+                for b in ordered.iloc[i + 1 :].itertuples():
+                    if b.k - a.k < MIN_K_STEP:
+                        continue
+                    measured = (b.us - a.us) / rounds
+                    ratios.append(measured * rounds / (pred[b.Index] - pred[a.Index]))
+                    mfma_clk = entry.tile_m * entry.tile_n * (b.k - a.k) / (4 * MACS_PER_SIMD_CLK)
+                    floors.append(mfma_clk / (measured * 1e3))
+        if len(ratios) >= 5:
+            out[kernel] = {
+                "pairs": len(ratios),
+                "measured_over_predicted": round(float(np.median(ratios)), 3),
+                "clock_floor_ghz": round(float(np.median(floors)), 3),
+            }
+    return out
+
+
 def origami() -> dict:
     script = Path(__file__).with_name("origami_compare.py")
     if not script.is_file():
@@ -219,6 +261,7 @@ def measure(with_origami: bool) -> dict:
             for r, p in zip(rows[seed].itertuples(), pred[seed.to_numpy()], strict=True)
         ],
         "held_back_clock": held_back_clocks(cal.calibration),
+        "incremental_k": incremental_k(pred, rows, manifest),
         "per_kernel_in_sample": per_kernel(pred, rows),
         "ranking": rank,
         "ranking_among_kernels_raced": rank_raced,
@@ -256,6 +299,12 @@ def print_report(r: dict) -> None:
             f"held back: {c['kernel']} at MFMA efficiency {c['mfma_efficiency']:.3f} ran at "
             f"{c['implied_clock_ghz']:.3f} GHz; the model's clock there {c['model_clock_ghz']:.3f}"
             f" GHz ({c['error_pct']:+.1f} %)"
+        )
+    for kernel, c in r["incremental_k"].items():
+        print(
+            f"main loop, K differences at equal M, N ({c['pairs']} pairs) {kernel[-7:]:>8}: "
+            f"measured / predicted {c['measured_over_predicted']:.3f}; the measured difference "
+            f"needs at least {c['clock_floor_ghz']:.3f} GHz"
         )
     print(
         "ranking (aiter's recorded kernel among the kernels safe at its shape that read B as it"

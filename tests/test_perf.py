@@ -46,6 +46,17 @@ def predicted_us(tmp_path: Path, toolchain, f4gemm_dir: Path, asm: str, tag: str
     return predict_profile(KernelProfile(entry, co), *SHAPE, 0, load_calibration().calibration).us
 
 
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (it is not a package)."""
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def drop_first_loop_mfma(asm: str) -> str:
     out = asm
     for start, end in sorted(main_loops(asm), reverse=True):
@@ -158,16 +169,39 @@ def test_the_committed_clock_agrees_with_held_back_mi355_measurements():
     in the fit. The clock the committed constants give those loads must stay within 5 % of the
     clocks those measurements imply (a variant that buys accuracy with a faster clock, such as
     the D-store burst, fails here)."""
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "benchmarks" / "predict_accuracy.py"
-    spec = importlib.util.spec_from_file_location("predict_accuracy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    checks = module.held_back_clocks(load_calibration().calibration)
+    checks = load_benchmark("predict_accuracy").held_back_clocks(load_calibration().calibration)
     assert [c["implied_clock_ghz"] for c in checks] == [1.443, 1.318]
     for c in checks:
         assert abs(c["error_pct"]) <= 5.0, c
+
+
+def test_k_differences_read_the_main_loop_off_the_rows_without_the_model(f4gemm_dir):
+    """Rows of one kernel at one M and N with every CU busy differ only in main-loop
+    iterations: 256x256 at 4096 x 8192 is 512 workgroups, 2 rounds; at 5 us per 1024 K per
+    round its 8,192 MFMA clocks per SIMD need 1.638 GHz. The model's loop at 4 us is 1.25x
+    faster than those rows; pairs closer than 2048 in K and a launch that leaves CUs idle do
+    not count."""
+    import pandas as pd
+
+    module = load_benchmark("predict_accuracy")
+    kernel = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
+    ks = [2048, 4096, 8192, 9216]
+    shapes = [(4096, 8192, k) for k in ks] + [(256, 8192, 2048), (256, 8192, 8192)]
+    rows = pd.DataFrame(
+        {
+            "m": [m for m, _n, _k in shapes],
+            "n": [n for _m, n, _k in shapes],
+            "k": [k for _m, _n, k in shapes],
+            "kernel": kernel,
+            "source": "aiter",
+        }
+    )
+    rounds = np.where(rows["m"] == 4096, 2, 1)
+    rows["us"] = 3.0 + rounds * 5.0 * rows["k"] / 1024
+    pred = 3.0 + rounds * 4.0 * rows["k"].to_numpy() / 1024
+    got = module.incremental_k(pred, rows, read_manifest(f4gemm_dir))
+    # 4096 x 8192: 6 pairs less the one 1024 apart; 256 x 8192 (32 workgroups) not counted
+    assert got == {kernel: {"pairs": 5, "measured_over_predicted": 1.25, "clock_floor_ghz": 1.638}}
 
 
 def test_predict_cli_ranks_safe_kernels_and_labels_every_number(f4gemm_dir, capsys):
