@@ -164,13 +164,15 @@ def incremental_k(pred: np.ndarray, rows: pd.DataFrame, manifest) -> dict[str, d
     kernel at the same M and N with every CU busy differ only in K, so their time difference is
     main-loop iterations (launch, prologue and epilogue cancel). Per kernel with 5 or more such
     pairs: the median of measured over predicted difference (below 1: the model's loop is
-    slower than the hardware's), and the clock the measured difference needs if the MFMA pipes
-    were busy all of it, a floor no model can go under (its median over pairs)."""
+    slower than the hardware's), the same for launches of one round and of more rounds where
+    either has 5 pairs, and the clock the measured difference needs if the MFMA pipes were busy
+    all of it, a floor no model can go under (its median over pairs)."""
     aiter = rows[rows["source"] == "aiter"]
     out = {}
     for kernel, group in aiter.groupby("kernel"):
         entry = manifest.get(kernel)
-        ratios, floors = [], []
+        ratios: dict[bool, list[float]] = {True: [], False: []}  # keyed by "one round"
+        floors = []
         for (m, n), same_mn in group.groupby(["m", "n"]):
             workgroups = -(-m // entry.tile_m) * -(-n // entry.tile_n)
             if workgroups < 256:
@@ -182,16 +184,39 @@ def incremental_k(pred: np.ndarray, rows: pd.DataFrame, manifest) -> dict[str, d
                     if b.k - a.k < MIN_K_STEP:
                         continue
                     measured = (b.us - a.us) / rounds
-                    ratios.append(measured * rounds / (pred[b.Index] - pred[a.Index]))
+                    ratios[rounds == 1].append(measured * rounds / (pred[b.Index] - pred[a.Index]))
                     mfma_clk = entry.tile_m * entry.tile_n * (b.k - a.k) / (4 * MACS_PER_SIMD_CLK)
                     floors.append(mfma_clk / (measured * 1e3))
-        if len(ratios) >= 5:
-            out[kernel] = {
-                "pairs": len(ratios),
-                "measured_over_predicted": round(float(np.median(ratios)), 3),
-                "clock_floor_ghz": round(float(np.median(floors)), 3),
-            }
+        every = ratios[True] + ratios[False]
+        if len(every) < 5:
+            continue
+        out[kernel] = {
+            "pairs": len(every),
+            "measured_over_predicted": round(float(np.median(every)), 3),
+            "clock_floor_ghz": round(float(np.median(floors)), 3),
+        }
+        for one, name in ((True, "one_round"), (False, "more_rounds")):
+            if len(ratios[one]) >= 5:
+                out[kernel][name] = {
+                    "pairs": len(ratios[one]),
+                    "measured_over_predicted": round(float(np.median(ratios[one])), 3),
+                }
     return out
+
+
+def print_incremental_k(result: dict[str, dict], label: str) -> None:
+    for kernel, c in result.items():
+        print(
+            f"{label}, K differences at equal M, N ({c['pairs']} pairs) {kernel[-7:]:>8}: "
+            f"measured / predicted {c['measured_over_predicted']:.3f}; the measured difference "
+            f"needs at least {c['clock_floor_ghz']:.3f} GHz"
+            + "".join(
+                f"; {name.replace('_', ' ')} ({c[name]['pairs']}): "
+                f"{c[name]['measured_over_predicted']:.3f}"
+                for name in ("one_round", "more_rounds")
+                if name in c
+            )
+        )
 
 
 def origami() -> dict:
@@ -300,12 +325,7 @@ def print_report(r: dict) -> None:
             f"{c['implied_clock_ghz']:.3f} GHz; the model's clock there {c['model_clock_ghz']:.3f}"
             f" GHz ({c['error_pct']:+.1f} %)"
         )
-    for kernel, c in r["incremental_k"].items():
-        print(
-            f"main loop, K differences at equal M, N ({c['pairs']} pairs) {kernel[-7:]:>8}: "
-            f"measured / predicted {c['measured_over_predicted']:.3f}; the measured difference "
-            f"needs at least {c['clock_floor_ghz']:.3f} GHz"
-        )
+    print_incremental_k(r["incremental_k"], "main loop")
     print(
         "ranking (aiter's recorded kernel among the kernels safe at its shape that read B as it"
         " does):",

@@ -10,7 +10,8 @@ history). Here the committed calibration predicts them, unchanged:
 - error: median, p90 and mean absolute % per M range, at new shapes and at re-timed ones;
 - ranking, at new shapes where the tuner had every kernel: where the recorded kernel falls among
   the kernels safe there that read B as it does, counted by benchmarks/predict_accuracy.py's
-  own ranking.
+  own ranking;
+- the main loop read off pairs of rows of one session (predict_accuracy.incremental_k).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 
 import numpy as np
 import pandas as pd
-from predict_accuracy import ranking
+from predict_accuracy import incremental_k, print_incremental_k, ranking
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit
@@ -79,6 +80,12 @@ def measure() -> dict:
             predictor, raced_new.assign(source="aiter"), raced_only=False
         ),
         "session_drift": session_drift(rows, fit.measured_rows(f4gemm_dir, manifest)),
+        # pairs within one session only: a session-wide shift would not cancel across two
+        "main_loop_by_session": {
+            date: found
+            for date, grp in rows.groupby("date")
+            if (found := incremental_k(pred, grp.assign(source="aiter"), manifest))
+        },
     }
     report["cost_cpu_s"] = round(time.process_time() - t0, 1)
     return report
@@ -105,6 +112,8 @@ def print_report(r: dict) -> None:
             f"  {key:>22}: {d['median_ratio']:.3f} ({d['min_ratio']:.3f} - {d['max_ratio']:.3f}),"
             f" {d['pairs']} pairs"
         )
+    for date, result in r["main_loop_by_session"].items():
+        print_incremental_k(result, f"main loop, session {date}")
     print("cost (CPU s):", r["cost_cpu_s"])
 
 

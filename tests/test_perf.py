@@ -177,16 +177,17 @@ def test_the_committed_clock_agrees_with_held_back_mi355_measurements():
 
 def test_k_differences_read_the_main_loop_off_the_rows_without_the_model(f4gemm_dir):
     """Rows of one kernel at one M and N with every CU busy differ only in main-loop
-    iterations: 256x256 at 4096 x 8192 is 512 workgroups, 2 rounds; at 5 us per 1024 K per
-    round its 8,192 MFMA clocks per SIMD need 1.638 GHz. The model's loop at 4 us is 1.25x
-    faster than those rows; pairs closer than 2048 in K and a launch that leaves CUs idle do
-    not count."""
+    iterations. 256x256 at 4096 x 8192 is 512 workgroups, 2 rounds, here at 5 us per 1024 K per
+    round (its 8,192 MFMA clocks per SIMD need 1.638 GHz), the model's loop at 4 us (1.25); at
+    2048 x 8192, one round, 6 us (1.365 GHz) against 4 (1.5). Pairs closer than 2048 in K and a
+    launch that leaves CUs idle do not count."""
     import pandas as pd
 
     module = load_benchmark("predict_accuracy")
     kernel = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
     ks = [2048, 4096, 8192, 9216]
-    shapes = [(4096, 8192, k) for k in ks] + [(256, 8192, 2048), (256, 8192, 8192)]
+    shapes = [(4096, 8192, k) for k in ks] + [(2048, 8192, k) for k in (2048, 4096, 6144, 8192)]
+    shapes += [(256, 8192, 2048), (256, 8192, 8192)]
     rows = pd.DataFrame(
         {
             "m": [m for m, _n, _k in shapes],
@@ -196,12 +197,22 @@ def test_k_differences_read_the_main_loop_off_the_rows_without_the_model(f4gemm_
             "source": "aiter",
         }
     )
+    per_round = rows["m"].map({4096: 5.0, 2048: 6.0, 256: 6.0})
     rounds = np.where(rows["m"] == 4096, 2, 1)
-    rows["us"] = 3.0 + rounds * 5.0 * rows["k"] / 1024
+    rows["us"] = 3.0 + rounds * per_round * rows["k"] / 1024
     pred = 3.0 + rounds * 4.0 * rows["k"].to_numpy() / 1024
     got = module.incremental_k(pred, rows, read_manifest(f4gemm_dir))
-    # 4096 x 8192: 6 pairs less the one 1024 apart; 256 x 8192 (32 workgroups) not counted
-    assert got == {kernel: {"pairs": 5, "measured_over_predicted": 1.25, "clock_floor_ghz": 1.638}}
+    # 4096 x 8192: 5 pairs (9216 - 8192 is under 2048); 2048 x 8192: all 6; 256 x 8192 (32
+    # workgroups) none
+    assert got == {
+        kernel: {
+            "pairs": 11,
+            "measured_over_predicted": 1.5,
+            "clock_floor_ghz": 1.365,
+            "one_round": {"pairs": 6, "measured_over_predicted": 1.5},
+            "more_rounds": {"pairs": 5, "measured_over_predicted": 1.25},
+        }
+    }
 
 
 def test_predict_cli_ranks_safe_kernels_and_labels_every_number(f4gemm_dir, capsys):
