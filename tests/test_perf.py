@@ -247,6 +247,41 @@ def test_predict_cli_ranks_safe_kernels_and_labels_every_number(f4gemm_dir, caps
         assert r["predicted"] is True and r["kernel"].endswith(".co")
         assert r["tflops_pred"] == pytest.approx(2 * 4096**3 / r["us_pred"] / 1e6, rel=1e-3)
         assert r["error_median_pct"] is not None
+    # each kernel's own band: its timed rows' k-fold error, or, never timed, the error of a
+    # kernel the fit has not seen
+    timed = measured_rows(f4gemm_dir, read_manifest(f4gemm_dir))["kernel"].value_counts()
+    cal = load_calibration()
+    for r in rows:
+        name = r["kernel"].removesuffix(".co")
+        if name in timed:
+            assert r["error_kernel_rows"] == timed[name]
+            assert r["error_kernel_measure"] == "kfold_nk"
+            assert r["error_kernel_p90_pct"] == cal.accuracy["per_kernel_kfold"][name]["p90_pct"]
+        else:
+            assert r["error_kernel_rows"] == 0
+            assert r["error_kernel_measure"] == "leave_one_kernel_out"
+            loko = cal.accuracy["leave_one_kernel_out"]["all"]
+            assert r["error_kernel_p90_pct"] == loko["p90_pct"]
+    assert 0 < sum(r["error_kernel_rows"] == 0 for r in rows) < len(rows)
+
+
+def test_the_committed_per_kernel_errors_are_each_kernel_s_k_fold_rows(f4gemm_dir):
+    """calibration.json's per-kernel band, recomputed: the k-fold over (N, K) refitted from the
+    calibration's rows, its error summed up per kernel."""
+    from f4pipe.perf import fit
+
+    cal = load_calibration()
+    manifest = read_manifest(f4gemm_dir)
+    rows = measured_rows(f4gemm_dir, manifest)
+    design = fit.design(Predictor(manifest, cal), rows, list(rows["kernel"]), fit.LATENCY_GRID)
+    kfold = fit.cross_validated(design, rows, fit.nk_folds(rows))
+    per_kernel = cal.accuracy["per_kernel_kfold"]
+    assert per_kernel.keys() == set(rows["kernel"])
+    for kernel, idx in rows.groupby("kernel").indices.items():
+        got = fit.error_summary(kfold[idx], rows["us"].to_numpy()[idx])
+        assert got["rows"] == per_kernel[kernel]["rows"]
+        for stat in ("median_pct", "p90_pct"):
+            assert got[stat] == pytest.approx(per_kernel[kernel][stat], abs=0.011), kernel
 
 
 def test_predict_cli_reads_a_shapes_file_and_refuses_a_bad_one(f4gemm_dir, tmp_path, capsys):

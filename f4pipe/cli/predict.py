@@ -71,6 +71,7 @@ def record(
     p = r.prediction
     med, p90 = predictor.calibration_file.error_band(p.m)
     held_med, held_p90 = predictor.calibration_file.error_band(p.m, HELD_BACK)
+    own = predictor.calibration_file.kernel_error(p.kernel)
     return {
         "m": p.m,
         "n": p.n,
@@ -91,6 +92,10 @@ def record(
         "error_p90_pct": p90,
         "error_held_back_median_pct": held_med,
         "error_held_back_p90_pct": held_p90,
+        "error_kernel_median_pct": own.get("median_pct"),
+        "error_kernel_p90_pct": own.get("p90_pct"),
+        "error_kernel_rows": own.get("rows"),
+        "error_kernel_measure": own.get("measure"),
     }
 
 
@@ -139,7 +144,7 @@ def print_table(predictor: Predictor, m: int, n: int, k: int, rows: list[dict[st
     )
     print(
         f"{'rank':>4} {'us_pred':>10} {'gap %':>6} {'TFLOP/s_pred':>12} {'bound':>7} {'safe':>5}"
-        "  kernel"
+        f" {'err p90 %':>10}  kernel"
     )
     for row in rows:
         rank = str(row["rank"]) if row["safe"] else "-"
@@ -147,8 +152,13 @@ def print_table(predictor: Predictor, m: int, n: int, k: int, rows: list[dict[st
         gap = f"{row['gap_pct']:.1f}" if row["gap_pct"] is not None else "-"
         print(
             f"{rank:>4} {row['us_pred']:>10.2f} {gap:>6} {row['tflops_pred']:>12.1f} "
-            f"{row['bound']:>7} {safe:>5}  {row['kernel']}"
+            f"{row['bound']:>7} {safe:>5} {kernel_error_cell(row):>10}  {row['kernel']}"
         )
+    print(
+        "err p90 %: the out-of-sample error (k-fold) of the kernel's own timed rows, how many "
+        "in brackets; * never timed: the error of a kernel the fit has not seen (leave one "
+        "kernel out)"
+    )
     close = [r for r in rows if r["gap_pct"] is not None and 0 < r["gap_pct"] < RESOLUTION_PCT]
     if close:
         print(
@@ -157,6 +167,15 @@ def print_table(predictor: Predictor, m: int, n: int, k: int, rows: list[dict[st
             "order them either"
         )
     sys.stdout.flush()
+
+
+def kernel_error_cell(row: dict[str, Any]) -> str:
+    p90 = row["error_kernel_p90_pct"]
+    if p90 is None:
+        return "-"
+    if not row["error_kernel_rows"]:
+        return f"{p90:.1f}*"
+    return f"{p90:.1f} ({row['error_kernel_rows']})"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -35,6 +35,10 @@ M_RANGES = (("M<=64", 1, 64), ("65-512", 65, 512), (">512", 513, 1 << 31))
 ERROR_BAND = "kfold_nk"
 #: ... and on aiter's later timings of the same code objects, never fitted on (fit.HELDBACK_PATH).
 HELD_BACK = "held_back"
+#: calibration.json's per-kernel out-of-sample error (k-fold over (N, K), each kernel's rows).
+PER_KERNEL = "per_kernel_kfold"
+#: The error to expect of a kernel aiter never timed: each kernel predicted by a fit without it.
+UNTIMED_KERNEL_BAND = "leave_one_kernel_out"
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,18 @@ class CalibrationFile:
             name = next((r for r, lo, hi in M_RANGES if lo <= m <= hi), "all")
         row = acc.get(name, {})
         return row.get("median_pct"), row.get("p90_pct")
+
+    def kernel_error(self, kernel: str) -> dict[str, Any]:
+        """The out-of-sample error of `kernel`'s own timed rows (k-fold: median, p90, rows);
+        for a kernel aiter never timed, the band of a kernel the fit has not seen (leave one
+        kernel out, all rows) with rows 0; measure names which. Empty when uncalibrated."""
+        own = self.accuracy.get(PER_KERNEL, {}).get(kernel)
+        if own is not None:
+            return {"measure": ERROR_BAND, **own}
+        band = self.accuracy.get(UNTIMED_KERNEL_BAND, {}).get("all")
+        if band is None:
+            return {}
+        return {"measure": UNTIMED_KERNEL_BAND, **band, "rows": 0}
 
     def to_json(self) -> dict[str, Any]:
         return {

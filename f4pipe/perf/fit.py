@@ -40,6 +40,8 @@ from f4pipe.perf.costs import (
     ERROR_BAND,
     HELD_BACK,
     M_RANGES,
+    PER_KERNEL,
+    UNTIMED_KERNEL_BAND,
     Calibration,
     CalibrationFile,
 )
@@ -344,10 +346,15 @@ def run_fit(f4gemm_dir: Path, write: bool = True) -> CalibrationFile:
     meas = rows["us"].to_numpy()
     cal, _ = fit_constants(d, meas, np.arange(len(rows)))
     pred = predict_design(cal, d)
+    kfold = cross_validated(d, rows, nk_folds(rows))
     accuracy = {
         "in_sample": by_range(pred, rows),
-        ERROR_BAND: by_range(cross_validated(d, rows, nk_folds(rows)), rows),
-        "leave_one_kernel_out": by_range(cross_validated(d, rows, rows["kernel"].to_numpy()), rows),
+        ERROR_BAND: by_range(kfold, rows),
+        UNTIMED_KERNEL_BAND: by_range(cross_validated(d, rows, rows["kernel"].to_numpy()), rows),
+        PER_KERNEL: {
+            kernel: error_summary(kfold[idx], meas[idx])
+            for kernel, idx in sorted(rows.groupby("kernel").indices.items())
+        },
         HELD_BACK: held_back_accuracy(predictor, cal),
         "seed": [
             {
