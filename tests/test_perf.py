@@ -49,10 +49,15 @@ def predicted_us(tmp_path: Path, toolchain, f4gemm_dir: Path, asm: str, tag: str
 def load_benchmark(name: str):
     """A script of benchmarks/ as a module (it is not a package)."""
     import importlib.util
+    import sys
 
-    path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+    folder = Path(__file__).parents[1] / "benchmarks"
+    if str(folder) not in sys.path:  # the scripts import one another, as when run from there
+        sys.path.insert(0, str(folder))
+    path = folder / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -161,6 +166,39 @@ def test_the_committed_calibration_reproduces_its_held_back_accuracy(f4gemm_dir)
         cal.accuracy[HELD_BACK]["M<=64"]["median_pct"],
         cal.accuracy[HELD_BACK]["M<=64"]["p90_pct"],
     )
+
+
+def test_model_variants_change_only_what_they_name(f4gemm_dir):
+    """benchmarks/model_variants.py scores candidate mechanisms as the README's table does: its
+    "adopted" variant is the committed model, a cost per round adds that much per round of 256
+    workgroups, clocks per workgroup raise every row, and a recorded kernel outside the
+    candidates is a top-3 miss."""
+    from f4pipe.perf import fit
+
+    module = load_benchmark("model_variants")
+    cal = load_calibration()
+    manifest = read_manifest(f4gemm_dir)
+    kernel = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
+    import pandas as pd
+
+    shapes = pd.DataFrame({"m": [256, 8192], "n": [256, 8192], "k": [1024, 1024]})
+    d = fit.design(Predictor(manifest, cal), shapes, [kernel, kernel], fit.LATENCY_GRID)
+    c = cal.calibration
+    base = fit.predict_design(c, d)
+    assert module.VARIANTS["adopted"][1](c, d) == pytest.approx(base)
+    assert module.round_cost(2.0)(c, d) == pytest.approx(base + np.array([2.0, 4 * 2.0]))
+    assert np.all(module.workgroup_clocks(4000.0)(c, d) > base)
+    names = ["a", "b", "c", "d"]
+    pred = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])
+    pairs = module.Pairs(
+        rows=pd.DataFrame({"source": ["aiter"] * 3}),
+        names=names,
+        design=d,
+        recorded=np.array([2, 3, 3]),
+        candidates=[[0, 1, 2, 3], [0, 1, 2], [0, 1, 2, 3]],
+    )
+    # row 0: third, a hit; row 1: "d" is not a candidate, a miss; row 2: first, a hit
+    assert module.top3_pct(pairs, pred) == pytest.approx(66.67)
 
 
 def test_the_committed_clock_agrees_with_held_back_mi355_measurements():

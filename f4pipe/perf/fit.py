@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -143,6 +143,10 @@ class Design:
         return hbm_share(self.l2, self.hbm)
 
 
+#: A model over a Design: (constants, design, row indices) -> predicted us per row.
+PredictDesign = Callable[[Calibration, "Design", "np.ndarray | slice"], np.ndarray]
+
+
 def design(
     predictor: Predictor,
     shapes: pd.DataFrame,
@@ -237,9 +241,13 @@ def predict_design(cal: Calibration, d: Design, idx: np.ndarray | slice = slice(
     return us
 
 
-def fit_constants(d: Design, measured: np.ndarray, idx: np.ndarray) -> tuple[Calibration, float]:
+def fit_constants(
+    d: Design, measured: np.ndarray, idx: np.ndarray, predict: PredictDesign | None = None
+) -> tuple[Calibration, float]:
     """The best constants on rows `idx`: every grid point, closed-form constants by robust
-    least squares on log error; the grid point with the lowest robust cost wins."""
+    least squares on log error; the grid point with the lowest robust cost wins. `predict`:
+    the model to fit (default predict_design; benchmarks/model_variants.py passes others)."""
+    predict = predict or predict_design
     from scipy.optimize import least_squares
 
     best: tuple[Calibration, float] | None = None
@@ -247,7 +255,7 @@ def fit_constants(d: Design, measured: np.ndarray, idx: np.ndarray) -> tuple[Cal
     for lat, bpc in grid_points():
 
         def resid(x, lat=lat, bpc=bpc):
-            return np.log(predict_design(_calibration(x, lat, bpc), d, idx)) - y
+            return np.log(predict(_calibration(x, lat, bpc), d, idx)) - y
 
         res = least_squares(
             resid,
@@ -283,14 +291,17 @@ def by_range(pred: np.ndarray, rows: pd.DataFrame) -> dict[str, dict[str, float]
     return out
 
 
-def cross_validated(d: Design, rows: pd.DataFrame, groups: np.ndarray) -> np.ndarray:
+def cross_validated(
+    d: Design, rows: pd.DataFrame, groups: np.ndarray, predict: PredictDesign | None = None
+) -> np.ndarray:
     """Each row predicted by constants fitted without its group."""
+    predict = predict or predict_design
     meas = rows["us"].to_numpy()
     pred = np.zeros(len(rows))
     for g in np.unique(groups):
         held = groups == g
-        cal, _ = fit_constants(d, meas, np.nonzero(~held)[0])
-        pred[held] = predict_design(cal, d, np.nonzero(held)[0])
+        cal, _ = fit_constants(d, meas, np.nonzero(~held)[0], predict)
+        pred[held] = predict(cal, d, np.nonzero(held)[0])
     return pred
 
 

@@ -1,0 +1,268 @@
+"""Candidate mechanisms of the cycle model, each refitted and judged out of sample as the
+README's "Mechanisms measured" table judges them (`python benchmarks/model_variants.py
+[--variant NAME ...] [--json]`; about a minute per variant once the simulations are cached, so
+it is not part of `nox -s bench`).
+
+A variant is another closed form over the same fit.Design (the same simulated workgroup
+cycles): (constants, design, rows) -> predicted us. Each is scored on the calibration's own rows
+only (the held-back rows check the adopted model; choosing by them would fit to them):
+
+- in sample: the constants refitted on all 800 rows; median / p90 % error per M range, and the
+  seed's 4 shapes;
+- out of sample: k-fold over (N, K) and leave one kernel out, refitted without the held-out rows;
+- top 3: where aiter's recorded kernel falls among the kernels safe at its shape that its tuner
+  raced and that read B as it does (predict_accuracy.ranking's rules), in sample and with each
+  row's kernels predicted by constants fitted without the row's (N, K) fold;
+- the clock the variant gives Gluon's two measured loads, against what they imply
+  (predict_accuracy.held_back_clocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from predict_accuracy import held_back_clocks
+
+from f4pipe.aiter.manifest import read_manifest
+from f4pipe.perf import fit, model
+from f4pipe.perf.costs import COST, Calibration, load_calibration
+from f4pipe.perf.history import load_history
+from f4pipe.perf.predict import Predictor
+from f4pipe.shapes.safety import is_safe
+
+
+def rate_cycles(cal: Calibration, d: fit.Design, idx, bpc: np.ndarray) -> np.ndarray:
+    """Workgroup cycles at each row's vector-memory rate `bpc`, interpolated between the
+    simulated rates as fit.predict_design does."""
+    table = d.cycles[cal.vmem_latency][idx]
+    lo, hi, weight = model.bracket_bytes_per_clk(bpc)
+    rows = np.arange(len(table))
+    return (1 - weight) * table[rows, lo] + weight * table[rows, hi]
+
+
+def row_cycles(cal: Calibration, d: fit.Design, idx) -> np.ndarray:
+    return rate_cycles(cal, d, idx, model.effective_bytes_per_clk(cal, d.share[idx]))
+
+
+def round_cost(us_per_round: float) -> fit.PredictDesign:
+    """A fixed time per round of workgroups (dispatch and drain a CU's simulation lacks)."""
+
+    def predict(cal, d, idx=slice(None)):
+        rounds = np.ceil(d.workgroups[idx] / COST["num_cu"])
+        return fit.predict_design(cal, d, idx) + rounds * us_per_round
+
+    return predict
+
+
+def workgroup_clocks(clocks: float) -> fit.PredictDesign:
+    """Fixed clocks added to every workgroup's simulated time."""
+
+    def predict(cal, d, idx=slice(None)):
+        cyc = row_cycles(cal, d, idx) + clocks
+        us, *_ = model.combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
+        return us
+
+    return predict
+
+
+def memory_power(mfma_part: float) -> fit.PredictDesign:
+    """A busy CU's variable load part MFMA activity, part memory traffic (bytes per clock
+    over its L2 rate)."""
+
+    def predict(cal, d, idx=slice(None)):
+        cyc = row_cycles(cal, d, idx)
+        wg = d.workgroups[idx]
+        clocks = np.maximum(cyc, 1.0)
+        activity = d.mfma_busy[idx] / clocks
+        traffic = np.clip(d.l2[idx] / wg / clocks / cal.cu_vmem_bytes_per_clk, 0.0, 1.0)
+        mixed = mfma_part * activity + (1 - mfma_part) * traffic
+        us, *_ = model.combine(cal, wg, cyc, d.l2[idx], d.hbm[idx], mixed * cyc)
+        return us
+
+    return predict
+
+
+def mix_by_slower_path(cal, d, idx=slice(None)):
+    """A CU's rate for its mix of L2- and HBM-served bytes set by the slower path alone, not
+    by clocks per byte added."""
+    share = d.share[idx]
+    bpc = 1.0 / np.maximum(1.0 / cal.cu_vmem_bytes_per_clk, share / cal.cu_hbm_bytes_per_clk)
+    cyc = rate_cycles(cal, d, idx, bpc)
+    us, *_ = model.combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
+    return us
+
+
+def rate_in_gbps(reference_ghz: float) -> fit.PredictDesign:
+    """A CU's memory rate fixed in GB/s: its bytes per clock scale by reference / the row's
+    clock (the clock from the rate-independent first pass)."""
+
+    def predict(cal, d, idx=slice(None)):
+        wg = d.workgroups[idx]
+        bpc = model.effective_bytes_per_clk(cal, d.share[idx])
+        activity = d.mfma_busy[idx] / np.maximum(rate_cycles(cal, d, idx, bpc), 1.0)
+        full, _rest, full_clock, last_clock = model.round_clocks(cal, wg, activity)
+        clock = np.where(full > 0, full_clock, last_clock)
+        sim = model.SIM_BYTES_PER_CLK
+        scaled = np.clip(bpc * reference_ghz / clock, sim[0], sim[-1])
+        cyc = rate_cycles(cal, d, idx, scaled)
+        us, *_ = model.combine(cal, wg, cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
+        return us
+
+    return predict
+
+
+#: name -> (what it changes, the model). The README's table has the figures of each.
+VARIANTS: dict[str, tuple[str, fit.PredictDesign]] = {
+    "adopted": ("the committed model", fit.predict_design),
+    "round_cost_2.5us": ("2.5 us per round of workgroups", round_cost(2.5)),
+    "workgroup_4000clk": ("4,000 clk added to every workgroup", workgroup_clocks(4000.0)),
+    "memory_power_0.7": ("a CU's variable load 0.7 MFMA activity, 0.3 traffic", memory_power(0.7)),
+    "mix_slower_path": ("the L2/HBM mix set by its slower path", mix_by_slower_path),
+    "rate_gbps": ("a CU's memory rate in GB/s (at 1.4 GHz as fitted)", rate_in_gbps(1.4)),
+}
+
+
+@dataclass
+class Pairs:
+    """Every calibration row with every kernel: the design, and what ranking needs."""
+
+    rows: pd.DataFrame
+    names: list[str]
+    design: fit.Design  # row-major: row i, kernel j at i * len(names) + j
+    recorded: np.ndarray  # the recorded kernel's column per row
+    candidates: list[list[int] | None]  # the columns ranked per aiter row (None: seed row)
+
+    def recorded_design(self) -> fit.Design:
+        return take(self.design, np.arange(len(self.rows)) * len(self.names) + self.recorded)
+
+
+def take(d: fit.Design, idx: np.ndarray) -> fit.Design:
+    return fit.Design(
+        workgroups=d.workgroups[idx],
+        l2=d.l2[idx],
+        hbm=d.hbm[idx],
+        cycles={lat: table[idx] for lat, table in d.cycles.items()},
+        mfma_busy=d.mfma_busy[idx],
+    )
+
+
+def build_pairs() -> Pairs:
+    f4gemm_dir = fit.default_f4gemm_dir()
+    manifest = read_manifest(f4gemm_dir)
+    rows = fit.measured_rows(f4gemm_dir, manifest)
+    predictor = Predictor(manifest, load_calibration())
+    names = [e.name for e in manifest]
+    column = {name: j for j, name in enumerate(names)}
+    every = rows.loc[rows.index.repeat(len(names))].reset_index(drop=True)
+    design = fit.design(predictor, every, names * len(rows), fit.LATENCY_GRID)
+    history = load_history()
+    candidates: list[list[int] | None] = []
+    for r in rows.itertuples():
+        if r.source != "aiter":
+            candidates.append(None)
+            continue
+        raced = history.raced(r.m, r.n, r.k, r.kernel, r.us)
+        same = manifest.same_b_layout(manifest.get(r.kernel))
+        candidates.append(
+            [
+                column[e.name]
+                for e in same
+                if is_safe(e, r.m, r.n, r.k) and (raced is None or e.name in raced)
+            ]
+        )
+    recorded = np.array([column[k] for k in rows["kernel"]])
+    return Pairs(rows, names, design, recorded, candidates)
+
+
+def top3_pct(pairs: Pairs, pred: np.ndarray) -> float:
+    """The share of aiter rows whose recorded kernel is in the predicted top 3 of its
+    candidates (a recorded kernel that is not a candidate is a miss)."""
+    hits = total = 0
+    for i, cand in enumerate(pairs.candidates):
+        if cand is None:
+            continue
+        total += 1
+        ranked = sorted(((pairs.names[j], pred[i, j]) for j in cand), key=lambda x: x[1])
+        rank, _gap = fit.recorded_rank(ranked, pairs.names[pairs.recorded[i]])
+        hits += rank is not None and rank <= 3
+    return round(100 * hits / total, 2)
+
+
+def score(pairs: Pairs, predict: fit.PredictDesign) -> dict:
+    rows = pairs.rows
+    meas = rows["us"].to_numpy()
+    recorded = pairs.recorded_design()
+    cal, cost = fit.fit_constants(recorded, meas, np.arange(len(rows)), predict)
+    every = predict(cal, pairs.design, slice(None)).reshape(len(rows), len(pairs.names))
+    mine = every[np.arange(len(rows)), pairs.recorded]
+    folds = fit.nk_folds(rows)
+    kfold_every = np.zeros_like(every)
+    for g in np.unique(folds):
+        held = folds == g
+        fold_cal, _ = fit.fit_constants(recorded, meas, np.nonzero(~held)[0], predict)
+        kfold_every[held] = predict(fold_cal, pairs.design, slice(None)).reshape(every.shape)[held]
+    kfold = kfold_every[np.arange(len(rows)), pairs.recorded]
+    loko = fit.cross_validated(recorded, rows, rows["kernel"].to_numpy(), predict)
+    seed = (rows["source"] == "seed").to_numpy()
+    return {
+        "fit_cost": round(cost, 3),
+        "constants": {k: round(float(v), 4) for k, v in cal.__dict__.items()},
+        "in_sample": fit.by_range(mine, rows),
+        "kfold_nk": fit.by_range(kfold, rows),
+        "leave_one_kernel_out": fit.by_range(loko, rows),
+        "top3_pct_in_sample": top3_pct(pairs, every),
+        "top3_pct_kfold": top3_pct(pairs, kfold_every),
+        "seed_error_pct": [round(float(x), 1) for x in (mine[seed] / meas[seed] - 1) * 100],
+        "gluon_clock_error_pct": [c["error_pct"] for c in held_back_clocks(cal)],
+    }
+
+
+def print_row(name: str, what: str, r: dict) -> None:
+    def cell(measure: str) -> str:
+        return "  ".join(
+            f"{r[measure][g]['median_pct']:.1f}/{r[measure][g]['p90_pct']:.1f}"
+            for g in ("all", "M<=64", "65-512", ">512")
+        )
+
+    print(f"{name} ({what}); the fit's cost {r['fit_cost']}")
+    for measure in ("in_sample", "kfold_nk", "leave_one_kernel_out"):
+        print(f"  {measure:<22} {cell(measure)}   (median/p90 %: all, M<=64, 65-512, >512)")
+    print(
+        f"  top 3 {r['top3_pct_in_sample']} % in sample, {r['top3_pct_kfold']} % k-fold; seeds "
+        f"{r['seed_error_pct']} %; Gluon clocks {r['gluon_clock_error_pct']} %"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--variant",
+        action="append",
+        choices=sorted(VARIANTS),
+        help="only this variant (repeatable; default: all)",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    args = parser.parse_args()
+    t0 = time.process_time()
+    pairs = build_pairs()
+    report: dict[str, dict] = {}
+    for name in args.variant or list(VARIANTS):
+        what, predict = VARIANTS[name]
+        report[name] = {"what": what, **score(pairs, predict)}
+        if not args.json:
+            print_row(name, what, report[name])
+    if args.json:
+        print(json.dumps(report, default=float))
+    else:
+        print(f"cost: {time.process_time() - t0:.0f} CPU s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
