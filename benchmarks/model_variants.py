@@ -117,6 +117,20 @@ def rate_in_gbps(reference_ghz: float) -> fit.PredictDesign:
     return predict
 
 
+def store_rate(bytes_per_clk: float) -> fit.PredictDesign:
+    """A workgroup's D stores leave its CU at `bytes_per_clk`, slower than its loads: each
+    workgroup's D bytes (design.store_bytes, set by build_pairs) cost the difference in
+    clocks, after its main loop."""
+
+    def predict(cal, d, idx=slice(None)):
+        slower = max(0.0, 1.0 / bytes_per_clk - 1.0 / cal.cu_vmem_bytes_per_clk)
+        cyc = row_cycles(cal, d, idx) + d.store_bytes[idx] * slower
+        us, *_ = model.combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
+        return us
+
+    return predict
+
+
 #: name -> (what it changes, the model). The README's table has the figures of each.
 VARIANTS: dict[str, tuple[str, fit.PredictDesign]] = {
     "adopted": ("the committed model", fit.predict_design),
@@ -125,6 +139,8 @@ VARIANTS: dict[str, tuple[str, fit.PredictDesign]] = {
     "memory_power_0.7": ("a CU's variable load 0.7 MFMA activity, 0.3 traffic", memory_power(0.7)),
     "mix_slower_path": ("the L2/HBM mix set by its slower path", mix_by_slower_path),
     "rate_gbps": ("a CU's memory rate in GB/s (at 1.4 GHz as fitted)", rate_in_gbps(1.4)),
+    "store_rate_24": ("D stores at 24 B/clk per CU", store_rate(24.0)),
+    "store_rate_16": ("D stores at 16 B/clk per CU", store_rate(16.0)),
 }
 
 
@@ -143,13 +159,15 @@ class Pairs:
 
 
 def take(d: fit.Design, idx: np.ndarray) -> fit.Design:
-    return fit.Design(
+    out = fit.Design(
         workgroups=d.workgroups[idx],
         l2=d.l2[idx],
         hbm=d.hbm[idx],
         cycles={lat: table[idx] for lat, table in d.cycles.items()},
         mfma_busy=d.mfma_busy[idx],
     )
+    out.store_bytes = d.store_bytes[idx]
+    return out
 
 
 def build_pairs() -> Pairs:
@@ -161,6 +179,8 @@ def build_pairs() -> Pairs:
     column = {name: j for j, name in enumerate(names)}
     every = rows.loc[rows.index.repeat(len(names))].reset_index(drop=True)
     design = fit.design(predictor, every, names * len(rows), fit.LATENCY_GRID)
+    # D bytes each workgroup stores (no split among the calibration rows)
+    design.store_bytes = (every["m"] * every["n"]).to_numpy() * model.D_BYTES / design.workgroups
     history = load_history()
     candidates: list[list[int] | None] = []
     for r in rows.itertuples():

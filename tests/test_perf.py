@@ -188,6 +188,9 @@ def test_model_variants_change_only_what_they_name(f4gemm_dir):
     assert module.VARIANTS["adopted"][1](c, d) == pytest.approx(base)
     assert module.round_cost(2.0)(c, d) == pytest.approx(base + np.array([2.0, 4 * 2.0]))
     assert np.all(module.workgroup_clocks(4000.0)(c, d) > base)
+    d.store_bytes = np.array([256 * 256 * 2.0, 256 * 256 * 2.0])
+    assert module.store_rate(c.cu_vmem_bytes_per_clk)(c, d) == pytest.approx(base)
+    assert np.all(module.store_rate(16.0)(c, d) > base)
     names = ["a", "b", "c", "d"]
     pred = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])
     pairs = module.Pairs(
