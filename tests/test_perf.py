@@ -199,9 +199,21 @@ def test_model_variants_change_only_what_they_name(f4gemm_dir):
         design=d,
         recorded=np.array([2, 3, 3]),
         candidates=[[0, 1, 2, 3], [0, 1, 2], [0, 1, 2, 3]],
+        probe=d,
     )
     # row 0: third, a hit; row 1: "d" is not a candidate, a miss; row 2: first, a hit
     assert module.top3_pct(pairs, pred) == pytest.approx(66.67)
+    # Gluon's loops: a launch whose time doubles from K / 2 to K is all loop, so the floor
+    # stands; one with a fixed part outside the loop raises the loops' clock by launch / loop
+    checks = module.held_back_clocks(c)
+
+    def errors(at_k: float, at_half: float) -> list[float]:
+        return module.gluon_loop_clock_errors(c, lambda *_: np.array([at_k, at_half]), None)
+
+    assert errors(200.0, 100.0) == [x["error_pct"] for x in checks]
+    assert errors(200.0, 105.0) == [
+        round(((1 + x["error_pct"] / 100) * 190.0 / 200.0 - 1) * 100, 1) for x in checks
+    ]
 
 
 def test_the_committed_clock_agrees_with_held_back_mi355_measurements():
