@@ -38,19 +38,6 @@ from f4pipe.perf.predict import Predictor
 from f4pipe.shapes.safety import is_safe
 
 
-def rate_cycles(cal: Calibration, d: fit.Design, idx, bpc: np.ndarray) -> np.ndarray:
-    """Workgroup cycles at each row's vector-memory rate `bpc`, interpolated between the
-    simulated rates as fit.predict_design does."""
-    table = d.cycles[cal.vmem_latency][idx]
-    lo, hi, weight = model.bracket_bytes_per_clk(bpc)
-    rows = np.arange(len(table))
-    return (1 - weight) * table[rows, lo] + weight * table[rows, hi]
-
-
-def row_cycles(cal: Calibration, d: fit.Design, idx) -> np.ndarray:
-    return rate_cycles(cal, d, idx, model.effective_bytes_per_clk(cal, d.share[idx]))
-
-
 def round_cost(us_per_round: float) -> fit.PredictDesign:
     """A fixed time per round of workgroups (dispatch and drain a CU's simulation lacks)."""
 
@@ -65,9 +52,7 @@ def workgroup_clocks(clocks: float) -> fit.PredictDesign:
     """Fixed clocks added to every workgroup's simulated time."""
 
     def predict(cal, d, idx=slice(None)):
-        cyc = row_cycles(cal, d, idx) + clocks
-        us, *_ = model.combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
-        return us
+        return fit.design_time(cal, d, idx, fit.design_cycles(cal, d, idx) + clocks)
 
     return predict
 
@@ -77,14 +62,13 @@ def memory_power(mfma_part: float) -> fit.PredictDesign:
     over its L2 rate)."""
 
     def predict(cal, d, idx=slice(None)):
-        cyc = row_cycles(cal, d, idx)
-        wg = d.workgroups[idx]
+        cyc = fit.design_cycles(cal, d, idx)
         clocks = np.maximum(cyc, 1.0)
         activity = d.mfma_busy[idx] / clocks
-        traffic = np.clip(d.l2[idx] / wg / clocks / cal.cu_vmem_bytes_per_clk, 0.0, 1.0)
+        per_clock = d.l2[idx] / d.workgroups[idx] / clocks
+        traffic = np.clip(per_clock / cal.cu_vmem_bytes_per_clk, 0.0, 1.0)
         mixed = mfma_part * activity + (1 - mfma_part) * traffic
-        us, *_ = model.combine(cal, wg, cyc, d.l2[idx], d.hbm[idx], mixed * cyc)
-        return us
+        return fit.design_time(cal, d, idx, cyc, mixed * cyc)
 
     return predict
 
@@ -94,9 +78,7 @@ def mix_by_slower_path(cal, d, idx=slice(None)):
     by clocks per byte added."""
     share = d.share[idx]
     bpc = 1.0 / np.maximum(1.0 / cal.cu_vmem_bytes_per_clk, share / cal.cu_hbm_bytes_per_clk)
-    cyc = rate_cycles(cal, d, idx, bpc)
-    us, *_ = model.combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
-    return us
+    return fit.design_time(cal, d, idx, fit.design_cycles(cal, d, idx, bpc))
 
 
 def rate_in_gbps(reference_ghz: float) -> fit.PredictDesign:
@@ -106,14 +88,12 @@ def rate_in_gbps(reference_ghz: float) -> fit.PredictDesign:
     def predict(cal, d, idx=slice(None)):
         wg = d.workgroups[idx]
         bpc = model.effective_bytes_per_clk(cal, d.share[idx])
-        activity = d.mfma_busy[idx] / np.maximum(rate_cycles(cal, d, idx, bpc), 1.0)
+        activity = d.mfma_busy[idx] / np.maximum(fit.design_cycles(cal, d, idx, bpc), 1.0)
         full, _rest, full_clock, last_clock = model.round_clocks(cal, wg, activity)
         clock = np.where(full > 0, full_clock, last_clock)
         sim = model.SIM_BYTES_PER_CLK
         scaled = np.clip(bpc * reference_ghz / clock, sim[0], sim[-1])
-        cyc = rate_cycles(cal, d, idx, scaled)
-        us, *_ = model.combine(cal, wg, cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
-        return us
+        return fit.design_time(cal, d, idx, fit.design_cycles(cal, d, idx, scaled))
 
     return predict
 
@@ -125,9 +105,8 @@ def store_rate(bytes_per_clk: float) -> fit.PredictDesign:
 
     def predict(cal, d, idx=slice(None)):
         slower = max(0.0, 1.0 / bytes_per_clk - 1.0 / cal.cu_vmem_bytes_per_clk)
-        cyc = row_cycles(cal, d, idx) + d.store_bytes[idx] * slower
-        us, *_ = model.combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
-        return us
+        cyc = fit.design_cycles(cal, d, idx) + d.store_bytes[idx] * slower
+        return fit.design_time(cal, d, idx, cyc)
 
     return predict
 

@@ -20,7 +20,6 @@ reads it).
 
 from __future__ import annotations
 
-import argparse
 import io
 import subprocess
 import sys
@@ -28,14 +27,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from f4pipe.aiter.manifest import read_manifest
 from f4pipe.fetch import GIT_F4GEMM_PATH
 from f4pipe.fsio import write_text
-from f4pipe.perf.fit import HELDBACK_PATH, default_f4gemm_dir, measured_rows
+from f4pipe.perf.fit import HELDBACK_PATH, measured_rows
 from f4pipe.perf.history import row_key
 
 sys.path.insert(0, str(Path(__file__).parent))
-from aiter_tuning_history import git, kernels_at, table_commits
+from aiter_tuning_history import git, kernels_at, parse_history_args, table_commits
 
 TABLES = (
     "aiter/configs/*a4w4*tuned*gemm*.csv",
@@ -74,13 +72,7 @@ def raced_at(repo: Path, commit: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--aiter-git", type=Path, required=True, help="a clone of ROCm/aiter")
-    parser.add_argument("--f4gemm-dir", type=Path, default=None)
-    args = parser.parse_args(argv)
-    f4gemm = args.f4gemm_dir or default_f4gemm_dir()
-    manifest = read_manifest(f4gemm)
-    symbols = {e.symbol: e.name for e in manifest}
+    args, f4gemm, manifest, symbols = parse_history_args(__doc__, argv)
     wheel_blobs = {e.name: blob_hash(manifest.co_path(e)) for e in manifest}
     wheel = measured_rows(f4gemm, manifest)
     wheel = wheel[wheel["source"] == "aiter"]

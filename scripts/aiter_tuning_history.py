@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
+from f4pipe.aiter.manifest import MANIFEST_NAME, Manifest, read_manifest
 from f4pipe.fetch import GIT_F4GEMM_PATH
 from f4pipe.fsio import write_text
 from f4pipe.perf.fit import MAIN_TABLE, default_f4gemm_dir, main_table
@@ -82,14 +82,22 @@ def first_commits(repo: Path, symbols: dict[str, str]) -> dict[str, str]:
     return first
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_history_args(
+    doc: str, argv: list[str] | None
+) -> tuple[argparse.Namespace, Path, Manifest, dict[str, str]]:
+    """The arguments both history scripts take (an aiter clone, the wheel's f4gemm directory),
+    and the wheel's manifest with its kernel symbol -> .co name."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--aiter-git", type=Path, required=True, help="a clone of ROCm/aiter")
     parser.add_argument("--f4gemm-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     f4gemm = args.f4gemm_dir or default_f4gemm_dir()
     manifest = read_manifest(f4gemm)
-    symbols = {e.symbol: e.name for e in manifest}
+    return args, f4gemm, manifest, {e.symbol: e.name for e in manifest}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, f4gemm, _manifest, symbols = parse_history_args(__doc__, argv)
     wheel = read_tuned(main_table(f4gemm))
     wheel = wheel[wheel["kernelName"].isin(symbols) & (wheel["cu_num"] == 256)]
     first = first_commits(args.aiter_git, symbols)

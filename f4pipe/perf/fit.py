@@ -232,12 +232,33 @@ def _x0() -> np.ndarray:
 
 
 def predict_design(cal: Calibration, d: Design, idx: np.ndarray | slice = slice(None)):
+    return design_time(cal, d, idx, design_cycles(cal, d, idx))
+
+
+def design_cycles(
+    cal: Calibration, d: Design, idx: np.ndarray | slice, bytes_per_clk: np.ndarray | None = None
+) -> np.ndarray:
+    """Each row's workgroup cycles at its vector-memory rate (default: its mix of L2- and
+    HBM-served bytes), interpolated between the simulated rates."""
     table = d.cycles[cal.vmem_latency][idx]
-    bpc = effective_bytes_per_clk(cal, d.share[idx])
-    lo, hi, weight = bracket_bytes_per_clk(bpc)
+    if bytes_per_clk is None:
+        bytes_per_clk = effective_bytes_per_clk(cal, d.share[idx])
+    lo, hi, weight = bracket_bytes_per_clk(bytes_per_clk)
     rows = np.arange(len(table))
-    cyc = (1 - weight) * table[rows, lo] + weight * table[rows, hi]
-    us, *_ = combine(cal, d.workgroups[idx], cyc, d.l2[idx], d.hbm[idx], d.mfma_busy[idx])
+    return (1 - weight) * table[rows, lo] + weight * table[rows, hi]
+
+
+def design_time(
+    cal: Calibration,
+    d: Design,
+    idx: np.ndarray | slice,
+    cycles: np.ndarray,
+    mfma_busy: np.ndarray | None = None,
+) -> np.ndarray:
+    """Each row's launch time (us) from its workgroup cycles (model.combine); `mfma_busy`:
+    the clocks that set its MFMA activity (default: the simulated ones)."""
+    busy = d.mfma_busy[idx] if mfma_busy is None else mfma_busy
+    us, *_ = combine(cal, d.workgroups[idx], cycles, d.l2[idx], d.hbm[idx], busy)
     return us
 
 
