@@ -15,7 +15,13 @@ only (the held-back rows check the adopted model; choosing by them would fit to 
   row's kernels predicted by constants fitted without the row's (N, K) fold;
 - the clock the variant gives Gluon's two measured loads, against what they imply
   (predict_accuracy.held_back_clocks), and against the clock their main loops ran at, the
-  implied clock corrected by the variant's own share of such a launch outside the loop.
+  implied clock corrected by the variant's own share of such a launch outside the loop;
+- held back: aiter's later timings at the 658 shapes the calibration never saw
+  (fit.held_back_rows), predicted with the constants fitted on all 800 rows, as
+  benchmarks/predict_heldback.py scores the committed model: error per M range, and where the
+  recorded kernel ranks at the shapes whose tuner had every kernel. A check, as Gluon's clocks
+  are: a variant is chosen on the calibration's rows, and one these measurements contradict is
+  not adopted; none is tuned until they agree.
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from predict_accuracy import held_back_clocks
+from predict_accuracy import (
+    GLUON_PROBE,
+    GLUON_SHAPE,
+    WITHIN,
+    held_back_clocks,
+    whole_over_loop,
+)
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit, model
@@ -111,29 +123,44 @@ def store_rate(bytes_per_clk: float) -> fit.PredictDesign:
     return predict
 
 
-#: name -> (what it changes, the model). The README's table has the figures of each.
-VARIANTS: dict[str, tuple[str, fit.PredictDesign]] = {
-    "adopted": ("the committed model", fit.predict_design),
-    "round_cost_2.5us": ("2.5 us per round of workgroups", round_cost(2.5)),
-    "workgroup_4000clk": ("4,000 clk added to every workgroup", workgroup_clocks(4000.0)),
-    "memory_power_0.7": ("a CU's variable load 0.7 MFMA activity, 0.3 traffic", memory_power(0.7)),
-    "mix_slower_path": ("the L2/HBM mix set by its slower path", mix_by_slower_path),
-    "rate_gbps": ("a CU's memory rate in GB/s (at 1.4 GHz as fitted)", rate_in_gbps(1.4)),
-    "store_rate_24": ("D stores at 24 B/clk per CU", store_rate(24.0)),
-    "store_rate_16": ("D stores at 16 B/clk per CU", store_rate(16.0)),
+@dataclass(frozen=True)
+class Variant:
+    what: str  # what it changes
+    predict: fit.PredictDesign
+    l2_rates: tuple[float, ...] = fit.VMEM_BPC_GRID  # the fit's grid of a CU's L2 rates
+
+
+#: The README's table has the figures of each.
+VARIANTS: dict[str, Variant] = {
+    "adopted": Variant("the committed model", fit.predict_design),
+    "round_cost_2.5us": Variant("2.5 us per round of workgroups", round_cost(2.5)),
+    "workgroup_4000clk": Variant("4,000 clk added to every workgroup", workgroup_clocks(4000.0)),
+    "memory_power_0.7": Variant(
+        "a CU's variable load 0.7 MFMA activity, 0.3 traffic", memory_power(0.7)
+    ),
+    "mix_slower_path": Variant("the L2/HBM mix set by its slower path", mix_by_slower_path),
+    "rate_gbps": Variant("a CU's memory rate in GB/s (at 1.4 GHz as fitted)", rate_in_gbps(1.4)),
+    "store_rate_24": Variant("D stores at 24 B/clk per CU", store_rate(24.0)),
+    "store_rate_16": Variant("D stores at 16 B/clk per CU", store_rate(16.0)),
+    # where the fit goes when the store rate (12 to 24 B/clk) and a CU's L2 rate (32 to 44,
+    # every 2) are both on its grid: the lowest store rate, at 34 B/clk from the L2
+    "store_rate_12_l2_34": Variant(
+        "D stores at 12 B/clk per CU, L2-served bytes at 34", store_rate(12.0), (34.0,)
+    ),
 }
 
 
 @dataclass
 class Pairs:
-    """Every calibration row with every kernel: the design, and what ranking needs."""
+    """Rows with every kernel: the design, and what ranking needs."""
 
     rows: pd.DataFrame
     names: list[str]
     design: fit.Design  # row-major: row i, kernel j at i * len(names) + j
     recorded: np.ndarray  # the recorded kernel's column per row
-    candidates: list[list[int] | None]  # the columns ranked per aiter row (None: seed row)
-    probe: fit.Design  # aiter's 256x256 at Gluon's shape and at half its K (GLUON_PROBE)
+    candidates: list[list[int] | None]  # the columns ranked per row (None: not ranked)
+    probe: fit.Design | None = None  # aiter's 256x256 at Gluon's shape and at half its K
+    held_back: Pairs | None = None  # aiter's later rows at shapes the calibration never saw
 
     def recorded_design(self) -> fit.Design:
         return take(self.design, np.arange(len(self.rows)) * len(self.names) + self.recorded)
@@ -154,87 +181,119 @@ def take(d: fit.Design, idx: np.ndarray) -> fit.Design:
 def build_pairs() -> Pairs:
     f4gemm_dir = fit.default_f4gemm_dir()
     manifest = read_manifest(f4gemm_dir)
-    rows = fit.measured_rows(f4gemm_dir, manifest)
     predictor = Predictor(manifest, load_calibration())
+    rows = fit.measured_rows(f4gemm_dir, manifest)
+    history = load_history()
+
+    def raced(r) -> frozenset[str] | None:  # the seed's rows are not ranked
+        if r.source != "aiter":
+            return NOT_RANKED
+        return history.raced(r.m, r.n, r.k, r.kernel, r.us)
+
+    pairs = every_kernel(predictor, rows, raced)
+    m, n, k = GLUON_SHAPE
+    probe_rows = pd.DataFrame({"m": [m, m], "n": [n, n], "k": [k, k // 2]})
+    pairs.probe = fit.design(predictor, probe_rows, [GLUON_PROBE] * 2, fit.LATENCY_GRID)
+    pairs.probe.store_bytes = np.full(2, m * n * model.D_BYTES / pairs.probe.workgroups[0])
+    held = fit.held_back_rows()
+    held = held[~held["shape_in_calibration"]].reset_index(drop=True)
+    held["warm"] = False
+    # no history knows these rows: where the tuner had every kernel, every kernel competes
+    pairs.held_back = every_kernel(
+        predictor, held, lambda r: None if r.every_kernel_raced else NOT_RANKED
+    )
+    return pairs
+
+
+#: `raced(row)` of a row that is not ranked (a seed row, or one whose tuner lacked some kernels
+#: and no history says which).
+NOT_RANKED: frozenset[str] = frozenset()
+
+
+def every_kernel(predictor: Predictor, rows: pd.DataFrame, raced) -> Pairs:
+    """`rows` (m, n, k, kernel, us, warm) with every kernel of the manifest. `raced(row)`: the
+    kernels the row's tuner raced, None for all of them, NOT_RANKED."""
+    manifest = predictor.manifest
     names = [e.name for e in manifest]
     column = {name: j for j, name in enumerate(names)}
     every = rows.loc[rows.index.repeat(len(names))].reset_index(drop=True)
     design = fit.design(predictor, every, names * len(rows), fit.LATENCY_GRID)
-    # D bytes each workgroup stores (no split among the calibration rows)
+    # D bytes each workgroup stores (no split among these rows)
     design.store_bytes = (every["m"] * every["n"]).to_numpy() * model.D_BYTES / design.workgroups
-    history = load_history()
     candidates: list[list[int] | None] = []
     for r in rows.itertuples():
-        if r.source != "aiter":
+        had = raced(r)
+        if had is NOT_RANKED:
             candidates.append(None)
             continue
-        raced = history.raced(r.m, r.n, r.k, r.kernel, r.us)
         same = manifest.same_b_layout(manifest.get(r.kernel))
         candidates.append(
             [
                 column[e.name]
                 for e in same
-                if is_safe(e, r.m, r.n, r.k) and (raced is None or e.name in raced)
+                if is_safe(e, r.m, r.n, r.k) and (had is None or e.name in had)
             ]
         )
     recorded = np.array([column[k] for k in rows["kernel"]])
-    m, n, k = GLUON_SHAPE
-    probe_rows = pd.DataFrame({"m": [m, m], "n": [n, n], "k": [k, k // 2]})
-    probe = fit.design(predictor, probe_rows, [GLUON_PROBE] * 2, fit.LATENCY_GRID)
-    probe.store_bytes = np.full(2, m * n * model.D_BYTES / probe.workgroups[0])
-    return Pairs(rows, names, design, recorded, candidates, probe)
+    return Pairs(rows, names, design, recorded, candidates)
 
 
-#: Gluon's measured kernels ran at this shape (predict_accuracy.GLUON_A4W4); aiter's kernel of
-#: the same 256x256 tile stands in for them to tell how much of such a launch is outside the
-#: main loop.
-GLUON_SHAPE = (4096, 4096, 32768)
-GLUON_PROBE = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
-
-
-def gluon_loop_clock_errors(cal: Calibration, predict: fit.PredictDesign, probe) -> list[float]:
-    """The variant's clock at each Gluon kernel's activity against the clock that kernel's
-    main loop ran at: its implied clock (a floor: TFLOP/s counts the whole launch, the
-    efficiency only the loop) times launch over loop time, which the variant itself predicts
-    for the probe kernel (its time at K and at K / 2: the loop is twice the difference)."""
+def gluon_clocks(cal: Calibration, predict: fit.PredictDesign, probe: fit.Design) -> list[dict]:
+    """predict_accuracy.held_back_clocks under the variant: the loops' clocks from the
+    variant's own time for the probe kernel at Gluon's K and K / 2."""
     at_k, at_half = predict(cal, probe, slice(None))
-    whole_over_loop = at_k / (2 * (at_k - at_half))
-    return [
-        round(float((1 + c["error_pct"] / 100) / whole_over_loop - 1) * 100, 1)
-        for c in held_back_clocks(cal)
-    ]
+    return held_back_clocks(cal, whole_over_loop(float(at_k), float(at_half)))
 
 
-def top3_pct(pairs: Pairs, pred: np.ndarray) -> float:
-    """The share of aiter rows whose recorded kernel is in the predicted top 3 of its
-    candidates (a recorded kernel that is not a candidate is a miss)."""
-    hits = total = 0
+def ranking_pcts(pairs: Pairs, pred: np.ndarray) -> dict[str, float]:
+    """Over the ranked rows: the share (%) whose recorded kernel is the predicted best of its
+    candidates, within 5 % of it, and in the predicted top 3 (a recorded kernel that is not a
+    candidate is a miss in each)."""
+    best = within = top3 = total = 0
     for i, cand in enumerate(pairs.candidates):
         if cand is None:
             continue
         total += 1
         ranked = sorted(((pairs.names[j], pred[i, j]) for j in cand), key=lambda x: x[1])
-        rank, _gap = fit.recorded_rank(ranked, pairs.names[pairs.recorded[i]])
-        hits += rank is not None and rank <= 3
-    return round(100 * hits / total, 2)
+        rank, gap = fit.recorded_rank(ranked, pairs.names[pairs.recorded[i]])
+        best += rank == 1
+        within += gap <= WITHIN
+        top3 += rank is not None and rank <= 3
+    return {
+        name: round(100 * count / total, 2)
+        for name, count in (("best", best), ("within_5", within), ("top3", top3))
+    }
 
 
-def score(pairs: Pairs, predict: fit.PredictDesign) -> dict:
+def top3_pct(pairs: Pairs, pred: np.ndarray) -> float:
+    return ranking_pcts(pairs, pred)["top3"]
+
+
+def held_back_score(cal: Calibration, predict: fit.PredictDesign, held: Pairs) -> dict:
+    """Error and ranking on the held-back rows under constants fitted on the calibration."""
+    every = predict(cal, held.design, slice(None)).reshape(len(held.rows), len(held.names))
+    mine = every[np.arange(len(held.rows)), held.recorded]
+    return {"error": fit.by_range(mine, held.rows), "ranking": ranking_pcts(held, every)}
+
+
+def score(pairs: Pairs, variant: Variant) -> dict:
+    predict, l2_rates = variant.predict, variant.l2_rates
     rows = pairs.rows
     meas = rows["us"].to_numpy()
     recorded = pairs.recorded_design()
-    cal, cost = fit.fit_constants(recorded, meas, np.arange(len(rows)), predict)
+    cal, cost = fit.fit_constants(recorded, meas, np.arange(len(rows)), predict, l2_rates)
     every = predict(cal, pairs.design, slice(None)).reshape(len(rows), len(pairs.names))
     mine = every[np.arange(len(rows)), pairs.recorded]
     folds = fit.nk_folds(rows)
     kfold_every = np.zeros_like(every)
     for g in np.unique(folds):
         held = folds == g
-        fold_cal, _ = fit.fit_constants(recorded, meas, np.nonzero(~held)[0], predict)
+        fold_cal, _ = fit.fit_constants(recorded, meas, np.nonzero(~held)[0], predict, l2_rates)
         kfold_every[held] = predict(fold_cal, pairs.design, slice(None)).reshape(every.shape)[held]
     kfold = kfold_every[np.arange(len(rows)), pairs.recorded]
-    loko = fit.cross_validated(recorded, rows, rows["kernel"].to_numpy(), predict)
+    loko = fit.cross_validated(recorded, rows, rows["kernel"].to_numpy(), predict, l2_rates)
     seed = (rows["source"] == "seed").to_numpy()
+    gluon = gluon_clocks(cal, predict, pairs.probe)
     return {
         "fit_cost": round(cost, 3),
         "constants": {k: round(float(v), 4) for k, v in cal.__dict__.items()},
@@ -244,8 +303,9 @@ def score(pairs: Pairs, predict: fit.PredictDesign) -> dict:
         "top3_pct_in_sample": top3_pct(pairs, every),
         "top3_pct_kfold": top3_pct(pairs, kfold_every),
         "seed_error_pct": [round(float(x), 1) for x in (mine[seed] / meas[seed] - 1) * 100],
-        "gluon_clock_error_pct": [c["error_pct"] for c in held_back_clocks(cal)],
-        "gluon_loop_clock_error_pct": gluon_loop_clock_errors(cal, predict, pairs.probe),
+        "gluon_clock_error_pct": [c["error_pct"] for c in gluon],
+        "gluon_loop_clock_error_pct": [c["loop_error_pct"] for c in gluon],
+        "held_back": held_back_score(cal, predict, pairs.held_back),
     }
 
 
@@ -264,6 +324,16 @@ def print_row(name: str, what: str, r: dict) -> None:
         f"{r['seed_error_pct']} %; Gluon clocks {r['gluon_clock_error_pct']} %, against their "
         f"loops' clocks {r['gluon_loop_clock_error_pct']} %"
     )
+    held = r["held_back"]
+    errors = "  ".join(
+        f"{held['error'][g]['median_pct']:.1f}/{held['error'][g]['p90_pct']:.1f}"
+        for g in ("all", "M<=64", "65-512", ">512")
+    )
+    rank = held["ranking"]
+    print(
+        f"  held back (new shapes) {errors}; best {rank['best']} %, within 5 % "
+        f"{rank['within_5']} %, top 3 {rank['top3']} %"
+    )
 
 
 def main() -> int:
@@ -280,10 +350,10 @@ def main() -> int:
     pairs = build_pairs()
     report: dict[str, dict] = {}
     for name in args.variant or list(VARIANTS):
-        what, predict = VARIANTS[name]
-        report[name] = {"what": what, **score(pairs, predict)}
+        variant = VARIANTS[name]
+        report[name] = {"what": variant.what, **score(pairs, variant)}
         if not args.json:
-            print_row(name, what, report[name])
+            print_row(name, variant.what, report[name])
     if args.json:
         print(json.dumps(report, default=float))
     else:

@@ -172,7 +172,7 @@ def test_model_variants_change_only_what_they_name(f4gemm_dir):
     """benchmarks/model_variants.py scores candidate mechanisms as the README's table does: its
     "adopted" variant is the committed model, a cost per round adds that much per round of 256
     workgroups, clocks per workgroup raise every row, and a recorded kernel outside the
-    candidates is a top-3 miss."""
+    candidates is a miss in every ranking count."""
     from f4pipe.perf import fit
 
     module = load_benchmark("model_variants")
@@ -185,47 +185,69 @@ def test_model_variants_change_only_what_they_name(f4gemm_dir):
     d = fit.design(Predictor(manifest, cal), shapes, [kernel, kernel], fit.LATENCY_GRID)
     c = cal.calibration
     base = fit.predict_design(c, d)
-    assert module.VARIANTS["adopted"][1](c, d) == pytest.approx(base)
+    assert module.VARIANTS["adopted"].predict(c, d) == pytest.approx(base)
     assert module.round_cost(2.0)(c, d) == pytest.approx(base + np.array([2.0, 4 * 2.0]))
     assert np.all(module.workgroup_clocks(4000.0)(c, d) > base)
     d.store_bytes = np.array([256 * 256 * 2.0, 256 * 256 * 2.0])
     assert module.store_rate(c.cu_vmem_bytes_per_clk)(c, d) == pytest.approx(base)
     assert np.all(module.store_rate(16.0)(c, d) > base)
     names = ["a", "b", "c", "d"]
-    pred = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])
+    pred = np.array(
+        [
+            [1.0, 2.0, 3.0, 4.0],
+            [1.0, 2.0, 3.0, 4.0],
+            [4.0, 3.0, 2.0, 1.0],
+            [1.0, 1.04, 2.0, 3.0],
+            [1.0, 1.0, 1.0, 1.0],
+        ]
+    )
     pairs = module.Pairs(
-        rows=pd.DataFrame({"source": ["aiter"] * 3}),
+        rows=pd.DataFrame({"source": ["aiter"] * 5}),
         names=names,
         design=d,
-        recorded=np.array([2, 3, 3]),
-        candidates=[[0, 1, 2, 3], [0, 1, 2], [0, 1, 2, 3]],
+        recorded=np.array([2, 3, 3, 1, 0]),
+        candidates=[[0, 1, 2, 3], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3], None],
         probe=d,
     )
-    # row 0: third, a hit; row 1: "d" is not a candidate, a miss; row 2: first, a hit
-    assert module.top3_pct(pairs, pred) == pytest.approx(66.67)
+    # row 0: third, 200 % off the best: a top-3 hit only; row 1: "d" is not a candidate, a
+    # miss in every count; row 2: first; row 3: second, 4 % off the best: within 5 % and top
+    # 3; row 4: not ranked (a seed row), counted nowhere
+    assert module.ranking_pcts(pairs, pred) == {"best": 25.0, "within_5": 50.0, "top3": 75.0}
+    assert module.top3_pct(pairs, pred) == pytest.approx(75.0)
     # Gluon's loops: a launch whose time doubles from K / 2 to K is all loop, so the floor
     # stands; one with a fixed part outside the loop raises the loops' clock by launch / loop
-    checks = module.held_back_clocks(c)
+    assert module.whole_over_loop(200.0, 100.0) == 1.0
+    assert module.whole_over_loop(200.0, 105.0) == pytest.approx(200.0 / 190.0)
+    floors = module.held_back_clocks(c, 1.0)
+    assert [x["loop_error_pct"] for x in floors] == [x["error_pct"] for x in floors]
+    loops = module.gluon_clocks(c, lambda *_: np.array([200.0, 105.0]), None)
+    assert loops == module.held_back_clocks(c, 200.0 / 190.0)
+    for floor, loop in zip(floors, loops, strict=True):
+        assert loop["loop_clock_ghz"] == pytest.approx(
+            floor["implied_clock_ghz"] * 200 / 190, abs=1e-3
+        )
+        assert loop["loop_error_pct"] < loop["error_pct"]
 
-    def errors(at_k: float, at_half: float) -> list[float]:
-        return module.gluon_loop_clock_errors(c, lambda *_: np.array([at_k, at_half]), None)
 
-    assert errors(200.0, 100.0) == [x["error_pct"] for x in checks]
-    assert errors(200.0, 105.0) == [
-        round(((1 + x["error_pct"] / 100) * 190.0 / 200.0 - 1) * 100, 1) for x in checks
-    ]
-
-
-def test_the_committed_clock_agrees_with_held_back_mi355_measurements():
+def test_the_committed_clock_agrees_with_held_back_mi355_measurements(f4gemm_dir):
     """AMD's Gluon MXFP4 GEMM tutorial timed two kernels on MI355 with every CU busy and
-    recorded their MFMA efficiency (benchmarks/predict_accuracy.py, GLUON_A4W4): none of it is
-    in the fit. The clock the committed constants give those loads must stay within 5 % of the
-    clocks those measurements imply (a variant that buys accuracy with a faster clock, such as
-    the D-store burst, fails here)."""
-    checks = load_benchmark("predict_accuracy").held_back_clocks(load_calibration().calibration)
+    recorded their MFMA efficiency over the main loop's cycles (benchmarks/predict_accuracy.py,
+    GLUON_A4W4): none of it is in the fit. Their TFLOP/s count the whole launch, so the clock
+    they imply is a floor of the one their loops ran at; the launch's time over its loop's,
+    predicted for aiter's kernel of the same tile at the same shape, lifts the floor to the
+    loop. The clock the committed constants give those loads must stay within 5 % of the
+    loops' clocks. (Held to the floors instead, f4pipe-cu-6 passed at -3.0 / +4.0 % and failed
+    the loops' at -7.2 % on v0; a variant that buys accuracy with a faster clock, such as D
+    stores at 12 B/clk per CU, fails here.)"""
+    module = load_benchmark("predict_accuracy")
+    predictor = Predictor(read_manifest(f4gemm_dir), load_calibration())
+    launch_over_loop = module.gluon_launch_over_loop(predictor)
+    # a K = 32768 launch of one round spends a few % of its time outside the main loop
+    assert 1.0 < launch_over_loop < 1.1
+    checks = module.held_back_clocks(predictor.calibration, launch_over_loop)
     assert [c["implied_clock_ghz"] for c in checks] == [1.443, 1.318]
     for c in checks:
-        assert abs(c["error_pct"]) <= 5.0, c
+        assert abs(c["loop_error_pct"]) <= 5.0, c
 
 
 def test_k_differences_read_the_main_loop_off_the_rows_without_the_model(f4gemm_dir):
@@ -432,9 +454,13 @@ def test_predict_lists_a_kernel_unsafe_at_the_traced_k_unranked(f4gemm_dir, caps
 def test_a_partial_last_round_runs_at_a_higher_clock_than_full_rounds():
     """Full rounds of saturated MFMA pipes at the full-load clock; a last round with few busy
     CUs faster, linearly in the busy share; a whole launch of full rounds never sees the
-    light-load clock."""
-    from f4pipe.perf.costs import DEFAULT_CALIBRATION as cal
+    light-load clock (with no spread of a workgroup's time from CU to CU)."""
+    from dataclasses import replace
+
+    from f4pipe.perf.costs import DEFAULT_CALIBRATION
     from f4pipe.perf.model import combine, round_clocks
+
+    cal = replace(DEFAULT_CALIBRATION, workgroup_spread=0.0)
 
     full, rest, full_clock, clock = round_clocks(cal, np.array([512, 300, 1]))
     assert full.tolist() == [2, 1, 0] and rest.tolist() == [0, 44, 1]
@@ -449,6 +475,36 @@ def test_a_partial_last_round_runs_at_a_higher_clock_than_full_rounds():
     assert compute_1 == pytest.approx(cycles / (clock[2] * 1e3))
 
 
+def test_a_launch_waits_for_its_slowest_cu():
+    """CUs do not take the same time over a workgroup, and a launch ends with its last CU.
+    With a spread s, one round of 256 workgroups ends s x E[max of 256 standard normals]
+    workgroup times after a typical CU would; 4 full rounds s x E[max] x sqrt(4) (each CU's
+    lateness is a sum of 4 independent ones); a partial last round's 3 CUs race only one
+    another; a single workgroup waits for nobody."""
+    from dataclasses import replace
+
+    from f4pipe.perf.costs import DEFAULT_CALIBRATION
+    from f4pipe.perf.model import EXPECTED_MAX, combine, round_clocks
+
+    # Blom's approximation against sampled maxima
+    draws = np.random.default_rng(0).standard_normal((20_000, 256))
+    for n in (16, 256):
+        assert EXPECTED_MAX[n] == pytest.approx(draws[:, :n].max(axis=1).mean(), abs=0.02)
+    assert EXPECTED_MAX[1] == 0.0
+    cal = replace(DEFAULT_CALIBRATION, workgroup_spread=0.02)
+    cycles = 10_000.0
+    t = cycles / (cal.clock_ghz * 1e3)  # one workgroup at the full-load clock
+    late = 0.02 * EXPECTED_MAX[256]
+    assert combine(cal, 256, cycles, 0.0, 0.0)[1] == pytest.approx(t * (1 + late))
+    assert combine(cal, 1024, cycles, 0.0, 0.0)[1] == pytest.approx(t * (4 + late * 2))
+    _, _, full_clock, last_clock = round_clocks(cal, 259)
+    last = cycles / (last_clock * 1e3)
+    expected = cycles / (full_clock * 1e3) + last * (1 + 0.02 * EXPECTED_MAX[3] * np.sqrt(2))
+    assert combine(cal, 259, cycles, 0.0, 0.0)[1] == pytest.approx(expected)
+    _, _, _, alone = round_clocks(cal, 1)
+    assert combine(cal, 1, cycles, 0.0, 0.0)[1] == pytest.approx(cycles / (alone * 1e3))
+
+
 def test_cus_waiting_on_memory_draw_less_power_and_run_at_a_higher_clock():
     """A busy CU's load is the fixed share plus the rest times its MFMA pipes' activity: at
     share 0.5 and activity 0.2 a full round's load is 0.6, its clock 60 % of the way from the
@@ -458,7 +514,7 @@ def test_cus_waiting_on_memory_draw_less_power_and_run_at_a_higher_clock():
     from f4pipe.perf.costs import DEFAULT_CALIBRATION
     from f4pipe.perf.model import combine, round_clocks
 
-    cal = replace(DEFAULT_CALIBRATION, power_fixed_share=0.5)
+    cal = replace(DEFAULT_CALIBRATION, power_fixed_share=0.5, workgroup_spread=0.0)
     light, loaded = cal.clock_light_ghz, cal.clock_ghz
     _, _, waiting, _ = round_clocks(cal, 256, activity=0.2)
     _, _, saturated, _ = round_clocks(cal, 256, activity=1.0)

@@ -15,8 +15,9 @@ those. Sources:
 
 Calibrated constants (Calibration) are the few global numbers no source pins down for these
 kernels on a loaded MI355X (sustained clock, loaded memory latency, bandwidths, launch
-overhead). They live in calibration.json beside this file with the rows they were fitted on
-and the command that fitted them (`python -m f4pipe.perf.fit`).
+overhead, how much a workgroup's time varies from CU to CU). They live in calibration.json
+beside this file with the rows they were fitted on and the command that fitted them
+(`python -m f4pipe.perf.fit`).
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ class Calibration:
     launch_us: float  # launch and drain overhead per kernel, us
     overlap_p: float  # p of the p-norm that joins compute and memory time (large = max)
     power_fixed_share: float  # a busy CU's load that does not follow its MFMA pipes' activity
+    workgroup_spread: float  # relative spread (sigma) of a workgroup's time from CU to CU
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,7 @@ DEFAULT_CALIBRATION = Calibration(
     launch_us=4.0,
     overlap_p=4.0,
     power_fixed_share=0.5,  # no source: between a load set by busy CUs alone (1) or MFMAs (0)
+    workgroup_spread=0.01,  # no source: a start for the fit
 )
 
 

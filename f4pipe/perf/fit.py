@@ -9,9 +9,9 @@ one (M, N, K, kernel, measured us).
 A CU's vector-memory bytes per clock for L2-served bytes is chosen on a grid (the loaded VMEM
 round trip is fixed at its measured ~1,000 clk, LATENCY_GRID); workgroups are simulated once
 per latency and per rate of model.SIM_BYTES_PER_CLK, and a row's own rate (its mix of L2- and
-HBM-served bytes) is interpolated between them. The other eight constants (clocks and the
+HBM-served bytes) is interpolated between them. The other nine constants (clocks and the
 fixed share of a busy CU's load, a CU's rate for HBM-served bytes, bandwidths, launch,
-overlap) are fitted by robust least squares on
+overlap, a workgroup's spread from CU to CU) are fitted by robust least squares on
 log(predicted / measured) at each grid point. The seed's rows are warm (its launches repeat on
 the same buffers), aiter's cold (rotated copies). Out-of-sample accuracy refits on the same
 grid with the held-out rows removed: k-fold over (N, K) groups, and leave-one-kernel-out.
@@ -199,13 +199,14 @@ FREE = (
     "launch_us",
     "overlap_p",
     "power_fixed_share",
+    "workgroup_spread",
 )
 #: Bounds of the closed-form constants: physical limits, so the fit cannot buy accuracy with
 #: an impossible machine (WP: a clock above the 2.4 GHz peak, HBM above its 8 TB/s peak, the
 #: L2s above 16 channels x 128 B/clk x 8 XCDs at 2.4 GHz = 39.3 TB/s); a CU's rate for HBM
-#: bytes within the simulated rates; a share within 0 and 1.
-LOWER = (0.5, 0.001, SIM_BYTES_PER_CLK[0], 1.0, 1.0, 0.1, 0.01, 0.001)
-UPPER = (2.4, 1.9, SIM_BYTES_PER_CLK[-1], 8.0, 39.3, 20.0, 50.0, 1.0)
+#: bytes within the simulated rates; a share within 0 and 1; a workgroup's spread under 20 %.
+LOWER = (0.5, 0.001, SIM_BYTES_PER_CLK[0], 1.0, 1.0, 0.1, 0.01, 0.001, 0.0001)
+UPPER = (2.4, 1.9, SIM_BYTES_PER_CLK[-1], 8.0, 39.3, 20.0, 50.0, 1.0, 0.2)
 
 
 def _calibration(x: np.ndarray, lat: float, bpc: float) -> Calibration:
@@ -227,6 +228,7 @@ def _x0() -> np.ndarray:
             d.launch_us,
             d.overlap_p - 1.0,
             d.power_fixed_share,
+            d.workgroup_spread,
         ]
     )
 
@@ -263,17 +265,22 @@ def design_time(
 
 
 def fit_constants(
-    d: Design, measured: np.ndarray, idx: np.ndarray, predict: PredictDesign | None = None
+    d: Design,
+    measured: np.ndarray,
+    idx: np.ndarray,
+    predict: PredictDesign | None = None,
+    l2_rates: Sequence[float] = VMEM_BPC_GRID,
 ) -> tuple[Calibration, float]:
     """The best constants on rows `idx`: every grid point, closed-form constants by robust
-    least squares on log error; the grid point with the lowest robust cost wins. `predict`:
-    the model to fit (default predict_design; benchmarks/model_variants.py passes others)."""
+    least squares on log error; the grid point with the lowest robust cost wins. `predict`
+    and `l2_rates`: the model to fit and its grid of a CU's L2 rates (default predict_design
+    on VMEM_BPC_GRID; benchmarks/model_variants.py passes others)."""
     predict = predict or predict_design
     from scipy.optimize import least_squares
 
     best: tuple[Calibration, float] | None = None
     y = np.log(measured[idx])
-    for lat, bpc in grid_points():
+    for lat, bpc in grid_points(l2_rates):
 
         def resid(x, lat=lat, bpc=bpc):
             return np.log(predict(_calibration(x, lat, bpc), d, idx)) - y
@@ -313,7 +320,11 @@ def by_range(pred: np.ndarray, rows: pd.DataFrame) -> dict[str, dict[str, float]
 
 
 def cross_validated(
-    d: Design, rows: pd.DataFrame, groups: np.ndarray, predict: PredictDesign | None = None
+    d: Design,
+    rows: pd.DataFrame,
+    groups: np.ndarray,
+    predict: PredictDesign | None = None,
+    l2_rates: Sequence[float] = VMEM_BPC_GRID,
 ) -> np.ndarray:
     """Each row predicted by constants fitted without its group."""
     predict = predict or predict_design
@@ -321,7 +332,7 @@ def cross_validated(
     pred = np.zeros(len(rows))
     for g in np.unique(groups):
         held = groups == g
-        cal, _ = fit_constants(d, meas, np.nonzero(~held)[0], predict)
+        cal, _ = fit_constants(d, meas, np.nonzero(~held)[0], predict, l2_rates)
         pred[held] = predict(cal, d, np.nonzero(held)[0])
     return pred
 
@@ -366,8 +377,8 @@ def nk_folds(rows: pd.DataFrame, folds: int = FOLDS) -> np.ndarray:
     return np.array([int(hashlib.sha256(s.encode()).hexdigest(), 16) % folds for s in keys])
 
 
-def grid_points() -> list[tuple[float, float]]:
-    return [(lat, bpc) for lat in LATENCY_GRID for bpc in VMEM_BPC_GRID]
+def grid_points(l2_rates: Sequence[float] = VMEM_BPC_GRID) -> list[tuple[float, float]]:
+    return [(lat, bpc) for lat in LATENCY_GRID for bpc in l2_rates]
 
 
 def run_fit(f4gemm_dir: Path, write: bool = True) -> CalibrationFile:

@@ -18,6 +18,12 @@ turn). Per shape:
   bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what it
   misses (per round, the distinct A row tiles and B column tiles its workgroups read, with
   their scales, less the share of the previous round's tiles it still holds; plus D).
+- **the slowest CU**: CUs do not run a workgroup in the same time (their XCDs' clocks and
+  their memory requests' queues differ), and a launch ends with its last CU. A CU takes its
+  next workgroup as soon as it is free, so over R rounds a CU's lateness is a sum of R
+  independent ones: the launch waits sqrt(R) x the spread x the expected maximum over the CUs
+  that run the most workgroups (slowest_cu_us). aiter's rows show it: 256x256 at N = 16384,
+  K = 26624 takes 163.7 us for one round and 155.3 us for each further one.
 - **launch**: a fixed overhead per launch.
 
 time = launch + (compute^p + memory^p)^(1/p): p-norm of the two, p calibrated (compute and
@@ -28,6 +34,7 @@ the calibrated constants are global (costs.Calibration).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -231,6 +238,27 @@ def round_clocks(cal: Calibration, workgroups, activity=1.0):
     return full, rest, full_clock, last_clock
 
 
+#: The expected maximum of n independent standard normal values, n = 0 .. num_cu (Blom's
+#: approximation, (n - 0.375) / (n + 0.25) quantile; 0 for one value or none).
+EXPECTED_MAX = np.array(
+    [0.0]
+    + [NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) for n in range(1, int(COST["num_cu"]) + 1)]
+)
+
+
+def slowest_cu_us(cal: Calibration, full, rest, cycles, full_clock, last_clock):
+    """How much later than a typical CU the launch's slowest CU finishes (us): sqrt(rounds) x
+    cal.workgroup_spread x one workgroup's time x the expected maximum of as many standard
+    normal values as CUs run the most workgroups (those of a partial last round, else every
+    CU). A launch of one workgroup waits for no other."""
+    num_cu = COST["num_cu"]
+    last = rest > 0
+    racing = np.where(last, rest, num_cu).astype(int)
+    clock = np.where(last, last_clock, full_clock)
+    late = EXPECTED_MAX[racing] * np.sqrt(full + last)
+    return cal.workgroup_spread * late * cycles / (clock * 1e3)
+
+
 def combine(cal: Calibration, workgroups, cycles, l2_bytes, hbm_bytes, mfma_busy=None):
     """(time, compute, L2, HBM) in us from workgroups, workgroup cycles, the clocks its busiest
     MFMA pipe works (None: all of them) and bytes: the one formula, for scalars or numpy
@@ -239,6 +267,7 @@ def combine(cal: Calibration, workgroups, cycles, l2_bytes, hbm_bytes, mfma_busy
     full, rest, full_clock, last_clock = round_clocks(cal, workgroups, activity)
     compute_us = full * cycles / (full_clock * 1e3)
     compute_us = compute_us + np.where(rest > 0, cycles / (last_clock * 1e3), 0.0)
+    compute_us = compute_us + slowest_cu_us(cal, full, rest, cycles, full_clock, last_clock)
     l2_us = l2_bytes / (cal.l2_tbps * 1e6)
     hbm_us = hbm_bytes / (cal.hbm_tbps * 1e6)
     memory_us = np.maximum(l2_us, hbm_us)

@@ -46,7 +46,7 @@ from f4pipe.spine.toolchain import cache_root
 
 log = logging.getLogger(__name__)
 
-MODEL_ID = "f4pipe-cu-6"  # bump when the model's structure changes
+MODEL_ID = "f4pipe-cu-7"  # bump when the model's structure changes
 
 
 def trace_cache_dir() -> Path:
