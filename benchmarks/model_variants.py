@@ -13,9 +13,10 @@ only (the held-back rows check the adopted model; choosing by them would fit to 
 - top 3: where aiter's recorded kernel falls among the kernels safe at its shape that its tuner
   raced and that read B as it does (predict_accuracy.ranking's rules), in sample and with each
   row's kernels predicted by constants fitted without the row's (N, K) fold;
-- the clock the variant gives Gluon's two measured loads, against what they imply
-  (predict_accuracy.held_back_clocks), and against the clock their main loops ran at, the
-  implied clock corrected by the variant's own share of such a launch outside the loop;
+- the clock the variant gives the loads of Gluon's two kernels, against the clocks their main
+  loops ran at over the tutorial's refreshes (predict_accuracy.held_back_clocks: the implied
+  clock corrected by the variant's own share of such a launch outside the loop), and how far
+  it lies outside their span (predict_accuracy.outside_loop_clock_span);
 - held back: aiter's later timings at the 658 shapes the calibration never saw
   (fit.held_back_rows), predicted with the constants fitted on all 800 rows, as
   benchmarks/predict_heldback.py scores the committed model: error per M range, and where the
@@ -39,6 +40,7 @@ from predict_accuracy import (
     GLUON_SHAPE,
     WITHIN,
     held_back_clocks,
+    outside_loop_clock_span,
     whole_over_loop,
 )
 
@@ -303,8 +305,10 @@ def score(pairs: Pairs, variant: Variant) -> dict:
         "top3_pct_in_sample": top3_pct(pairs, every),
         "top3_pct_kfold": top3_pct(pairs, kfold_every),
         "seed_error_pct": [round(float(x), 1) for x in (mine[seed] / meas[seed] - 1) * 100],
-        "gluon_clock_error_pct": [c["error_pct"] for c in gluon],
-        "gluon_loop_clock_error_pct": [c["loop_error_pct"] for c in gluon],
+        "gluon_loop_clock_error_pct": {
+            f"{c['kernel']}, {c['refresh']}": c["loop_error_pct"] for c in gluon
+        },
+        "gluon_outside_span_pct": outside_loop_clock_span(gluon),
         "held_back": held_back_score(cal, predict, pairs.held_back),
     }
 
@@ -321,8 +325,8 @@ def print_row(name: str, what: str, r: dict) -> None:
         print(f"  {measure:<22} {cell(measure)}   (median/p90 %: all, M<=64, 65-512, >512)")
     print(
         f"  top 3 {r['top3_pct_in_sample']} % in sample, {r['top3_pct_kfold']} % k-fold; seeds "
-        f"{r['seed_error_pct']} %; Gluon clocks {r['gluon_clock_error_pct']} %, against their "
-        f"loops' clocks {r['gluon_loop_clock_error_pct']} %"
+        f"{r['seed_error_pct']} %; the clock outside the span of Gluon's loops' clocks "
+        f"{list(r['gluon_outside_span_pct'].values())} %"
     )
     held = r["held_back"]
     errors = "  ".join(

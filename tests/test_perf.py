@@ -227,27 +227,42 @@ def test_model_variants_change_only_what_they_name(f4gemm_dir):
             floor["implied_clock_ghz"] * 200 / 190, abs=1e-3
         )
         assert loop["loop_error_pct"] < loop["error_pct"]
+    # the span over the refreshes: inside it 0; under the slowest die's loop clock or over the
+    # fastest's, the distance to it
+    span = [
+        {"kernel": "k", "loop_error_pct": -3.0},
+        {"kernel": "k", "loop_error_pct": 4.0},
+        {"kernel": "below", "loop_error_pct": -9.0},
+        {"kernel": "below", "loop_error_pct": -6.5},
+        {"kernel": "above", "loop_error_pct": 2.0},
+        {"kernel": "above", "loop_error_pct": 7.0},
+    ]
+    assert module.outside_loop_clock_span(span) == {"k": 0.0, "below": -6.5, "above": 2.0}
 
 
 def test_the_committed_clock_agrees_with_held_back_mi355_measurements(f4gemm_dir):
-    """AMD's Gluon MXFP4 GEMM tutorial timed two kernels on MI355 with every CU busy and
-    recorded their MFMA efficiency over the main loop's cycles (benchmarks/predict_accuracy.py,
-    GLUON_A4W4): none of it is in the fit. Their TFLOP/s count the whole launch, so the clock
-    they imply is a floor of the one their loops ran at; the launch's time over its loop's,
-    predicted for aiter's kernel of the same tile at the same shape, lifts the floor to the
-    loop. The clock the committed constants give those loads must stay within 5 % of the
-    loops' clocks. (Held to the floors instead, f4pipe-cu-6 passed at -3.0 / +4.0 % and failed
-    the loops' at -7.2 % on v0; a variant that buys accuracy with a faster clock, such as D
-    stores at 12 B/clk per CU, fails here.)"""
+    """AMD's Gluon MXFP4 GEMM tutorial timed two kernels on MI355X with every CU busy and
+    recorded their MFMA efficiency over the main loop's cycles, at each refresh of its
+    toolchain (benchmarks/predict_accuracy.py, GLUON_A4W4): none of it is in the fit. Their
+    TFLOP/s count the whole launch, so the clock they imply is a floor of the one their loops
+    ran at; the launch's time over its loop's, predicted for aiter's kernel of the same tile at
+    the same shape, lifts the floor to the loop. The refreshes ran on different dies, whose
+    clocks the tutorial finds 10 % apart: the clock the committed constants give each kernel's
+    load must lie within 5 % of the span of its loops' clocks. (Until f4pipe-cu-7 the test
+    held the model to one refresh's floors, 2026-07-14's; against that refresh's loops cu-6 was
+    7.2 % under v0's, cu-7 is 4.2 % under v0's and 2.2 % over v1's.)"""
     module = load_benchmark("predict_accuracy")
     predictor = Predictor(read_manifest(f4gemm_dir), load_calibration())
     launch_over_loop = module.gluon_launch_over_loop(predictor)
     # a K = 32768 launch of one round spends a few % of its time outside the main loop
     assert 1.0 < launch_over_loop < 1.1
     checks = module.held_back_clocks(predictor.calibration, launch_over_loop)
-    assert [c["implied_clock_ghz"] for c in checks] == [1.443, 1.318]
-    for c in checks:
-        assert abs(c["loop_error_pct"]) <= 5.0, c
+    assert [c["implied_clock_ghz"] for c in checks[:2]] == [1.443, 1.318]
+    # the dies' spread: v1's floors 1.318 to 1.487 GHz
+    v1 = [c["implied_clock_ghz"] for c in checks if c["kernel"].endswith("v1_sliceMN")]
+    assert (min(v1), max(v1)) == (1.318, 1.487)
+    for kernel, outside in module.outside_loop_clock_span(checks).items():
+        assert abs(outside) <= 5.0, (kernel, checks)
 
 
 def test_k_differences_read_the_main_loop_off_the_rows_without_the_model(f4gemm_dir):
