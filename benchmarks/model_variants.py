@@ -167,6 +167,14 @@ class Pairs:
     def recorded_design(self) -> fit.Design:
         return take(self.design, np.arange(len(self.rows)) * len(self.names) + self.recorded)
 
+    def predict_every(self, cal: Calibration, predict: fit.PredictDesign) -> np.ndarray:
+        """Predicted us, rows x kernels."""
+        return predict(cal, self.design, slice(None)).reshape(len(self.rows), len(self.names))
+
+    def recorded_of(self, every: np.ndarray) -> np.ndarray:
+        """Each row's recorded kernel's column of `every` (rows x kernels)."""
+        return every[np.arange(len(self.rows)), self.recorded]
+
 
 def take(d: fit.Design, idx: np.ndarray) -> fit.Design:
     out = fit.Design(
@@ -196,7 +204,7 @@ def build_pairs() -> Pairs:
     m, n, k = GLUON_SHAPE
     probe_rows = pd.DataFrame({"m": [m, m], "n": [n, n], "k": [k, k // 2]})
     pairs.probe = fit.design(predictor, probe_rows, [GLUON_PROBE] * 2, fit.LATENCY_GRID)
-    pairs.probe.store_bytes = np.full(2, m * n * model.D_BYTES / pairs.probe.workgroups[0])
+    pairs.probe.store_bytes = d_bytes_per_workgroup(probe_rows, pairs.probe)
     held = fit.held_back_rows()
     held = held[~held["shape_in_calibration"]].reset_index(drop=True)
     held["warm"] = False
@@ -220,8 +228,7 @@ def every_kernel(predictor: Predictor, rows: pd.DataFrame, raced) -> Pairs:
     column = {name: j for j, name in enumerate(names)}
     every = rows.loc[rows.index.repeat(len(names))].reset_index(drop=True)
     design = fit.design(predictor, every, names * len(rows), fit.LATENCY_GRID)
-    # D bytes each workgroup stores (no split among these rows)
-    design.store_bytes = (every["m"] * every["n"]).to_numpy() * model.D_BYTES / design.workgroups
+    design.store_bytes = d_bytes_per_workgroup(every, design)
     candidates: list[list[int] | None] = []
     for r in rows.itertuples():
         had = raced(r)
@@ -238,6 +245,11 @@ def every_kernel(predictor: Predictor, rows: pd.DataFrame, raced) -> Pairs:
         )
     recorded = np.array([column[k] for k in rows["kernel"]])
     return Pairs(rows, names, design, recorded, candidates)
+
+
+def d_bytes_per_workgroup(shapes: pd.DataFrame, design: fit.Design) -> np.ndarray:
+    """The D bytes each workgroup of each row stores (none of these rows splits K)."""
+    return (shapes["m"] * shapes["n"]).to_numpy() * model.D_BYTES / design.workgroups
 
 
 def gluon_clocks(cal: Calibration, predict: fit.PredictDesign, probe: fit.Design) -> list[dict]:
@@ -273,9 +285,11 @@ def top3_pct(pairs: Pairs, pred: np.ndarray) -> float:
 
 def held_back_score(cal: Calibration, predict: fit.PredictDesign, held: Pairs) -> dict:
     """Error and ranking on the held-back rows under constants fitted on the calibration."""
-    every = predict(cal, held.design, slice(None)).reshape(len(held.rows), len(held.names))
-    mine = every[np.arange(len(held.rows)), held.recorded]
-    return {"error": fit.by_range(mine, held.rows), "ranking": ranking_pcts(held, every)}
+    every = held.predict_every(cal, predict)
+    return {
+        "error": fit.by_range(held.recorded_of(every), held.rows),
+        "ranking": ranking_pcts(held, every),
+    }
 
 
 def score(pairs: Pairs, variant: Variant) -> dict:
@@ -284,15 +298,15 @@ def score(pairs: Pairs, variant: Variant) -> dict:
     meas = rows["us"].to_numpy()
     recorded = pairs.recorded_design()
     cal, cost = fit.fit_constants(recorded, meas, np.arange(len(rows)), predict, l2_rates)
-    every = predict(cal, pairs.design, slice(None)).reshape(len(rows), len(pairs.names))
-    mine = every[np.arange(len(rows)), pairs.recorded]
+    every = pairs.predict_every(cal, predict)
+    mine = pairs.recorded_of(every)
     folds = fit.nk_folds(rows)
     kfold_every = np.zeros_like(every)
     for g in np.unique(folds):
         held = folds == g
         fold_cal, _ = fit.fit_constants(recorded, meas, np.nonzero(~held)[0], predict, l2_rates)
-        kfold_every[held] = predict(fold_cal, pairs.design, slice(None)).reshape(every.shape)[held]
-    kfold = kfold_every[np.arange(len(rows)), pairs.recorded]
+        kfold_every[held] = pairs.predict_every(fold_cal, predict)[held]
+    kfold = pairs.recorded_of(kfold_every)
     loko = fit.cross_validated(recorded, rows, rows["kernel"].to_numpy(), predict, l2_rates)
     seed = (rows["source"] == "seed").to_numpy()
     gluon = gluon_clocks(cal, predict, pairs.probe)
