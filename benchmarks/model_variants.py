@@ -113,13 +113,31 @@ def rate_in_gbps(reference_ghz: float) -> fit.PredictDesign:
 
 
 def store_rate(bytes_per_clk: float) -> fit.PredictDesign:
-    """A workgroup's D stores leave its CU at `bytes_per_clk`, slower than its loads: each
-    workgroup's D bytes (design.store_bytes, set by build_pairs) cost the difference in
-    clocks, after its main loop."""
+    """A workgroup's D stores leave its CU at a fixed `bytes_per_clk` rather than at a share
+    of its L2 read rate (model.store_clocks): each of its D bytes costs the difference from
+    the read rate, after its main loop. At the read rate it is f4pipe-cu-7, which charged D
+    like any load."""
 
     def predict(cal, d, idx=slice(None)):
         slower = max(0.0, 1.0 / bytes_per_clk - 1.0 / cal.cu_vmem_bytes_per_clk)
-        cyc = fit.design_cycles(cal, d, idx) + d.store_bytes[idx] * slower
+        cyc = fit.simulated_cycles(cal, d, idx) + d.d_bytes[idx] * slower
+        return fit.design_time(cal, d, idx, cyc)
+
+    return predict
+
+
+def light_l2(cap: float) -> fit.PredictDesign:
+    """An XCD's L2 read channels shared by its busy CUs: a CU's L2 rate is the fitted one
+    with all 32 busy, more with fewer (the rate times 32 over the busy CUs per XCD, up to
+    `cap` B/clk; rows of under 160 workgroups)."""
+
+    def predict(cal, d, idx=slice(None)):
+        per_xcd = np.minimum(d.workgroups[idx], COST["num_cu"]) / COST["num_xcd"]
+        rate = cal.cu_vmem_bytes_per_clk
+        read = np.clip(rate * 32 / np.maximum(per_xcd, 1.0), rate, max(cap, rate))
+        share = d.share[idx]
+        bpc = 1.0 / ((1.0 - share) / read + share / cal.cu_hbm_bytes_per_clk)
+        cyc = fit.simulated_cycles(cal, d, idx, bpc) + model.store_clocks(cal, d.d_bytes[idx])
         return fit.design_time(cal, d, idx, cyc)
 
     return predict
@@ -142,12 +160,18 @@ VARIANTS: dict[str, Variant] = {
     ),
     "mix_slower_path": Variant("the L2/HBM mix set by its slower path", mix_by_slower_path),
     "rate_gbps": Variant("a CU's memory rate in GB/s (at 1.4 GHz as fitted)", rate_in_gbps(1.4)),
-    "store_rate_24": Variant("D stores at 24 B/clk per CU", store_rate(24.0)),
+    "stores_at_read_rate": Variant(
+        "f4pipe-cu-7: D stores at a CU's L2 read rate, as any load",
+        store_rate(float("inf")),
+    ),
     "store_rate_16": Variant("D stores at 16 B/clk per CU", store_rate(16.0)),
     # where the fit goes when the store rate (12 to 24 B/clk) and a CU's L2 rate (32 to 44,
     # every 2) are both on its grid: the lowest store rate, at 34 B/clk from the L2
     "store_rate_12_l2_34": Variant(
         "D stores at 12 B/clk per CU, L2-served bytes at 34", store_rate(12.0), (34.0,)
+    ),
+    "light_l2_64": Variant(
+        "a CU's L2 rate up to 64 B/clk with under 20 busy CUs per XCD", light_l2(64.0)
     ),
 }
 
@@ -183,8 +207,8 @@ def take(d: fit.Design, idx: np.ndarray) -> fit.Design:
         hbm=d.hbm[idx],
         cycles={lat: table[idx] for lat, table in d.cycles.items()},
         mfma_busy=d.mfma_busy[idx],
+        d_bytes=d.d_bytes[idx],
     )
-    out.store_bytes = d.store_bytes[idx]
     return out
 
 
@@ -204,7 +228,6 @@ def build_pairs() -> Pairs:
     m, n, k = GLUON_SHAPE
     probe_rows = pd.DataFrame({"m": [m, m], "n": [n, n], "k": [k, k // 2]})
     pairs.probe = fit.design(predictor, probe_rows, [GLUON_PROBE] * 2, fit.LATENCY_GRID)
-    pairs.probe.store_bytes = d_bytes_per_workgroup(probe_rows, pairs.probe)
     held = fit.held_back_rows()
     held = held[~held["shape_in_calibration"]].reset_index(drop=True)
     held["warm"] = False
@@ -228,7 +251,6 @@ def every_kernel(predictor: Predictor, rows: pd.DataFrame, raced) -> Pairs:
     column = {name: j for j, name in enumerate(names)}
     every = rows.loc[rows.index.repeat(len(names))].reset_index(drop=True)
     design = fit.design(predictor, every, names * len(rows), fit.LATENCY_GRID)
-    design.store_bytes = d_bytes_per_workgroup(every, design)
     candidates: list[list[int] | None] = []
     for r in rows.itertuples():
         had = raced(r)
@@ -245,11 +267,6 @@ def every_kernel(predictor: Predictor, rows: pd.DataFrame, raced) -> Pairs:
         )
     recorded = np.array([column[k] for k in rows["kernel"]])
     return Pairs(rows, names, design, recorded, candidates)
-
-
-def d_bytes_per_workgroup(shapes: pd.DataFrame, design: fit.Design) -> np.ndarray:
-    """The D bytes each workgroup of each row stores (none of these rows splits K)."""
-    return (shapes["m"] * shapes["n"]).to_numpy() * model.D_BYTES / design.workgroups
 
 
 def gluon_clocks(cal: Calibration, predict: fit.PredictDesign, probe: fit.Design) -> list[dict]:

@@ -126,6 +126,14 @@ TABLE: tuple[Cost, ...] = (
     ),
     Cost("num_xcd", 8, "XCDs", "WP; workgroups go to XCDs round-robin (ROCm docs, MI300/MI355)"),
     Cost("l2_bytes_per_xcd", 4 << 20, "B", "WP: 4 MiB L2 per XCD"),
+    Cost(
+        "l2_write_share",
+        0.5,
+        "of the bytes per clk the L2 reads",
+        "WP: each of an XCD's 16 L2 channels reads 128 B and writes 64 B per clk. A round's "
+        "workgroups store D together at their end, so D leaves a CU at half the rate its "
+        "loads arrive (model.store_clocks)",
+    ),
     Cost("mall_bytes", 256 << 20, "B", "WP: 256 MiB Infinity Cache"),
 )
 

@@ -39,6 +39,20 @@ from f4pipe.perf.trace import WorkgroupTrace
 #: Bump when the simulation's rules change (cached cycles of older versions are ignored).
 CU_MODEL_VERSION = 1
 
+#: The timing table's rows the trace and the simulation read: simulated cycles are cached
+#: under these alone, so a row only the whole-kernel model reads (model.py) re-simulates nothing.
+SIMULATED_COSTS = (
+    "issue_cycles",
+    "wait_state_cycles",
+    "mfma_pass_cycles",
+    "mfma_writeback_cycles",
+    "lds_latency",
+    "lds_pair_bytes_per_clk",
+    "lds_bank_bytes_per_clk",
+    "smem_latency",
+    "barrier_cycles",
+)
+
 # op kinds
 SCALAR, MFMA, VALU, DS, VMEM, SMEM, WAIT, BARRIER, NOP, END = range(10)
 

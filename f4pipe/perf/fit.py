@@ -52,6 +52,8 @@ from f4pipe.perf.model import (
     effective_bytes_per_clk,
     hbm_bytes,
     hbm_share,
+    output_bytes,
+    store_clocks,
     workgroups_and_rounds,
 )
 from f4pipe.perf.predict import MODEL_ID, Predictor
@@ -137,6 +139,7 @@ class Design:
     hbm: np.ndarray
     cycles: dict[float, np.ndarray]  # latency -> rows x SIM_BYTES_PER_CLK
     mfma_busy: np.ndarray  # clocks the busiest MFMA pipe works (the same at every rate)
+    d_bytes: np.ndarray  # the bytes of D each workgroup stores (on average over the launch)
 
     @property
     def share(self) -> np.ndarray:
@@ -160,6 +163,7 @@ def design(
     moved = np.zeros(n)
     klocal = np.zeros(n, dtype=np.int64)
     workgroups = np.zeros(n)
+    d_bytes = np.zeros(n)
     fracs = []
     entries = [predictor.manifest.get(name) for name in kernels]
     warm = shapes["warm"] if "warm" in shapes else [False] * n
@@ -168,6 +172,7 @@ def design(
     ):
         g = launch_geometry(e.tile_m, e.tile_n, int(m), int(nn), int(k))
         workgroups[i], _rounds = workgroups_and_rounds(g)
+        d_bytes[i] = output_bytes(int(m), int(nn), g.gdz) / workgroups[i]
         hbm[i] = hbm_bytes(e.tile_m, e.tile_n, int(m), int(nn), g.k_per_tg, g.grid, bool(w))
         klocal[i] = g.k_per_tg
         fracs.append(predictor.profile(e).row_fractions(int(m), int(nn)))
@@ -184,7 +189,12 @@ def design(
         cycles[lat] = np.array([[wg.cycles for wg in row] for row in grid])
         mfma_busy = np.array([row[0].mfma_busy for row in grid])  # the same at every rate
     return Design(
-        workgroups=workgroups, l2=workgroups * moved, hbm=hbm, cycles=cycles, mfma_busy=mfma_busy
+        workgroups=workgroups,
+        l2=workgroups * moved,
+        hbm=hbm,
+        cycles=cycles,
+        mfma_busy=mfma_busy,
+        d_bytes=d_bytes,
     )
 
 
@@ -240,8 +250,16 @@ def predict_design(cal: Calibration, d: Design, idx: np.ndarray | slice = slice(
 def design_cycles(
     cal: Calibration, d: Design, idx: np.ndarray | slice, bytes_per_clk: np.ndarray | None = None
 ) -> np.ndarray:
-    """Each row's workgroup cycles at its vector-memory rate (default: its mix of L2- and
-    HBM-served bytes), interpolated between the simulated rates."""
+    """Each row's workgroup cycles: simulated_cycles and its D stores (model.store_clocks),
+    as model.kernel_time adds them."""
+    return simulated_cycles(cal, d, idx, bytes_per_clk) + store_clocks(cal, d.d_bytes[idx])
+
+
+def simulated_cycles(
+    cal: Calibration, d: Design, idx: np.ndarray | slice, bytes_per_clk: np.ndarray | None = None
+) -> np.ndarray:
+    """Each row's simulated workgroup cycles at its vector-memory rate (default: its mix of
+    L2- and HBM-served bytes), interpolated between the simulated rates."""
     table = d.cycles[cal.vmem_latency][idx]
     if bytes_per_clk is None:
         bytes_per_clk = effective_bytes_per_clk(cal, d.share[idx])

@@ -12,7 +12,9 @@ turn). Per shape:
   waiting on memory), slower when every CU's MFMA pipes are saturated (round_clocks). The CU's
   vector-memory path moves bytes the L2 serves at one rate and bytes HBM serves at another
   (a cold stream's requests queue in the fabric and at HBM): the workgroup is simulated at the
-  rate of its shape's mix (effective_bytes_per_clk).
+  rate of its shape's mix (effective_bytes_per_clk). The L2 writes half the bytes per clock
+  it reads, and a round's workgroups store D together at their end: each workgroup's D bytes
+  cost it the difference (store_clocks).
 - **memory**: the bytes every workgroup's buffer accesses move (the trace's in-range bytes,
   times the workgroups) over the L2 bandwidth, and the bytes HBM serves over the HBM
   bandwidth: A, B, scales and D once when A and B fit in the Infinity Cache, else what it
@@ -33,7 +35,7 @@ the calibrated constants are global (costs.Calibration).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -93,6 +95,22 @@ def interpolate_cycles(points: dict[int, float], k: int) -> float:
     return points[lo] + slope * (k - lo)
 
 
+def output_bytes(m, n, gdz):
+    """The bytes of D a launch stores: each of its gdz splits of K writes (or adds) all of D
+    (scalars or arrays)."""
+    return m * n * D_BYTES * gdz
+
+
+def store_clocks(cal: Calibration, d_bytes_per_workgroup):
+    """Clocks a workgroup's D stores take beyond what its simulation charges them. The
+    simulation moves every byte through the CU's vector-memory path at the L2's read rate; the
+    L2 writes COST["l2_write_share"] of the bytes per clock it reads, and a round's workgroups
+    store D together at their end, after their main loops, with nothing left to overlap (a
+    kernel whose D is small next to its K pays little)."""
+    read = cal.cu_vmem_bytes_per_clk
+    return d_bytes_per_workgroup * (1.0 / (read * COST["l2_write_share"]) - 1.0 / read)
+
+
 def hbm_bytes(
     tile_m: int,
     tile_n: int,
@@ -112,7 +130,7 @@ def hbm_bytes(
     again keeps about that share of it, not none). Plus D."""
     gdx, gdy, gdz = grid
     row_bytes = k_local * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
-    d_bytes = m * n * D_BYTES * gdz
+    d_bytes = output_bytes(m, n, gdz)
     mall = COST["mall_bytes"]
     footprint = (m + n) * k_local * gdz * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     if footprint <= mall:
@@ -288,8 +306,11 @@ def kernel_time(
     hbm: float,
 ) -> Prediction:
     """Predicted time of one launch (its `geometry`), given the workgroup's simulated cycles
-    at its K and the bytes HBM serves."""
+    at its K and the bytes HBM serves; its D stores' clocks (store_clocks) are added to the
+    workgroup's time and to its vector-memory path's."""
     workgroups, rounds = workgroups_and_rounds(geometry)
+    stores = store_clocks(cal, output_bytes(m, n, geometry.gdz) / workgroups)
+    wg = replace(wg, cycles=wg.cycles + stores, vmem_busy=wg.vmem_busy + stores)
     us, compute_us, l2_us, hbm_us = combine(
         cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm, wg.mfma_busy
     )

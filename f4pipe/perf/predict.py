@@ -23,6 +23,7 @@ from f4pipe.perf import trace as tracing
 from f4pipe.perf.costs import COST, Calibration, CalibrationFile, load_calibration
 from f4pipe.perf.cu import (
     CU_MODEL_VERSION,
+    SIMULATED_COSTS,
     Op,
     WorkgroupCycles,
     decode_ops,
@@ -46,7 +47,7 @@ from f4pipe.spine.toolchain import cache_root
 
 log = logging.getLogger(__name__)
 
-MODEL_ID = "f4pipe-cu-7"  # bump when the model's structure changes
+MODEL_ID = "f4pipe-cu-8"  # bump when the model's structure changes
 
 
 def trace_cache_dir() -> Path:
@@ -137,10 +138,11 @@ class KernelProfile:
 
     def _cycles_path(self) -> Path | None:
         """Simulated cycles, cached on disk beside the traces: they depend only on the traced
-        path, the timing table, the CU model and the key's constants (all in the name)."""
+        path, the timing table's rows the simulation reads, the CU model and the key's
+        constants (all in the name)."""
         if self.digest is None:
             return None
-        table = repr(sorted(COST.items()))
+        table = repr([(row, COST[row]) for row in SIMULATED_COSTS])
         name = hashlib.sha256(f"{self.digest}:{CU_MODEL_VERSION}:{table}".encode()).hexdigest()
         return trace_cache_dir() / f"cycles-{name[:32]}.json"
 
