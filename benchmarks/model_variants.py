@@ -31,7 +31,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -135,8 +135,7 @@ def light_l2(cap: float) -> fit.PredictDesign:
         per_xcd = np.minimum(d.workgroups[idx], COST["num_cu"]) / COST["num_xcd"]
         rate = cal.cu_vmem_bytes_per_clk
         read = np.clip(rate * 32 / np.maximum(per_xcd, 1.0), rate, max(cap, rate))
-        share = d.share[idx]
-        bpc = 1.0 / ((1.0 - share) / read + share / cal.cu_hbm_bytes_per_clk)
+        bpc = model.effective_bytes_per_clk(replace(cal, cu_vmem_bytes_per_clk=read), d.share[idx])
         cyc = fit.simulated_cycles(cal, d, idx, bpc) + model.store_clocks(cal, d.d_bytes[idx])
         return fit.design_time(cal, d, idx, cyc)
 
