@@ -52,8 +52,8 @@ from f4pipe.perf.model import (
     effective_bytes_per_clk,
     hbm_bytes,
     hbm_share,
-    output_bytes,
     store_clocks,
+    workgroup_output_bytes,
     workgroups_and_rounds,
 )
 from f4pipe.perf.predict import MODEL_ID, Predictor
@@ -172,7 +172,7 @@ def design(
     ):
         g = launch_geometry(e.tile_m, e.tile_n, int(m), int(nn), int(k))
         workgroups[i], _rounds = workgroups_and_rounds(g)
-        d_bytes[i] = output_bytes(int(m), int(nn), g.gdz) / workgroups[i]
+        d_bytes[i] = workgroup_output_bytes(int(m), int(nn), g)
         hbm[i] = hbm_bytes(e.tile_m, e.tile_n, int(m), int(nn), g.k_per_tg, g.grid, bool(w))
         klocal[i] = g.k_per_tg
         fracs.append(predictor.profile(e).row_fractions(int(m), int(nn)))

@@ -101,6 +101,13 @@ def output_bytes(m, n, gdz):
     return m * n * D_BYTES * gdz
 
 
+def workgroup_output_bytes(m: int, n: int, geometry: LaunchGeometry) -> float:
+    """The bytes of D one workgroup of a launch stores, on average over its workgroups (edge
+    tiles store fewer)."""
+    workgroups, _rounds = workgroups_and_rounds(geometry)
+    return output_bytes(m, n, geometry.gdz) / workgroups
+
+
 def store_clocks(cal: Calibration, d_bytes_per_workgroup):
     """Clocks a workgroup's D stores take beyond what its simulation charges them. The
     simulation moves every byte through the CU's vector-memory path at the L2's read rate; the
@@ -309,7 +316,7 @@ def kernel_time(
     at its K and the bytes HBM serves; its D stores' clocks (store_clocks) are added to the
     workgroup's time and to its vector-memory path's."""
     workgroups, rounds = workgroups_and_rounds(geometry)
-    stores = store_clocks(cal, output_bytes(m, n, geometry.gdz) / workgroups)
+    stores = store_clocks(cal, workgroup_output_bytes(m, n, geometry))
     wg = replace(wg, cycles=wg.cycles + stores, vmem_busy=wg.vmem_busy + stores)
     us, compute_us, l2_us, hbm_us = combine(
         cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm, wg.mfma_busy
