@@ -12,7 +12,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/spine.smk"
+include: "workflow/rules/codeobj.smk"
 include: "workflow/rules/gemm.smk"
 include: "workflow/rules/safety.smk"
 include: "workflow/rules/edits.smk"

@@ -27,8 +27,8 @@ def install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> N
 
 @nox.session
 def verify(session: nox.Session) -> None:
-    """The full test suite: spine, host side, emulator, pipeline, and lint (tests/test_lint.py);
-    provisions LLVM and the aiter wheel into ~/.cache/f4pipe on first use."""
+    """The full test suite: code objects, host side, emulator, pipeline, and lint
+    (tests/test_lint.py); provisions LLVM and the aiter wheel into ~/.cache/f4pipe on first use."""
     install(session, "test", "lint")
     session.run("pytest", *PYTEST_FLAGS, *session.posargs)
 

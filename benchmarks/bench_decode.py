@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.emu.decode import decode_all
+from f4pipe.arch.decode import decode_all
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.toolchain import cache_root
 from f4pipe.fetch import PypiSource, fetch_aiter
-from f4pipe.spine.codeobject import CodeObject
-from f4pipe.spine.toolchain import cache_root
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.codeobj.toolchain import cache_root
 from f4pipe.emu import EmulatorDevice
 from f4pipe.fetch import PypiSource, fetch_aiter
 from f4pipe.host.gemm import GemmRequest, run_gemm
-from f4pipe.spine.toolchain import cache_root
 
 SINGLE_KERNEL_BUDGET_S = 2.0
 MATRIX_BUDGET_S = 180.0

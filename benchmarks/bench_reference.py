@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from f4pipe.core.layout import SEED_A, SEED_B
 from f4pipe.host.operands import generate_operand
 from f4pipe.host.reference import reference_gemm
-from f4pipe.pipeline.layout import SEED_A, SEED_B
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.codeobj.toolchain import Toolchain, cache_root, find_toolchain
 from f4pipe.edits.trykernel import try_edit
 from f4pipe.fetch import PypiSource, fetch_aiter
-from f4pipe.spine.co2asm import co2asm
-from f4pipe.spine.toolchain import Toolchain, cache_root, find_toolchain
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 TARGET_SECONDS = 5.0

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.codeobj.toolchain import cache_root
 from f4pipe.emu import EmulatorDevice
 from f4pipe.fetch import PypiSource, fetch_aiter
 from f4pipe.host.gemm import GemmRequest, run_gemm
-from f4pipe.spine.toolchain import cache_root
 
 
 def f4gemm_dir() -> Path:

@@ -45,11 +45,11 @@ from predict_accuracy import (
 )
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.aiter.shaperules import is_safe
 from f4pipe.perf import fit, model
 from f4pipe.perf.costs import COST, Calibration, load_calibration
 from f4pipe.perf.history import load_history
 from f4pipe.perf.predict import Predictor
-from f4pipe.shapes.safety import is_safe
 
 
 def round_cost(us_per_round: float) -> fit.PredictDesign:

@@ -14,9 +14,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.codeobj.toolchain import Toolchain, cache_root, find_toolchain
 from f4pipe.fetch import PypiSource, fetch_aiter
-from f4pipe.spine.roundtrip import roundtrip
-from f4pipe.spine.toolchain import Toolchain, cache_root, find_toolchain
+from f4pipe.pipeline.roundtrip import roundtrip
 
 
 def shell_floor(objects: list[Path], tc: Toolchain, work: Path) -> float:

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from f4pipe.aiter.manifest import Manifest, read_manifest
+from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.emu import EmulatorDevice
 from f4pipe.fetch import PypiSource, fetch_aiter
 from f4pipe.host.matrices import get_matrix
-from f4pipe.pipeline.schemas import ArtifactKeys
+from f4pipe.pipeline.edgesweep import sweep
 from f4pipe.pipeline.stages import StageSettings, splitk_stage, verify_stage
-from f4pipe.shapes.edgesweep import sweep
-from f4pipe.spine.toolchain import cache_root
 
 KEYS = ArtifactKeys("bench-aiter", "bench-toolchain", "emulator")
 STAGES = ("verify", "splitk", "safety")

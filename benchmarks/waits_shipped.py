@@ -21,17 +21,12 @@ import time
 from pathlib import Path
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.analysis.hazards import analyse
+from f4pipe.analysis.waits import advise, repairs
+from f4pipe.codeobj.program import Program
+from f4pipe.core.fsio import write_text
 from f4pipe.edits.trykernel import open_devices, quick_cases, thorough_cases
-from f4pipe.emu.hazards import analyse
-from f4pipe.emu.program import Program
-from f4pipe.emu.waits import (
-    advise,
-    first_problem,
-    loosen_in_turn,
-    repairs,
-    verify_loosening,
-)
-from f4pipe.fsio import write_text
+from f4pipe.edits.waitcheck import first_problem, loosen_in_turn, verify_loosening
 from f4pipe.perf.fit import default_f4gemm_dir
 from f4pipe.perf.predict import KernelProfile, wait_change_cycles
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from f4pipe.core.fsio import write_text
 from f4pipe.fetch import GIT_F4GEMM_PATH
-from f4pipe.fsio import write_text
 from f4pipe.perf.fit import HELDBACK_PATH, measured_rows
 from f4pipe.perf.history import row_key
 

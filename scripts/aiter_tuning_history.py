@@ -26,11 +26,11 @@ from pathlib import Path
 import pandas as pd
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, Manifest, read_manifest
+from f4pipe.aiter.tuned import read_tuned
+from f4pipe.core.fsio import write_text
 from f4pipe.fetch import GIT_F4GEMM_PATH
-from f4pipe.fsio import write_text
 from f4pipe.perf.fit import MAIN_TABLE, default_f4gemm_dir, main_table
 from f4pipe.perf.history import HISTORY_PATH, row_key
-from f4pipe.shapes.audit import read_tuned
 
 TABLE_IN_GIT = f"aiter/configs/{MAIN_TABLE}"
 

@@ -1,5 +1,5 @@
 """Cross-check f4pipe's timing rules against LLVM on generated kernels (`nox -s fuzz`,
-`nox -s oracle`): f4pipe.emu.oracle compiles each seed's kernel with llc for gfx950 and checks
+`nox -s oracle`): f4pipe.analysis.oracle compiles each seed's kernel with llc for gfx950 and checks
 that f4pipe adds nothing to LLVM's output and catches every s_nop and s_waitcnt LLVM needed.
 
     python scripts/oracle.py --kernels 400 [--first 1000]
@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from f4pipe.emu.oracle import run
-from f4pipe.spine.toolchain import find_toolchain
+from f4pipe.analysis.oracle import run
+from f4pipe.codeobj.toolchain import find_toolchain
 
 
 def main() -> int:

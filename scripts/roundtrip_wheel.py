@@ -1,7 +1,7 @@
 """Round-trip every code object in the pinned amd-aiter wheel and count the verdicts.
 
 Not part of the pipeline: a measurement for the equivalence checker. Every `.co`
-in the wheel (gfx942 and gfx950, about 2,500) goes through `f4pipe.spine.roundtrip`; each verdict
+in the wheel (gfx942 and gfx950, about 2,500) goes through `f4pipe.pipeline.roundtrip`; each verdict
 and its problems/explanations are written as one JSON line, then grouped by reason.
 
     nice -n 10 python scripts/roundtrip_wheel.py -o wheel-roundtrip.jsonl [--jobs 1] [--sample N]
@@ -21,10 +21,10 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from f4pipe.errors import F4PipeError
+from f4pipe.codeobj.toolchain import find_toolchain
+from f4pipe.core.errors import F4PipeError
 from f4pipe.fetch import PypiSource, ensure_wheel
-from f4pipe.spine.roundtrip import roundtrip
-from f4pipe.spine.toolchain import find_toolchain
+from f4pipe.pipeline.roundtrip import roundtrip
 
 
 def wheel_path() -> Path:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from f4pipe.codeobj.toolchain import Toolchain, cache_root, find_toolchain
 from f4pipe.fetch import PypiSource, extract_wheel_tree, fetch_aiter
-from f4pipe.spine.toolchain import Toolchain, cache_root, find_toolchain
 
 DEFAULT_SOURCE = PypiSource()
 
@@ -42,7 +42,7 @@ def base_asm(toolchain, f4gemm_dir) -> str:
     """co2asm of the kernel the editing tests change (tests/asm_edits.py)."""
     from asm_edits import EDITED_KERNEL
 
-    from f4pipe.spine.co2asm import co2asm
+    from f4pipe.codeobj.co2asm import co2asm
 
     return co2asm(f4gemm_dir / f"{EDITED_KERNEL}.co", toolchain)
 

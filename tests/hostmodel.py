@@ -2,7 +2,7 @@
 
 It exists to test the host flow (buffers, kernarg, layouts, D handling, verification) without
 the emulator or a GPU: launch() reads ONLY bytes at the kernarg's addresses and undoes the
-README layouts with f4pipe.host.numerics' inverse maps (themselves proven against the README's
+README layouts with f4pipe.core.numerics' inverse maps (themselves proven against the README's
 element-wise maps in test_numerics), then writes bf16 D like the kernels do — rounded once
 without a split, bf16 atomic adds of per-chunk partials with one. It is not a model of the
 instructions; the emulator is.
@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from f4pipe.devices.device import DeviceBuffer
-from f4pipe.errors import DeviceError, InputError
-from f4pipe.host.kernarg import unpack_kernarg
-from f4pipe.host.numerics import (
+from f4pipe.core.device import DeviceBuffer
+from f4pipe.core.errors import DeviceError, InputError
+from f4pipe.core.numerics import (
     bf16_bits_to_float,
     dequantize,
     float_to_bf16_bits,
@@ -26,6 +25,7 @@ from f4pipe.host.numerics import (
     unshuffle_b,
     unshuffle_scales,
 )
+from f4pipe.host.kernarg import unpack_kernarg
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Real result sets for the report, archive and compare tests, built by the pipeline's functions.
 
 Nothing here writes a result row by hand: kernels.parquet comes from `f4pipe kernels`, round-trip
-rows from f4pipe.spine.roundtrip on real aiter code objects, verify/splitk rows from the stage
+rows from f4pipe.pipeline.roundtrip on real aiter code objects, verify/splitk rows from the stage
 functions on the gfx950 emulator (small shapes), bench rows from the bench stage (the emulator
 cannot time, so they are "skipped" rows, as on any machine without a gfx950 GPU).
 
@@ -19,22 +19,15 @@ from hostmodel import TimingModelDevice
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
 from f4pipe.cli import main as cli_main
+from f4pipe.codeobj.assemble import assemble
+from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.codeobj.toolchain import Toolchain, write_toolchain_json
+from f4pipe.core.fsio import write_text
+from f4pipe.core.schemas import BENCH, ROUNDTRIP, SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.devices.opendevice import open_device
-from f4pipe.fsio import write_text
 from f4pipe.host.matrices import Case
-from f4pipe.pipeline.schemas import (
-    BENCH,
-    ROUNDTRIP,
-    SPLITK,
-    VERIFY,
-    ArtifactKeys,
-    write_rows,
-)
+from f4pipe.pipeline.roundtrip import roundtrip
 from f4pipe.pipeline.stages import StageSettings, bench_stage, splitk_stage, verify_stage
-from f4pipe.spine.assemble import assemble
-from f4pipe.spine.co2asm import co2asm
-from f4pipe.spine.roundtrip import roundtrip
-from f4pipe.spine.toolchain import Toolchain, write_toolchain_json
 
 EDITED = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x128"  # runs the small shapes below
 SPLITK_KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"

@@ -7,9 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.spine.co2asm import disassemble_text
-from f4pipe.spine.codeobject import CodeObject
-from f4pipe.spine.descriptor import descriptor_fields
+from f4pipe.codeobj.co2asm import disassemble_text
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.descriptor import descriptor_fields
 
 
 def test_f4gemm_headers_descriptors_and_metadata(f4gemm_dir: Path) -> None:

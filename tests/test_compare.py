@@ -18,10 +18,10 @@ from f4pipe.compare.asmfacts import (
     instruction_diff,
     metadata,
 )
+from f4pipe.core.layout import table_file
+from f4pipe.core.schemas import SPLITK, write_rows
 from f4pipe.pipeline.archive import create_archive, tarball_bytes
-from f4pipe.pipeline.layout import table_file
 from f4pipe.pipeline.resultset import ResultSet
-from f4pipe.pipeline.schemas import SPLITK, write_rows
 from f4pipe.report.render import short_kernel
 
 
@@ -97,7 +97,7 @@ def test_a_slower_b_is_judged_against_the_noise_and_fails_compare(result_sets, t
     noise, exit 0."""
     import numpy as np
 
-    from f4pipe.pipeline.schemas import BENCH, read_table
+    from f4pipe.core.schemas import BENCH, read_table
 
     noise = 1 + 0.01 * np.random.default_rng(7).standard_normal(100)
 

@@ -10,11 +10,11 @@ from asm_edits import edited
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.cli import main
+from f4pipe.core.errors import ConfigError, InputError
 from f4pipe.edits import StaticCheckError, build_edit_variant, prepare_edit
 from f4pipe.edits.checks import kernarg_read, lds_extent, registers_of, static_checks
 from f4pipe.edits.listing import read_listing
 from f4pipe.edits.spec import parse_edit_specs
-from f4pipe.errors import ConfigError, InputError
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 STORE = "\tbuffer_store_dwordx4 v[16:19], v158, s[4:7], 0 offen\n"

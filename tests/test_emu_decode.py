@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.emu import isa
-from f4pipe.emu.decode import decode_all, decode_one
-from f4pipe.emu.disasm import format_instruction
+from f4pipe.arch import isa
+from f4pipe.arch.decode import decode_all, decode_one
+from f4pipe.arch.disasm import format_instruction
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.core.errors import EmulatorError
 from f4pipe.emu.handlers import HANDLERS
-from f4pipe.errors import EmulatorError
-from f4pipe.spine.codeobject import CodeObject
 
 _LABEL = re.compile(r"^([0-9a-f]{16}) <(.*)>:$")
 _INSN = re.compile(r"^\t(.*?)\s*// ([0-9A-F]+):")
@@ -143,7 +143,7 @@ def test_scaled_mfma_operand_widths_follow_the_formats(
     the upper halves (the emulator still refuses to execute anything but FP4)."""
     from emu_snippets import assemble
 
-    from f4pipe.emu.program import Program
+    from f4pipe.codeobj.program import Program
 
     code = assemble(
         toolchain,

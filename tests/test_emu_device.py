@@ -1,4 +1,4 @@
-"""EmulatorDevice as an f4pipe.devices.device.Device: buffers, loading, launch state, refusals."""
+"""EmulatorDevice as an f4pipe.core.device.Device: buffers, loading, launch state, refusals."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.devices.device import Device
+from f4pipe.core.device import Device
+from f4pipe.core.errors import EmulatorError
 from f4pipe.emu import EmulatorDevice
-from f4pipe.errors import EmulatorError
 
 
 def test_is_a_device_with_the_emulator_identity() -> None:

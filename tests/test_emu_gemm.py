@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from f4pipe.aiter.manifest import KernelEntry, read_manifest
+from f4pipe.aiter.shaperules import UnsafeShapeError
+from f4pipe.codeobj.assemble import assemble
+from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.core.errors import EmulatorError, NoDeviceError
 from f4pipe.emu import EmulatorDevice, LaunchFault
-from f4pipe.errors import EmulatorError, NoDeviceError
 from f4pipe.host.gemm import GemmRequest, run_gemm
 from f4pipe.host.kernarg import BufferLayout
-from f4pipe.shapes.safety import UnsafeShapeError
-from f4pipe.spine.assemble import assemble
-from f4pipe.spine.co2asm import co2asm
 
 BF16_ROUNDING = 2.0**-8  # max relative error of one bf16 rounding
 CANARY = 0x7FC1  # a bf16 NaN bit pattern no kernel computes
@@ -137,7 +137,7 @@ def test_nobpreshuffle_accesses_past_seed_sized_buffers_are_refused(
     """noBpreShuffle_256x256 reaches outside the buffers the seed layout allocates (hardware
     happens not to fault: the bytes lie in the same pages). The emulator must refuse, naming
     the instruction, rather than invent what lies past an allocation. (The host refuses
-    these shapes unless asked: f4pipe.shapes.safety; its "pad" remedy runs them correctly.)"""
+    these shapes unless asked: f4pipe.aiter.shaperules; its "pad" remedy runs them correctly.)"""
     with pytest.raises(EmulatorError, match=match):
         _run(f4gemm_dir, "noBpreShuffle_256x256", m, n, k, edge_policy="unsafe")
     with pytest.raises(UnsafeShapeError):

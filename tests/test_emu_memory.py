@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from emu_snippets import make_executor, u32
 
+from f4pipe.core.errors import EmulatorError
 from f4pipe.emu.memory import GlobalMemory
-from f4pipe.errors import EmulatorError
 
 LANE = np.arange(64)
 

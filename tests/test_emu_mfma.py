@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from emu_snippets import make_executor
 
-from f4pipe.host.numerics import e8m0_to_float, fp4_to_float
+from f4pipe.core.numerics import e8m0_to_float, fp4_to_float
 
 RNG = np.random.default_rng(20260)
 

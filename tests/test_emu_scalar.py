@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from emu_snippets import make_executor
 
-from f4pipe.errors import EmulatorError
+from f4pipe.core.errors import EmulatorError
 
 
 def _run(toolchain, asm: str, sgprs: dict[int, int] | None = None, **kw):

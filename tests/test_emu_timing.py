@@ -1,4 +1,4 @@
-"""The emulator's timing model (f4pipe.emu.timing): memory counters, LDS visibility between
+"""The emulator's timing model (f4pipe.analysis.timing): memory counters, LDS visibility between
 waves, and the gfx950 wait-state rule table. Each case is a snippet assembled by the real
 llvm-mc and run on waves of the emulator; a correct variant (with the wait) runs beside each
 broken one, so every check is shown able to pass and to fail."""
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from emu_snippets import make_executor
 
-from f4pipe.emu.decode import Instruction, Operand
-from f4pipe.emu.effects import effects_of
-from f4pipe.emu.hazards import timing_model
+from f4pipe.analysis.hazards import timing_model
+from f4pipe.analysis.timing import HazardReport, LdsWords, TimingRun
+from f4pipe.arch.decode import Instruction, Operand
+from f4pipe.arch.effects import effects_of
+from f4pipe.arch.waitstates import RULES, check_window
 from f4pipe.emu.memory import GlobalMemory
-from f4pipe.emu.timing import HazardReport, LdsWords, TimingRun
-from f4pipe.emu.waitstates import RULES, check_window
 
 
 def run_timed(toolchain, asm: str, *, waves_per_group: int = 1, memory=None) -> HazardReport:
@@ -555,7 +555,7 @@ def test_the_lds_pool_is_reused_without_clearing_and_stale_tags_read_as_retired(
     ],
 )
 def test_fields_the_emulator_does_not_model_are_refused_by_name(toolchain, asm, field) -> None:
-    from f4pipe.errors import EmulatorError
+    from f4pipe.core.errors import EmulatorError
 
     ex = make_executor(toolchain, asm)
     with pytest.raises(EmulatorError, match=re.escape(field)):

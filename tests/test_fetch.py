@@ -18,7 +18,9 @@ import pytest
 from f4pipe.aiter.aiterdir import AiterDir
 from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
 from f4pipe.cli import main
-from f4pipe.errors import ChecksumError, ConfigError, FetchError, ManifestError
+from f4pipe.core.errors import ChecksumError, ConfigError, FetchError, ManifestError
+from f4pipe.core.fsio import sha256_file
+from f4pipe.core.layout import PROVENANCE_JSON
 from f4pipe.fetch import (
     DEFAULT_PACKAGE,
     DEFAULT_VERSION,
@@ -32,8 +34,6 @@ from f4pipe.fetch import (
     fetch_aiter,
     wheel_cache_dir,
 )
-from f4pipe.fsio import sha256_file
-from f4pipe.pipeline.layout import PROVENANCE_JSON
 
 PYPI = {"kind": "pypi", "package": DEFAULT_PACKAGE, "version": DEFAULT_VERSION}
 TUNED = "a4w4_blockscale_tuned_gemm.csv"

@@ -1,5 +1,5 @@
-"""`--fit-resources` (f4pipe.edits.fit) and the kernel-descriptor field table
-(f4pipe.spine.descriptor)
+"""`--fit-resources` (f4pipe.edits.resources) and the kernel-descriptor field table
+(f4pipe.codeobj.descriptor)
 on real code: aiter's f4gemm kernels through co2asm, and a small gfx950 kernel written here,
 each assembled by the provisioned llvm-mc / ld.lld. A fitted object must be one that
 llvm-readelf and llvm-objdump read, the emulator loads and runs, and the HIP shim's launch
@@ -14,19 +14,11 @@ import numpy as np
 import pytest
 from asm_edits import edited
 
+from f4pipe.arch import gfx950
 from f4pipe.cli import main
-from f4pipe.edits.checks import static_checks
-from f4pipe.edits.fit import ResourceError, fit_and_assemble
-from f4pipe.edits.listing import read_listing
-from f4pipe.edits.trykernel import try_edit
-from f4pipe.emu import EmulatorDevice
-from f4pipe.emu.program import Program
-from f4pipe.hipshim.backend import Launch, check_launch, read_kernels
-from f4pipe.host.kernarg import launch_geometry
-from f4pipe.spine import gfx950
-from f4pipe.spine.co2asm import co2asm
-from f4pipe.spine.codeobject import CodeObject
-from f4pipe.spine.descriptor import (
+from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.descriptor import (
     accum_offset,
     allocated_vgprs,
     descriptor_bits,
@@ -34,6 +26,14 @@ from f4pipe.spine.descriptor import (
     fields_at,
     with_fields,
 )
+from f4pipe.codeobj.program import Program
+from f4pipe.edits.checks import static_checks
+from f4pipe.edits.listing import read_listing
+from f4pipe.edits.resources import ResourceError, fit_and_assemble
+from f4pipe.edits.trykernel import try_edit
+from f4pipe.emu import EmulatorDevice
+from f4pipe.hipshim.backend import Launch, check_launch, read_kernels
+from f4pipe.host.kernarg import launch_geometry
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 KERNEL_FULL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"  # v0..v250 and a0..a255

@@ -27,12 +27,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, parse_manifest_text
-from f4pipe.emu.program import Program
-from f4pipe.errors import F4PipeError
+from f4pipe.aiter.tuned import read_tuned
+from f4pipe.codeobj.co2asm import check_reassembles, co2asm
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.program import Program
+from f4pipe.core.errors import F4PipeError
 from f4pipe.pipeline.archive import SUMS_NAME, check_archive, tarball_bytes
-from f4pipe.shapes.audit import read_tuned
-from f4pipe.spine.co2asm import check_reassembles, co2asm
-from f4pipe.spine.codeobject import CodeObject
 
 settings.register_profile(
     "ci",

@@ -11,7 +11,7 @@ from hostmodel import HostModelDevice, TimingModelDevice
 
 import f4pipe.devices.opendevice as device_module
 from f4pipe.cli import main
-from f4pipe.errors import InputError, ShapeError
+from f4pipe.core.errors import InputError, ShapeError
 from f4pipe.host.gemm import GemmRequest, run_gemm, tflops
 from f4pipe.host.kernarg import unpack_kernarg
 
@@ -28,7 +28,7 @@ def run(manifest, name, request, device=None):
     "name", ["BpreShuffle_256x256", "noBpreShuffle_256x256", "BpreShuffle_96x640"]
 )
 def test_host_flow_verifies(manifest, name):
-    # M=300 is an M edge noBpreShuffle does not bound (f4pipe.shapes.safety): it runs padded
+    # M=300 is an M edge noBpreShuffle does not bound (f4pipe.aiter.shaperules): it runs padded
     policy = "pad" if name.startswith("no") else "refuse"
     result = run(manifest, name, GemmRequest(300, 2048, 1024, edge_policy=policy))
     v = result.verification

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.core.errors import NoDeviceError
 from f4pipe.devices.hipdevice import HipDevice
 from f4pipe.emu import EmulatorDevice
-from f4pipe.errors import NoDeviceError
 from f4pipe.host.gemm import GemmRequest, run_gemm
 
 pytestmark = pytest.mark.hardware

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.analysis.hazards import analyse
+from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.codeobj.program import Program
 from f4pipe.edits.trykernel import quick_cases, try_edit
-from f4pipe.emu.hazards import analyse
-from f4pipe.emu.program import Program
 from f4pipe.host.matrices import Case
-from f4pipe.spine.co2asm import co2asm
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_BpreShuffle_"
 

@@ -9,7 +9,7 @@ import pytest
 
 from f4pipe.aiter.heuristic import DEFAULT_NUM_CU, select_kernel
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.errors import ShapeError
+from f4pipe.core.errors import ShapeError
 from f4pipe.host.matrices import SEED_HEURISTIC
 
 # The seed's run_tests.sh heuristic shapes, from the one place they are defined.

@@ -17,6 +17,7 @@ try:  # where hip-python keeps its `extra` wrapper: rocm.bindings from 10.0 on, 
 except ImportError:
     from hip._hip_helpers import HipModuleLaunchKernel_extra
 
+from f4pipe.core.errors import DeviceError, HipVersionError, NoDeviceError
 from f4pipe.devices.hipdevice import (
     HipDevice,
     KernargExtra,
@@ -27,7 +28,6 @@ from f4pipe.devices.hipdevice import (
     fit_kernarg,
 )
 from f4pipe.devices.opendevice import open_device
-from f4pipe.errors import DeviceError, HipVersionError, NoDeviceError
 from f4pipe.host.kernarg import KERNARG_SIZE, pack_kernarg
 
 HAS_HIP_RUNTIME = ctypes.util.find_library("amdhip64") is not None

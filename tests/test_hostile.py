@@ -20,13 +20,13 @@ import pytest
 from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.cli import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK
 from f4pipe.cli import main as cli_main
-from f4pipe.emu.program import Program
-from f4pipe.errors import EmulatorError, InputError
-from f4pipe.fsio import json_text
+from f4pipe.codeobj.codeobject import NT_AMDGPU_METADATA, CodeObject
+from f4pipe.codeobj.equivalence import EXPLAINED_RELRO_PADDING, compare
+from f4pipe.codeobj.program import Program
+from f4pipe.core.errors import EmulatorError, InputError
+from f4pipe.core.fsio import json_text
+from f4pipe.core.schemas import read_table
 from f4pipe.pipeline.archive import SUMS_NAME, check_archive, tarball_bytes
-from f4pipe.pipeline.schemas import read_table
-from f4pipe.spine.codeobject import NT_AMDGPU_METADATA, CodeObject
-from f4pipe.spine.equivalence import EXPLAINED_RELRO_PADDING, compare
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x128"
 SMALL = ["-m", "32", "-n", "256", "-k", "256", "--device", "emulator"]
@@ -248,7 +248,7 @@ def test_emulator_refuses_a_corrupt_descriptor(
 def test_a_granule_of_0_is_the_legal_minimum(co_bytes):
     """Granule 0 allocates 8 VGPRs (and the SGPR minimum): a small kernel that fits is valid;
     one whose metadata uses a register more is refused."""
-    from f4pipe.emu.program import check_descriptor
+    from f4pipe.codeobj.program import check_descriptor
 
     kd_at = descriptor_offset(co_bytes)
     kd = bytearray(co_bytes[kd_at : kd_at + 64])
@@ -505,7 +505,7 @@ def test_co2asm_names_the_line_llvm_rejects(capsys, co_bytes, tmp_path):
 
 @pytest.fixture
 def rebuilt(f4gemm_dir, toolchain, tmp_path) -> Path:
-    from f4pipe.spine.roundtrip import roundtrip
+    from f4pipe.pipeline.roundtrip import roundtrip
 
     return roundtrip(f4gemm_dir / f"{KERNEL}.co", tmp_path / "rt", toolchain).rebuilt
 
@@ -599,7 +599,7 @@ def test_duplicate_symbols_are_not_equivalent(rebuilt, toolchain, tmp_path, co_b
 
 def test_relro_padding_of_newer_lld_is_explained(aiter_hsa_dir, toolchain, tmp_path):
     """A gfx942 fmoe object linked by "AMD LLD 17" has no .relro_padding; the rebuilt one does."""
-    from f4pipe.spine.roundtrip import roundtrip
+    from f4pipe.pipeline.roundtrip import roundtrip
 
     src = next(aiter_hsa_dir.rglob("fmoe_fp8_g1u1_subGU_448_silu_tkw1.co"))
     assert ".relro_padding" not in CodeObject.read(src).sections
@@ -612,7 +612,7 @@ def test_relro_padding_of_newer_lld_is_explained(aiter_hsa_dir, toolchain, tmp_p
 def test_relro_padding_is_not_a_blanket_excuse(aiter_hsa_dir, toolchain, tmp_path):
     """The same pair with the original's PT_GNU_RELRO shortened: the padding no longer ends
     where RELRO does, so it is not explained and the pair is not equivalent."""
-    from f4pipe.spine.roundtrip import roundtrip
+    from f4pipe.pipeline.roundtrip import roundtrip
 
     src = next(aiter_hsa_dir.rglob("fmoe_fp8_g1u1_subGU_448_silu_tkw1.co"))
     rebuilt = roundtrip(src, tmp_path / "rt", toolchain).rebuilt
@@ -632,12 +632,12 @@ def test_relro_padding_is_not_a_blanket_excuse(aiter_hsa_dir, toolchain, tmp_pat
 
 
 def test_internal_error_is_exit_3_with_traceback_only_under_debug(capsys, monkeypatch):
-    import f4pipe.cli.spine as spine
+    import f4pipe.cli.codeobj as codeobj_cli
 
     def bug(args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(spine, "cmd_toolchain", bug)
+    monkeypatch.setattr(codeobj_cli, "cmd_toolchain", bug)
     code = cli_main(["toolchain"])
     err = capsys.readouterr().err
     assert code == EXIT_INTERNAL

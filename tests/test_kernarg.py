@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from f4pipe.errors import ShapeError
+from f4pipe.core.errors import ShapeError
 from f4pipe.host.kernarg import (
     KERNARG_FIELDS,
     KERNARG_SIZE,

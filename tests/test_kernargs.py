@@ -1,4 +1,4 @@
-"""Which kernel arguments the shipped kernels use (f4pipe.emu.kernargs), read statically and
+"""Which kernel arguments the shipped kernels use (f4pipe.analysis.kernargs), read statically and
 checked against what the emulator computes from the same bytes."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from f4pipe.analysis.kernargs import ignored_field, kernarg_loads
 from f4pipe.cli import main
 from f4pipe.emu import EmulatorDevice
-from f4pipe.emu.kernargs import ignored_field, kernarg_loads
 from f4pipe.host.gemm import GemmRequest, run_gemm
 from f4pipe.host.kernarg import KERNARG_BY_NAME
 

@@ -1,6 +1,6 @@
 """One definition per fact: the workflow, the config schema and the code take the
 result-set layout, the stages, the variants, the edit-name rule, the device kinds and the shape
-matrices from f4pipe.pipeline.layout and f4pipe.host.matrices; these tests fail when one of them
+matrices from f4pipe.core.layout and f4pipe.host.matrices; these tests fail when one of them
 drifts."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from f4pipe.core import layout
+from f4pipe.core.schemas import TABLE_SCHEMAS
 from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX
-from f4pipe.pipeline import layout
-from f4pipe.pipeline.schemas import TABLE_SCHEMAS
 from f4pipe.pipeline.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def test_the_commands_default_matrices_are_the_configs() -> None:
 
 
 def test_the_rules_spell_no_result_set_path_of_their_own() -> None:
-    """Every directory and file name of a result set that f4pipe.pipeline.layout defines reaches the
+    """Every directory and file name of a result set that f4pipe.core.layout defines reaches the
     rules through it (common.smk's TOOLCHAIN, REPORT, ROUNDTRIP, VARIANT_DIRS, ...), never
     as a string of its own."""
     names = {

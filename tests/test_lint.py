@@ -1,5 +1,7 @@
 """Lint is part of the test suite, so CI's one command (`nox -s verify`, .ci/run) runs it:
-ruff (check and format) on the Python, snakefmt and `snakemake --lint` on the workflow.
+ruff (check and format) on the Python, snakefmt and `snakemake --lint` on the workflow, the
+package layers (`lint-imports`, pyproject's [tool.importlinter]) and unused code in the package
+(`vulture`, pyproject's [tool.vulture]).
 `nox -s lint` runs just this file. Each check is the tool itself; a finding fails with the
 tool's own output."""
 
@@ -19,6 +21,7 @@ CHECKS = {
     "ruff format": ["ruff", "format", "--check", *PYTHON_PATHS],
     "snakefmt": ["snakefmt", "--check", "Snakefile", "workflow/rules"],
     "snakemake --lint": [sys.executable, "-m", "snakemake", "--lint", "--cores", "1"],
+    "lint-imports": ["lint-imports"],
 }
 
 
@@ -29,3 +32,14 @@ def test_lint(name: str) -> None:
     assert tool is not None, f"{cmd[0]} is not installed: pip install -e '.[lint]'"
     out = subprocess.run([tool, *cmd[1:]], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, f"{' '.join(cmd)}:\n{out.stdout}\n{out.stderr}"
+
+
+def test_no_unused_code_in_the_package() -> None:
+    """vulture reads the tests, scripts and benchmarks too (a name they use is used), but
+    reports only the package: pytest fixtures and benchmark scaffolding are not its business."""
+    tool = shutil.which("vulture", path=str(Path(sys.executable).parent)) or shutil.which("vulture")
+    assert tool is not None, "vulture is not installed: pip install -e '.[lint]'"
+    out = subprocess.run([tool], cwd=ROOT, capture_output=True, text=True)
+    unused = [line for line in out.stdout.splitlines() if line.startswith("f4pipe/")]
+    assert out.returncode in (0, 3), out.stderr  # 3: vulture found something
+    assert unused == [], "\n".join(unused)

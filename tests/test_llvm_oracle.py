@@ -1,4 +1,4 @@
-"""LLVM as the independent check of f4pipe's timing rules (f4pipe.emu.oracle): a fixed set of
+"""LLVM as the independent check of f4pipe's timing rules (f4pipe.analysis.oracle): a fixed set of
 generated kernels compiled by the provisioned llc for gfx950, where f4pipe must add nothing to
 LLVM's output and catch every s_nop and s_waitcnt LLVM needed, each disagreement explained by
 a documented class (docs/reference/timing.md, section D)."""
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from f4pipe.emu import oracle, waitstates
-from f4pipe.spine.toolchain import llc_path
+from f4pipe.analysis import oracle
+from f4pipe.arch import waitstates
+from f4pipe.codeobj.toolchain import llc_path
 
 #: The CI set: seeds 0..26 and three that meet the explained classes 0..26 do not (nox -s fuzz
 #: runs 400 more from seed 1000).
@@ -55,7 +56,7 @@ def test_a_rule_f4pipe_lacked_would_be_caught(toolchain, tmp_path, monkeypatch) 
 def test_a_wait_f4pipe_misread_would_be_caught(toolchain, tmp_path, monkeypatch) -> None:
     """The counter side too: if f4pipe let lgkmcnt(N > 0) retire a scalar load, loosening
     LLVM's lgkmcnt(0) would expose it without f4pipe noticing."""
-    from f4pipe.emu import timing
+    from f4pipe.analysis import timing
 
     real = timing.TimingModel._step
 

@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from f4pipe.aiter.aiterdir import AiterDir, aiter_id_of, tuned_tables_of
-from f4pipe.aiter.locate import fetched_aiter_dir, locate_co_dir
 from f4pipe.cli import main
-from f4pipe.errors import ManifestError, ToolchainError
+from f4pipe.cli.locate import fetched_aiter_dir, locate_co_dir
+from f4pipe.codeobj import toolchain as toolchain_module
+from f4pipe.codeobj.toolchain import find_toolchain
+from f4pipe.core.errors import ManifestError, ToolchainError
 from f4pipe.fetch import aiter_id_for, fetch_aiter
-from f4pipe.spine import toolchain as toolchain_module
-from f4pipe.spine.toolchain import find_toolchain
 
 TUNED = "a4w4_blockscale_tuned_gemm.csv"
 

@@ -21,11 +21,11 @@ from f4pipe.aiter.lookup import (
 )
 from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.aiter.tables import CONFIGS_PATH
+from f4pipe.aiter.traffic import ShapeSpec, groups, read_shapes
+from f4pipe.aiter.tuned import read_tuned
 from f4pipe.cli import main
+from f4pipe.core.schemas import COVERAGE, read_table
 from f4pipe.fetch import GitSource, fetch_aiter
-from f4pipe.pipeline.schemas import COVERAGE, read_table
-from f4pipe.shapes.audit import read_tuned
-from f4pipe.shapes.traffic import ShapeSpec, groups, read_shapes
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 N, K = 7168, 4608
@@ -369,7 +369,7 @@ def test_a_git_source_with_2026_tables_is_looked_up_by_gfx_and_its_merge_refused
 def test_audit_rows_carry_what_the_lookup_makes_of_them(f4gemm_dir, tmp_path, capsys):
     """The wheel's asm rows at M=4 and M=8 are reached only by their own M (M=3 pads to 16,
     M=5-7 to 16 as well); the report lists them per table."""
-    from f4pipe.pipeline.schemas import AUDIT
+    from f4pipe.core.schemas import AUDIT
     from f4pipe.report.sections import Section, _lookup_counts, _lookup_view
 
     out = tmp_path / "audit.parquet"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, find_f4gemm_dir, parse_manifest_text, read_manifest
-from f4pipe.errors import ManifestError
+from f4pipe.core.errors import ManifestError
 
 HEADER_WHEEL = "tile_m,tile_n,splitK,bpreshuffle,knl_name,co_name"
 HEADER_HEAD = "tile_M,tile_N,splitK,bpreshuffle,knl_name,co_name"

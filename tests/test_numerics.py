@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from f4pipe.errors import ShapeError
-from f4pipe.host.numerics import (
+from f4pipe.core.errors import ShapeError
+from f4pipe.core.numerics import (
     bf16_bits_to_float,
     dequantize,
     e8m0_to_float,

@@ -9,11 +9,11 @@ import time
 import pytest
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.core.layout import EMULATOR_DEVICE_ID
+from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.devices.opendevice import open_device
 from f4pipe.host.matrices import Case
-from f4pipe.pipeline.layout import EMULATOR_DEVICE_ID
 from f4pipe.pipeline.parallel import map_ordered, workers_for
-from f4pipe.pipeline.schemas import ArtifactKeys
 from f4pipe.pipeline.stages import StageSettings, verify_stage
 
 KEYS = ArtifactKeys("aiter-test", "llvm-test", "none")

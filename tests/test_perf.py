@@ -15,10 +15,10 @@ import pytest
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.cli import main
+from f4pipe.codeobj.assemble import assemble
 from f4pipe.perf.costs import COST, load_calibration
 from f4pipe.perf.fit import M_RANGES, by_range, measured_rows, noise_ceiling, recorded_rank
 from f4pipe.perf.predict import KernelProfile, Predictor, predict_profile, predicted_change
-from f4pipe.spine.assemble import assemble
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 #: A shape where the 32x128 kernel's main loop dominates: 256 workgroups, K = 8192.
@@ -409,8 +409,8 @@ def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
     """Two rows of the wheel's tuned table: M=1 with 64x128 (8.6 us) and M=16 with 192x256
     (21.3 us, at the same N and K). The re-tune columns name a predicted faster safe kernel for
     the second, with a positive gain, and the table stays valid against its schema."""
-    from f4pipe.pipeline.schemas import AUDIT, ArtifactKeys, table_from_rows
-    from f4pipe.shapes.audit import audit_tuned, retune_candidates
+    from f4pipe.core.schemas import AUDIT, ArtifactKeys, table_from_rows
+    from f4pipe.pipeline.audit import audit_tuned, retune_candidates
 
     header = "cu_num,M,N,K,kernelId,splitK,us,kernelName,tflops,bw,errRatio\n"
     csv = tmp_path / "tuned.csv"
@@ -726,7 +726,7 @@ def test_the_noise_ceiling_falls_as_the_noise_grows_and_counts_unranked_rows_as_
 def test_a_re_tune_candidate_reads_b_in_the_recorded_kernel_s_layout(f4gemm_dir):
     """noBpreShuffle_256x256 is the only kernel that reads B unshuffled: a row recorded with it
     can only be re-tuned to itself, however fast the pre-shuffled kernels are predicted."""
-    from f4pipe.shapes.audit import retune_fields
+    from f4pipe.pipeline.audit import retune_fields
 
     manifest = read_manifest(f4gemm_dir)
     predictor = Predictor(manifest)

@@ -165,7 +165,7 @@ def test_independent_mfmas_back_to_back_share_the_pipe(toolchain) -> None:
 
 def test_an_mfma_accumulating_onto_the_last_result_is_ordered_by_the_pipe(toolchain) -> None:
     # MFMA 2 reads MFMA 1's a[0:3] as SrcC: the pipe orders the two (an exact SrcC overlap
-    # needs 0 wait states, f4pipe.emu.waitstates rule B3.5), so it starts at 16, not at
+    # needs 0 wait states, f4pipe.arch.waitstates rule B3.5), so it starts at 16, not at
     # 16 + writeback; its result is ready at 32 + writeback; the read costs one slot:
     # 2 x 16 + writeback + issue
     busy = FP4_PASSES * COST["mfma_pass_cycles"]

@@ -22,8 +22,8 @@ from workflow_run import (
 )
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
-from f4pipe.fsio import json_text
-from f4pipe.pipeline.layout import ARCHIVES_DIR, EVERY_KERNEL, FACTS_DIR, STORE_DIR
+from f4pipe.core.fsio import json_text
+from f4pipe.core.layout import ARCHIVES_DIR, EVERY_KERNEL, FACTS_DIR, STORE_DIR
 
 
 @pytest.fixture(scope="module")

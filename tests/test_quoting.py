@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
-from f4pipe.pipeline.layout import FACTS_DIR, table_file
+from f4pipe.core.layout import FACTS_DIR, table_file
 
 REPO = Path(__file__).resolve().parents[1]
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"

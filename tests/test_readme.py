@@ -36,8 +36,8 @@ from workflow_run import make_local_aiter
 
 from f4pipe.aiter.aiterdir import AiterDir
 from f4pipe.cli import COMMANDS as F4PIPE_COMMANDS
+from f4pipe.codeobj.toolchain import cache_root
 from f4pipe.fetch import aiter_id_for
-from f4pipe.spine.toolchain import cache_root
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

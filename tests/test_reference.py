@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from f4pipe.errors import InputError
+from f4pipe.core.errors import InputError
 from f4pipe.host.operands import OperandDistribution, generate_operand
 from f4pipe.host.reference import reference_gemm
 

@@ -10,10 +10,10 @@ from resultsets import EDITED, KERNELS, SPLITK_CASES, VERIFY_CASES
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.cli import main as cli_main
-from f4pipe.fsio import sha256_file
-from f4pipe.pipeline.layout import SEED_SPLITK_ERR_PCT
+from f4pipe.core.fsio import sha256_file
+from f4pipe.core.layout import SEED_SPLITK_ERR_PCT
+from f4pipe.core.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.pipeline.resultset import ResultSet
-from f4pipe.pipeline.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.pipeline.stages import NO_DEVICE_REASON, StageSettings, splitk_stage, verify_stage
 from f4pipe.report import build_report
 from f4pipe.report.render import short_kernel
@@ -141,8 +141,8 @@ def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
 
 def test_safety_section_draws_the_kernel_by_edge_class_heatmap(tmp_path):
     """Worst verdict per (kernel, edge class), as a table and as a heatmap beside it."""
+    from f4pipe.aiter.shaperules import EDGE_CLASSES
     from f4pipe.report.sections import safety_section
-    from f4pipe.shapes.safety import EDGE_CLASSES
 
     def row(kernel, edge, verdict, policy="unsafe"):
         return {

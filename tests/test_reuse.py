@@ -17,14 +17,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, read_manifest
+from f4pipe.aiter.shaperules import is_safe
 from f4pipe.cli import main
-from f4pipe.emu.program import executed_digest
+from f4pipe.codeobj.assemble import assemble
+from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.codeobj.program import executed_digest
+from f4pipe.core.fsio import write_text
+from f4pipe.core.schemas import ADDED_COLUMNS, VERIFY, read_table
 from f4pipe.fetch import extract_wheel_file
-from f4pipe.fsio import write_text
-from f4pipe.pipeline.schemas import ADDED_COLUMNS, VERIFY, read_table
-from f4pipe.shapes.safety import is_safe
-from f4pipe.spine.assemble import assemble
-from f4pipe.spine.co2asm import co2asm
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 SHAPE = "32,256,512"

@@ -10,11 +10,11 @@ import pytest
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.cli import main
-from f4pipe.errors import CodeObjectError
-from f4pipe.spine.co2asm import co2asm, encode_granulated_sgpr, invert_next_free_sgpr
-from f4pipe.spine.codeobject import CodeObject
-from f4pipe.spine.equivalence import EXPLAINED_MFMA_SCALE, compare
-from f4pipe.spine.roundtrip import roundtrip
+from f4pipe.codeobj.co2asm import co2asm, encode_granulated_sgpr, invert_next_free_sgpr
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.equivalence import EXPLAINED_MFMA_SCALE, compare
+from f4pipe.core.errors import CodeObjectError
+from f4pipe.pipeline.roundtrip import roundtrip
 
 KERNEL_256 = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
 
@@ -110,7 +110,7 @@ def test_objects_needing_13_sgpr_granules_reassemble(
     aiter_hsa_dir: Path, toolchain, tmp_path
 ) -> None:
     """Where the seed's subtract-6 rule yields 106 and the assembler says 'value out of range'."""
-    from f4pipe.spine.descriptor import field
+    from f4pipe.codeobj.descriptor import field
 
     found = None
     for p in sorted((aiter_hsa_dir / "gfx942").rglob("*.co")):

@@ -1,4 +1,4 @@
-"""Shape-edge safety: the rules (f4pipe.shapes.safety) against the emulator, the static evidence,
+"""Shape-edge safety: the rules (f4pipe.aiter.shaperules) against the emulator, the static evidence,
 the heuristic and `f4pipe gemm` refusing unsafe pairs, the padded remedy, and the audit of
 aiter's tuned table. The full 35-kernel sweep runs in the pipeline (`safety` rule); here a
 kernel of each store class runs the same sweep."""
@@ -12,15 +12,7 @@ import numpy as np
 import pytest
 
 from f4pipe.aiter.heuristic import select_kernel
-from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, main
-from f4pipe.emu import EmulatorDevice, SharedRuns
-from f4pipe.errors import ShapeError
-from f4pipe.fetch import extract_wheel_file
-from f4pipe.host.gemm import GemmRequest, run_gemm
-from f4pipe.pipeline.schemas import AUDIT, SAFETY, ArtifactKeys, table_from_rows
-from f4pipe.shapes.audit import audit_tuned, read_tuned
-from f4pipe.shapes.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
-from f4pipe.shapes.safety import (
+from f4pipe.aiter.shaperules import (
     EDGE_CLASSES,
     STORE_CHUNK32,
     STORE_FULL_TILE,
@@ -28,6 +20,15 @@ from f4pipe.shapes.safety import (
     edge_rule,
     is_safe,
 )
+from f4pipe.aiter.tuned import read_tuned
+from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, main
+from f4pipe.core.errors import ShapeError
+from f4pipe.core.schemas import AUDIT, SAFETY, ArtifactKeys, table_from_rows
+from f4pipe.emu import EmulatorDevice, SharedRuns
+from f4pipe.fetch import extract_wheel_file
+from f4pipe.host.gemm import GemmRequest, run_gemm
+from f4pipe.pipeline.audit import audit_tuned
+from f4pipe.pipeline.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 KEYS = ArtifactKeys("test-aiter", "test-toolchain", "emulator")
@@ -305,8 +306,8 @@ def test_an_audit_table_from_before_the_new_columns_still_reads(manifest, tuned_
     """An archived audit.parquet without the columns added later reads with nulls there."""
     import pyarrow.parquet as pq
 
-    from f4pipe.errors import InputError
-    from f4pipe.pipeline.schemas import ADDED_COLUMNS, read_table, write_rows
+    from f4pipe.core.errors import InputError
+    from f4pipe.core.schemas import ADDED_COLUMNS, read_table, write_rows
 
     rows = audit_tuned(tuned_csv, manifest, KEYS, emulate=False)[:5]
     path = tmp_path / "audit.parquet"
@@ -323,9 +324,9 @@ def test_an_audit_table_from_before_the_new_columns_still_reads(manifest, tuned_
 def test_report_shows_the_safety_table_and_the_audit(
     manifest, subset_rows, tuned_csv, f4gemm_dir, toolchain, tmp_path
 ) -> None:
-    from f4pipe.pipeline.schemas import write_rows
+    from f4pipe.codeobj.toolchain import write_toolchain_json
+    from f4pipe.core.schemas import write_rows
     from f4pipe.report import build_report
-    from f4pipe.spine.toolchain import write_toolchain_json
 
     res = tmp_path / "test-aiter"
     res.mkdir()

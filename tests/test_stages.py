@@ -9,9 +9,9 @@ from hostmodel import HostModelDevice
 
 import f4pipe.devices.opendevice as device_module
 from f4pipe.cli import main
+from f4pipe.core.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, read_table, table_from_rows
 from f4pipe.host.matrices import MATRICES, Case, get_matrix, kernels_that_may_run, parse_case
 from f4pipe.perf.costs import load_calibration
-from f4pipe.pipeline.schemas import BENCH, SPLITK, VERIFY, ArtifactKeys, read_table, table_from_rows
 from f4pipe.pipeline.stages import (
     BENCH_NOT_HARDWARE_REASON,
     PREDICTED,

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from f4pipe.cli import main
-from f4pipe.errors import ToolchainError
-from f4pipe.spine.toolchain import (
+from f4pipe.codeobj.toolchain import (
     TOOLS,
     _nothing_found_message,
     find_toolchain,
@@ -17,6 +16,7 @@ from f4pipe.spine.toolchain import (
     probe_dir,
     read_toolchain_json,
 )
+from f4pipe.core.errors import ToolchainError
 
 
 @pytest.mark.network

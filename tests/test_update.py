@@ -25,13 +25,13 @@ from conftest import DEFAULT_SOURCE
 from workflow_run import REPO, snakemake
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
+from f4pipe.aiter.shaperules import is_safe
 from f4pipe.aiter.tables import CONFIGS_PATH
+from f4pipe.aiter.tuned import read_tuned
+from f4pipe.codeobj.assemble import assemble
+from f4pipe.codeobj.co2asm import co2asm
 from f4pipe.fetch import GIT_F4GEMM_PATH, extract_wheel_file
 from f4pipe.report.render import short_kernel
-from f4pipe.shapes.audit import read_tuned
-from f4pipe.shapes.safety import is_safe
-from f4pipe.spine.assemble import assemble
-from f4pipe.spine.co2asm import co2asm
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_BpreShuffle_"
 EDITED = f"{PREFIX}256x128"  # one instruction edited: it then computes wrong D

@@ -1,4 +1,4 @@
-"""Waits computed (f4pipe.emu.waits, `f4pipe waits`): on llvm-mc-assembled snippets whose
+"""Waits computed (f4pipe.analysis.waits, `f4pipe waits`): on llvm-mc-assembled snippets whose
 loosest waits are derived by hand from the in-order counter rules, and on a shipped kernel
 whose every loosening the emulator then tries."""
 
@@ -11,12 +11,13 @@ import pytest
 from emu_snippets import assemble
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.analysis.hazards import build_cfg
+from f4pipe.analysis.waits import advise, encode_waitcnt, patch_waits, states_by_pc
+from f4pipe.arch.effects import decode_waitcnt
 from f4pipe.cli import main
+from f4pipe.codeobj.program import Program
 from f4pipe.edits.trykernel import open_devices, quick_cases
-from f4pipe.emu.effects import decode_waitcnt
-from f4pipe.emu.hazards import build_cfg
-from f4pipe.emu.program import Program
-from f4pipe.emu.waits import advise, encode_waitcnt, patch_waits, states_by_pc, verify_loosening
+from f4pipe.edits.waitcheck import verify_loosening
 from f4pipe.perf.predict import KernelProfile, wait_change_cycles
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
@@ -183,7 +184,7 @@ def test_explain_lists_the_outstanding_ops_oldest_first(shipped, capsys):
 
 @pytest.fixture(scope="module")
 def shipped_asm(shipped, toolchain) -> list[str]:
-    from f4pipe.spine.co2asm import co2asm
+    from f4pipe.codeobj.co2asm import co2asm
 
     return co2asm(shipped[1], toolchain).splitlines()
 
@@ -291,7 +292,7 @@ def test_thorough_checks_add_the_seed_and_safety_sweep_shapes(shipped):
     import argparse
 
     from f4pipe.cli.waits import _cases
-    from f4pipe.shapes.edgesweep import edge_shapes
+    from f4pipe.pipeline.edgesweep import edge_shapes
 
     entry, _ = shipped
     quick = _cases(argparse.Namespace(case=[], thorough=False), entry)

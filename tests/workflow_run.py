@@ -41,7 +41,7 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def write_nop_edit(f4gemm_dir: Path, dest: Path, toolchain) -> Path:
     """A semantics-keeping hand edit: an s_nop right after the kernel's entry label."""
-    from f4pipe.spine.co2asm import co2asm
+    from f4pipe.codeobj.co2asm import co2asm
 
     kernel = read_manifest(f4gemm_dir).get(KERNELS[0])
     asm = co2asm(f4gemm_dir / kernel.co_name, toolchain)

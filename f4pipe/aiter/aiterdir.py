@@ -14,7 +14,7 @@ Reading never writes, fetches or touches the network. A pypi or git fetch record
 fetched tuned tables (its provenance has no "tables") is reported as such, with the command that
 completes it (`f4pipe fetch`). The reader never completes it on its own.
 
-This module sits below f4pipe.fetch and f4pipe.aiter.locate and above f4pipe.aiter.manifest and
+This module sits below f4pipe.fetch and f4pipe.cli.locate and above f4pipe.aiter.manifest and
 f4pipe.aiter.tables: fetch writes what is read here, and locate chooses which directory a hand-typed
 command uses.
 """
@@ -31,9 +31,9 @@ from typing import Any
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, find_f4gemm_dir, read_manifest
 from f4pipe.aiter.tables import CONFIGS_PATH, find_tables
-from f4pipe.errors import ChecksumError, FetchError, ManifestError
-from f4pipe.fsio import sha256_file
-from f4pipe.pipeline.layout import (
+from f4pipe.core.errors import ChecksumError, FetchError, ManifestError
+from f4pipe.core.fsio import sha256_file
+from f4pipe.core.layout import (
     AITER_RESOURCES_DIR,
     F4GEMM_DIR,
     PROVENANCE_JSON,

@@ -9,7 +9,8 @@ compute-to-memory ratio tM*tN/(tM+tN) (an integer division in aiter: kept, becau
 ties). aiter walks an unordered_map; we walk the
 manifest in file order, so the choice is stable.
 
-Unlike aiter, kernels that f4pipe.shapes.safety marks unsafe at the shape (an N, M or K edge their
+Unlike aiter, kernels that f4pipe.aiter.shaperules marks unsafe at the shape (an N, M or K edge
+their
 epilogue does not handle) are never candidates unless the caller allows them (allow_unsafe,
 e.g. when it pads the buffers or asks for an unsafe run on purpose).
 """
@@ -20,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.errors import ShapeError
-from f4pipe.shapes.safety import is_safe, violations
+from f4pipe.aiter.shaperules import is_safe, violations
+from f4pipe.core.errors import ShapeError
 
 #: Compute units of an MI355X; used when no device reports its own count.
 DEFAULT_NUM_CU = 256
@@ -104,7 +105,7 @@ def select_kernel(
         why = ""
         if unsafe:
             why = (
-                "; unsafe at this shape by f4pipe.shapes.safety's edge rules (the shape-edge "
+                "; unsafe at this shape by f4pipe.aiter.shaperules's edge rules (the shape-edge "
                 f"safety table): {', '.join(unsafe)}; pad the output (f4pipe gemm --pad-output) "
                 "or override (--unsafe)"
             )

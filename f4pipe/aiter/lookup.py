@@ -42,11 +42,8 @@ import numpy as np
 import pandas as pd
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest
-from f4pipe.shapes.safety import is_safe
+from f4pipe.aiter.shaperules import is_safe
 
-#: The a4w4 tables' key columns in aiter's untuned shape list (`a4w4_blockscale_untuned_gemm.csv`:
-#: M, N, K), which both versions dedup merged tables on.
-UNTUNED_KEYS = ("M", "N", "K")
 TARGET_GFX = "gfx950"
 #: How a lookup hits, in the order aiter tries: M itself, then padded by getPaddedM gl=0, gl=1.
 LEVELS = ("exact", "padded (gl=0)", "padded (gl=1)", "heuristic")
@@ -201,7 +198,7 @@ def _content(r: TableRow) -> tuple:
 
 
 def build_index(tables: Mapping[str, pd.DataFrame], rules: AiterRules | None = None) -> TunedIndex:
-    """aiter's dict from its tables ({name: f4pipe.shapes.audit.read_tuned frame}, the main table
+    """aiter's dict from its tables ({name: f4pipe.aiter.tuned.read_tuned frame}, the main table
     first, then model_configs/ ones), with every duplicate and what aiter does with it."""
     rules = rules or rules_for(tables)
     per_table = [_rows(name, df) for name, df in tables.items()]

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from f4pipe.errors import InputError, ManifestError
-from f4pipe.fsio import read_input_text
-from f4pipe.pipeline.layout import F4GEMM_DIR
+from f4pipe.core.errors import InputError, ManifestError
+from f4pipe.core.fsio import read_input_text
+from f4pipe.core.layout import F4GEMM_DIR
 
 #: aiter's manifest is ~3 kB; a bound keeps a hostile path (/dev/zero, a huge file) out.
 MAX_MANIFEST_BYTES = 16 << 20

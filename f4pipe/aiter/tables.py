@@ -3,7 +3,7 @@
 aiter keeps its tuned tables under `aiter/configs/` in the repository and in the wheel alike:
 `a4w4_blockscale_tuned_gemm.csv` and per-model tables under `model_configs/` (dsv3, kimik3, ...).
 f4pipe fetches every one of them with the code objects (f4pipe.fetch) into `<aiter-id>/configs/`,
-keeping their paths below `aiter/configs`, and audits each (f4pipe.shapes.audit); which tables
+keeping their paths below `aiter/configs`, and audits each (f4pipe.pipeline.audit); which tables
 belong with an f4gemm directory is f4pipe.aiter.aiterdir's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from f4pipe.fsio import sha256_file
+from f4pipe.core.fsio import sha256_file
 
 #: Where aiter keeps its tuned tables: in the repository and in the wheel alike.
 CONFIGS_PATH = "aiter/configs"

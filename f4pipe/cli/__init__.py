@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 
 from f4pipe import __version__
-from f4pipe.errors import F4PipeError
+from f4pipe.core.errors import F4PipeError
 
 #: Every command, in `f4pipe --help` order: the module under f4pipe/cli that registers it
 #: (register(subparsers); the command sets `func(args) -> int`) and its one-line help. A run
@@ -28,16 +28,16 @@ from f4pipe.errors import F4PipeError
 #: inside the functions that run a command, so parsing arguments stays light (every pipeline
 #: job pays it; tests/test_cli_startup.py guards it, benchmarks/cli_startup.py measures it).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "toolchain": ("spine", "find or provision an LLVM that knows gfx950"),
+    "toolchain": ("codeobj", "find or provision an LLVM that knows gfx950"),
     "fetch": (
         "fetchcmd",
         "fetch aiter's f4gemm code objects (PyPI wheel, git revision or local directory)",
     ),
     "aiter-id": ("facts", "the aiter id a source gives (a branch resolved, a local tree hashed)"),
     "device": ("facts", "whether the device --device opens here times launches (no launch)"),
-    "co2asm": ("spine", "code object -> reassemblable assembly"),
-    "assemble": ("spine", "assembly -> code object (llvm-mc + ld.lld)"),
-    "roundtrip": ("spine", "co2asm + assemble + equivalence proof"),
+    "co2asm": ("codeobj", "code object -> reassemblable assembly"),
+    "assemble": ("codeobj", "assembly -> code object (llvm-mc + ld.lld)"),
+    "roundtrip": ("codeobj", "co2asm + assemble + equivalence proof"),
     "hazards": (
         "emu",
         "static timing check of a gfx950 code object (s_waitcnt counters, wait states)",
@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "waits",
         "the loosest correct s_waitcnt at every wait, and the waits and s_nop a kernel lacks",
     ),
-    "kernels": ("spine", "manifest + code object headers -> kernels.parquet"),
+    "kernels": ("codeobj", "manifest + code object headers -> kernels.parquet"),
     "gemm": ("gemm", "run one MXFP4 GEMM like the seed driver (verify, time on hardware)"),
     "verify": ("gemm", "check kernels against the CPU reference over a shape matrix"),
     "splitk": ("gemm", "error vs K split count on the splitK kernels"),
@@ -71,8 +71,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("reports", "HTML + markdown report of one result set"),
     "archive": ("reports", "reproducible tarball of a result set, or --check one"),
     "compare": ("reports", "two result sets (directories or archives) side by side"),
-    "gather": ("spine", "concatenate per-job Parquet tables of one schema"),
-    "rebuilt-dir": ("spine", "collect rebuilt objects + a manifest CSV"),
+    "gather": ("codeobj", "concatenate per-job Parquet tables of one schema"),
+    "rebuilt-dir": ("codeobj", "collect rebuilt objects + a manifest CSV"),
 }
 
 

@@ -2,7 +2,7 @@
 are (`--co-dir`), the artifact keys (`--aiter-id`, `--toolchain-id` / `--toolchain-json`), the
 LLVM to use, the device, the operand seeds, `--record`, `--json` and a table's `-o`.
 
-Light on purpose (argparse and f4pipe.pipeline.layout): every command's argument parsing
+Light on purpose (argparse and f4pipe.core.layout): every command's argument parsing
 imports this, and what a helper needs to run (the toolchain search, the code-object lookup,
 Parquet) is imported inside it.
 """
@@ -13,15 +13,15 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from f4pipe.errors import ConfigError
-from f4pipe.pipeline.layout import DEVICE_KINDS, SEED_A, SEED_B
+from f4pipe.core.errors import ConfigError
+from f4pipe.core.layout import DEVICE_KINDS, SEED_A, SEED_B
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from f4pipe.spine.toolchain import Toolchain
+    from f4pipe.codeobj.toolchain import Toolchain
 
-#: How a command finds the code objects when --co-dir is not given (f4pipe.aiter.locate's rules).
+#: How a command finds the code objects when --co-dir is not given (f4pipe.cli.locate's rules).
 CO_DIR_LOOKUP = "default $AITER_ASM_DIR, else the aiter fetched under ./resources"
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
 SEED_B_OFFSET = SEED_B - SEED_A
@@ -36,7 +36,7 @@ def add_co_dir(
     p: argparse.ArgumentParser, *, required: bool = False, what: str = "the code objects"
 ) -> None:
     """--co-dir: aiter's f4gemm directory (manifest CSV + .co files) or either AITER_ASM_DIR
-    meaning; optional ones fall back to f4pipe.aiter.locate's lookup."""
+    meaning; optional ones fall back to f4pipe.cli.locate's lookup."""
     lookup = "" if required else f"; {CO_DIR_LOOKUP}"
     p.add_argument(
         "--co-dir",
@@ -46,8 +46,8 @@ def add_co_dir(
 
 
 def co_dir_from(args: argparse.Namespace) -> str:
-    """--co-dir, else $AITER_ASM_DIR, else the fetched aiter (f4pipe.aiter.locate's rules)."""
-    from f4pipe.aiter.locate import locate_co_dir
+    """--co-dir, else $AITER_ASM_DIR, else the fetched aiter (f4pipe.cli.locate's rules)."""
+    from f4pipe.cli.locate import locate_co_dir
 
     return str(locate_co_dir(getattr(args, "co_dir", None)).co_dir)
 
@@ -89,7 +89,7 @@ def add_toolchain_args(p: argparse.ArgumentParser) -> None:
 
 def toolchain_from_args(args: argparse.Namespace) -> Toolchain:
     """The toolchain add_toolchain_args' options name (a recorded one is never re-provisioned)."""
-    from f4pipe.spine.toolchain import find_toolchain, read_toolchain_json
+    from f4pipe.codeobj.toolchain import find_toolchain, read_toolchain_json
 
     if getattr(args, "toolchain_json", None):
         return find_toolchain(read_toolchain_json(args.toolchain_json)["bin_dir"], provision=False)
@@ -195,7 +195,7 @@ def write_if_asked(output: Path | None, rows: list[dict[str, Any]], schema: pa.S
     """Write the Parquet table only when -o names one; the suffix for the summary line."""
     if output is None:
         return ""
-    from f4pipe.pipeline.schemas import write_rows
+    from f4pipe.core.schemas import write_rows
 
     write_rows(output, rows, schema)
     return f" -> {output}"

@@ -26,10 +26,10 @@ from f4pipe.cli.args import (
     parse_seed,
     toolchain_from_args,
 )
-from f4pipe.fsio import write_text
+from f4pipe.codeobj.assemble import assemble
+from f4pipe.codeobj.toolchain import Toolchain
+from f4pipe.core.fsio import write_text
 from f4pipe.host.matrices import parse_case
-from f4pipe.spine.assemble import assemble
-from f4pipe.spine.toolchain import Toolchain
 
 #: Instruction changes shown on the terminal; the diff file has them all.
 TERMINAL_CHANGES = 20

@@ -1,4 +1,4 @@
-"""`f4pipe hazards`: the static timing check of any gfx950 code object (f4pipe.emu.hazards)."""
+"""`f4pipe hazards`: the static timing check of any gfx950 code object (f4pipe.analysis.hazards)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import add_json_flag
-from f4pipe.errors import InputError
+from f4pipe.core.errors import InputError
 
 
 def rules_text() -> str:
     """The wait-state rule table, one block per rule (id, what, wait states, source, note)."""
-    from f4pipe.emu.waitstates import RULES
+    from f4pipe.arch.waitstates import RULES
 
     lines = []
     for r in RULES:
@@ -30,9 +30,9 @@ def rules_text() -> str:
 
 
 def cmd_hazards(args: argparse.Namespace) -> int:
-    from f4pipe.emu.hazards import analyse
-    from f4pipe.emu.program import Program
-    from f4pipe.spine.codeobject import CodeObject
+    from f4pipe.analysis.hazards import analyse
+    from f4pipe.codeobj.codeobject import CodeObject
+    from f4pipe.codeobj.program import Program
 
     if args.rules:
         print(rules_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from f4pipe.cli import EXIT_OK, command_help
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
-from f4pipe.pipeline.layout import DEVICE_KINDS
+from f4pipe.core.layout import DEVICE_KINDS
 
 
 def cmd_aiter_id(args: argparse.Namespace) -> int:

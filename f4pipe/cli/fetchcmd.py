@@ -8,9 +8,9 @@ from typing import Any
 
 from f4pipe.cli import command_help
 from f4pipe.cli.args import add_json_flag
-from f4pipe.errors import ConfigError, FetchError
+from f4pipe.core.errors import ConfigError, FetchError
+from f4pipe.core.fsio import json_text
 from f4pipe.fetch import DEFAULT_PACKAGE, DEFAULT_VERSION, fetch_aiter
-from f4pipe.fsio import json_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -28,14 +28,14 @@ from f4pipe.cli.args import (
     parse_seed,
     write_if_asked,
 )
-from f4pipe.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
-from f4pipe.fsio import check_writable, json_text
+from f4pipe.core.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
+from f4pipe.core.fsio import check_writable, json_text
+from f4pipe.core.layout import GEMM_STAGES, NO_DEVICE
 from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
-from f4pipe.pipeline.layout import GEMM_STAGES, NO_DEVICE
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 
 if TYPE_CHECKING:
-    from f4pipe.devices.device import Device
+    from f4pipe.core.device import Device
     from f4pipe.host.gemm import GemmResult
 
 
@@ -57,7 +57,7 @@ def print_manifest(manifest: Manifest) -> None:
 
 def edge_policy(args: argparse.Namespace) -> str:
     """--unsafe runs unsafe kernel/shape pairs as asked, --pad-output pads them; default
-    refuse (f4pipe.shapes.safety)."""
+    refuse (f4pipe.aiter.shaperules)."""
     if args.unsafe and args.pad_output:
         raise ConfigError("--unsafe and --pad-output exclude each other")
     return "unsafe" if args.unsafe else "pad" if args.pad_output else "refuse"
@@ -69,7 +69,7 @@ def choose(
     """(kernel, log2_k_split, how it was chosen) as the seed driver does; the heuristic only
     considers kernels that are safe at the shape (or that --pad-output / --unsafe allow)."""
     from f4pipe.aiter.heuristic import select_kernel
-    from f4pipe.shapes.safety import is_safe, refusal
+    from f4pipe.aiter.shaperules import is_safe, refusal
 
     policy = edge_policy(args)
     if args.kernel:
@@ -234,10 +234,10 @@ def run_gemm_command(args: argparse.Namespace) -> int:
 
 def alpha_ignored(co_path: Path, symbol: str, alpha: float) -> str:
     """Why D cannot show an alpha other than 1 on this kernel ("" when it can or alpha is 1):
-    most f4gemm kernels load the alpha kernarg and never read it (f4pipe.emu.kernargs)."""
+    most f4gemm kernels load the alpha kernarg and never read it (f4pipe.analysis.kernargs)."""
     if alpha == 1.0:
         return ""
-    from f4pipe.emu.kernargs import ignored_field
+    from f4pipe.analysis.kernargs import ignored_field
     from f4pipe.host.kernarg import KERNARG_BY_NAME
 
     offset = KERNARG_BY_NAME["alpha"].offset
@@ -348,7 +348,7 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
         help="run even if the buffers exceed the available host memory (default: refuse with "
         "the bytes needed and available)",
     )
-    edge = p.add_argument_group("shape edges (f4pipe.shapes.safety; see `f4pipe safety`)")
+    edge = p.add_argument_group("shape edges (f4pipe.aiter.shaperules; see `f4pipe safety`)")
     edge.add_argument(
         "--pad-output",
         action="store_true",
@@ -391,10 +391,10 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stage_command(args: argparse.Namespace) -> int:
-    from f4pipe.aiter.locate import artifact_keys, locate_co_dir
+    from f4pipe.cli.locate import artifact_keys, locate_co_dir
+    from f4pipe.core.schemas import TABLE_SCHEMAS
     from f4pipe.devices.opendevice import open_device
     from f4pipe.host.gemm import check_alpha
-    from f4pipe.pipeline.schemas import TABLE_SCHEMAS
     from f4pipe.pipeline.stages import NO_DEVICE_REASON, STAGES, StageSettings
 
     check_alpha(args.alpha)  # before any row: a bad alpha is bad input, not an error row
@@ -483,7 +483,7 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
         name,
         help=command_help(name),
         description=f"{command_help(name)}; writes one Parquet table (schema "
-        f"f4pipe.pipeline.schemas."
+        f"f4pipe.core.schemas."
         f"{name.upper()}). Without a usable device every row is recorded as skipped with the "
         "reason. Exit 0 if every run passed or was skipped, 1 if one failed, 2 if one could "
         "not run (its row says why) or on bad input.",

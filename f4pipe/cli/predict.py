@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from f4pipe.cli import EXIT_OK, command_help
 from f4pipe.cli.args import add_co_dir
-from f4pipe.errors import InputError
+from f4pipe.core.errors import InputError
 from f4pipe.perf.costs import HELD_BACK
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def read_shapes(path: Path) -> list[tuple[int, int, int, str | None]]:
     import csv
     import io
 
-    from f4pipe.fsio import read_input_text
+    from f4pipe.core.fsio import read_input_text
 
     text = read_input_text(path, "shapes CSV", MAX_SHAPES_BYTES)
     reader = csv.DictReader(io.StringIO(text))
@@ -102,7 +102,7 @@ def record(
 def run_predict(args: argparse.Namespace) -> int:
     from f4pipe.aiter.manifest import read_manifest
     from f4pipe.cli.args import co_dir_from
-    from f4pipe.fsio import json_text
+    from f4pipe.core.fsio import json_text
     from f4pipe.host.kernarg import check_shape
     from f4pipe.perf.predict import Predictor
 
@@ -185,8 +185,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Predict each kernel's MI355X time at a shape with f4pipe's cycle model "
         "(the kernel's own instructions, replayed from one emulated workgroup; constants "
         "fitted on aiter's recorded MI355X timings). Safe kernels are ranked fastest first; "
-        "kernels unsafe at the shape (f4pipe.shapes.safety) are listed after them, unranked. The "
-        "first prediction of a kernel traces it on the emulator (about a second; cached).",
+        "kernels unsafe at the shape (f4pipe.aiter.shaperules) are listed after them, "
+        "unranked. The first prediction of a kernel traces it on the emulator (about a "
+        "second; cached).",
     )
     add_co_dir(p)
     p.add_argument("-m", type=int, help="rows of A and D")

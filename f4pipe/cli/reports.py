@@ -14,7 +14,7 @@ from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import add_json_flag
-from f4pipe.errors import InputError
+from f4pipe.core.errors import InputError
 
 
 def cmd_report(args: argparse.Namespace) -> int:

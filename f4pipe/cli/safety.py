@@ -1,7 +1,8 @@
 """`f4pipe safety` (the shape-edge sweep), `f4pipe audit-tuned CSV` and `f4pipe tuned-csv`.
 
-`safety` runs f4pipe.shapes.edgesweep over the manifest's kernels on the emulator and writes the
-SAFETY table; exit 1 if the emulator disagrees with f4pipe.shapes.safety's rules anywhere (the rules
+`safety` runs f4pipe.pipeline.edgesweep over the manifest's kernels on the emulator and writes the
+SAFETY table; exit 1 if the emulator disagrees with f4pipe.aiter.shaperules's rules anywhere (the
+rules
 then need fixing before anyone relies on them), unless --record. `audit-tuned` holds aiter's
 tuned GEMM table against those rules and emulates the rows that break them (AUDIT table; exit 1
 if a row is unsafe, unless --record). `tuned-csv` copies the tuned table out of the pinned
@@ -29,19 +30,19 @@ from f4pipe.cli.args import (
     write_if_asked,
 )
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
-from f4pipe.errors import InputError
+from f4pipe.core.errors import InputError
+from f4pipe.core.fsio import write_bytes
+from f4pipe.core.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.fetch import extract_wheel_file, fetch_aiter
-from f4pipe.fsio import write_bytes
-from f4pipe.pipeline.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 
 if TYPE_CHECKING:
-    from f4pipe.aiter.locate import Located
-    from f4pipe.pipeline.schemas import ArtifactKeys
+    from f4pipe.cli.locate import Located
+    from f4pipe.core.schemas import ArtifactKeys
 
 
 def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
-    from f4pipe.aiter.locate import artifact_keys
+    from f4pipe.cli.locate import artifact_keys
 
     return artifact_keys(
         located,
@@ -53,9 +54,9 @@ def _keys(args: argparse.Namespace, located: Located) -> ArtifactKeys:
 
 
 def run_safety(args: argparse.Namespace) -> int:
-    from f4pipe.aiter.locate import locate_co_dir
-    from f4pipe.pipeline.schemas import SAFETY
-    from f4pipe.shapes.edgesweep import DEFAULT_ORDERS, sweep
+    from f4pipe.cli.locate import locate_co_dir
+    from f4pipe.core.schemas import SAFETY
+    from f4pipe.pipeline.edgesweep import DEFAULT_ORDERS, sweep
 
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
@@ -120,9 +121,9 @@ def run_coverage(
     """`audit-tuned --shapes/--shape`: what aiter runs for each shape, and the tables' key
     findings. Exit 1 if a shape runs an unsafe kernel or makes aiter raise."""
     from f4pipe.aiter.lookup import build_index, key_findings
-    from f4pipe.pipeline.schemas import COVERAGE
-    from f4pipe.shapes.audit import read_tuned
-    from f4pipe.shapes.traffic import coverage_row, format_row, groups, parse_shape, read_shapes
+    from f4pipe.aiter.traffic import coverage_row, format_row, groups, parse_shape, read_shapes
+    from f4pipe.aiter.tuned import read_tuned
+    from f4pipe.core.schemas import COVERAGE
 
     specs = [s for path in args.shapes for s in read_shapes(path)]
     specs += [parse_shape(text) for text in args.shape]
@@ -174,9 +175,9 @@ def run_coverage(
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from f4pipe.aiter.locate import locate_co_dir
-    from f4pipe.pipeline.schemas import AUDIT
-    from f4pipe.shapes.audit import audit_tables, format_finding, retune_candidates, summarize
+    from f4pipe.cli.locate import locate_co_dir
+    from f4pipe.core.schemas import AUDIT
+    from f4pipe.pipeline.audit import audit_tables, format_finding, retune_candidates, summarize
 
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
@@ -227,7 +228,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def run_tuned_csv(args: argparse.Namespace) -> int:
     """Copy a tuned table of any source kind (the pypi wheel without touching resources/)."""
-    from f4pipe.aiter.locate import fetched_aiter_dir
+    from f4pipe.cli.locate import fetched_aiter_dir
 
     member = args.member.removeprefix(f"{CONFIGS_PATH}/")
     if args.source is None and (args.package or args.version or args.sha256):
@@ -272,7 +273,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run every kernel (or --kernel ones) at N, M and K edge shapes on the "
         "emulator, in several workgroup orders, with a canary-filled D and race detection; "
         "also run unsafe shapes with f4pipe's padded-output remedy. Writes the SAFETY table. "
-        "Exit 1 if f4pipe.shapes.safety's rules disagree with the emulator anywhere.",
+        "Exit 1 if f4pipe.aiter.shaperules's rules disagree with the emulator anywhere.",
     )
     _common(p)
     add_store(p)
@@ -291,7 +292,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=command_help("audit-tuned"),
         description="For every asm row (kernelName _ZN...) of aiter's a4w4 tuned GEMM tables "
         "(the CSVs given, else every one fetched with the code objects): the shape rules and "
-        "f4pipe.shapes.safety's edge rules; rows that break an edge rule are emulated at their "
+        "f4pipe.aiter.shaperules's edge rules; rows that break an edge rule are emulated at their "
         "N with reduced M and K in two workgroup orders. Each finding prints aiter's recorded "
         "columns beside f4pipe's verdict, with a reproducer. Rows whose gfx column names "
         "another arch are skipped and counted. With -o, writes the AUDIT table. Exit 1 if a "

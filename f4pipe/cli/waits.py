@@ -1,5 +1,5 @@
 """`f4pipe waits X.co | X.s`: the loosest correct s_waitcnt at every wait, the waits and s_nop a
-kernel lacks, and the bookkeeping behind them (f4pipe.emu.waits)."""
+kernel lacks, and the bookkeeping behind them (f4pipe.analysis.waits)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import add_co_dir, add_json_flag, add_toolchain_args, toolchain_from_args
-from f4pipe.errors import InputError
+from f4pipe.core.errors import InputError
 
 
 def _program(args: argparse.Namespace, tmp: Path):
     """The kernel to analyse (an .s is assembled first) and the code object it lives in."""
-    from f4pipe.emu.program import Program
-    from f4pipe.spine.codeobject import CodeObject
+    from f4pipe.codeobj.codeobject import CodeObject
+    from f4pipe.codeobj.program import Program
 
     path = Path(args.kernel_file)
     if path.suffix == ".s":
-        from f4pipe.spine.assemble import assemble
+        from f4pipe.codeobj.assemble import assemble
 
         path = assemble(path, tmp / f"{path.stem}.co", toolchain_from_args(args))
     symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
@@ -36,8 +36,8 @@ def _program(args: argparse.Namespace, tmp: Path):
 
 def _manifest_entry(args: argparse.Namespace, symbol: str):
     """The f4gemm manifest row of `symbol` (needed to launch it), or an InputError."""
-    from f4pipe.aiter.locate import locate_co_dir
     from f4pipe.aiter.manifest import read_manifest
+    from f4pipe.cli.locate import locate_co_dir
 
     manifest = read_manifest(locate_co_dir(args.co_dir).co_dir)
     entry = next((e for e in manifest if e.symbol == symbol), None)
@@ -50,11 +50,11 @@ def _manifest_entry(args: argparse.Namespace, symbol: str):
 
 
 def _repairs(program) -> tuple[list[str], list[dict]]:
-    """What the kernel lacks today, as the fewest insertions (f4pipe.emu.waits.repairs): a wait
+    """What the kernel lacks today, as the fewest insertions (f4pipe.analysis.waits.repairs): a wait
     before the first reader of each unretired load on each path, an s_nop before each
     instruction too close to its producer (lines, JSON rows)."""
+    from f4pipe.analysis.waits import repairs
     from f4pipe.edits.waitfix import nops, waitcnt_text
-    from f4pipe.emu.waits import repairs
 
     lines, rows = [], []
     for r in repairs(program):
@@ -86,8 +86,8 @@ def _repairs(program) -> tuple[list[str], list[dict]]:
 def _explain(program, pc: int) -> list[str]:
     """The in-order bookkeeping at one pc: outstanding ops per counter in every state a path
     reaches it in, oldest first, and (at an s_waitcnt) which later instruction needs which."""
-    from f4pipe.emu.hazards import build_cfg
-    from f4pipe.emu.waits import advise_wait, states_by_pc
+    from f4pipe.analysis.hazards import build_cfg
+    from f4pipe.analysis.waits import advise_wait, states_by_pc
 
     cfg = build_cfg(program)
     if pc not in cfg.succ:
@@ -124,12 +124,13 @@ MAX_BARRIER_ROUNDS = 8
 def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> int:
     """--apply -o Y.s: write the repaired (and with --loosen, loosened) assembly, then prove it:
     the static check finds nothing, and for an f4gemm kernel the emulator runs it clean."""
+    from f4pipe.analysis.hazards import analyse
+    from f4pipe.analysis.waits import repairs
+    from f4pipe.codeobj.co2asm import co2asm
+    from f4pipe.codeobj.program import Program
+    from f4pipe.core.fsio import write_text
+    from f4pipe.edits.waitcheck import first_problem, loosen_in_turn
     from f4pipe.edits.waitfix import apply_repairs
-    from f4pipe.emu.hazards import analyse
-    from f4pipe.emu.program import Program
-    from f4pipe.emu.waits import first_problem, loosen_in_turn, repairs
-    from f4pipe.fsio import write_text
-    from f4pipe.spine.co2asm import co2asm
 
     if args.output is None:
         raise InputError("--apply writes a new assembly file: give -o Y.s")
@@ -194,10 +195,11 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
     emulator finds unordered with another wave's (a dropped barrier: which words two waves
     share is data, so only a run shows it): one round at a time on the repaired kernel, a
     barrier before the first such access the run met, until a run finds none."""
+    from f4pipe.analysis.waits import barrier_repairs
+    from f4pipe.codeobj.program import Program
     from f4pipe.edits.trykernel import open_devices
+    from f4pipe.edits.waitcheck import lds_order_hazards
     from f4pipe.edits.waitfix import apply_repairs, original_pcs
-    from f4pipe.emu.program import Program
-    from f4pipe.emu.waits import barrier_repairs, lds_order_hazards
 
     original = asm.splitlines()
     (device,) = open_devices("emulator", True)
@@ -218,7 +220,7 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
 
 
 def assemble_text(text: str, path: Path, tc) -> Path:
-    from f4pipe.spine.assemble import assemble
+    from f4pipe.codeobj.assemble import assemble
 
     path.write_text(text)
     return assemble(path, path.with_suffix(".co"), tc)
@@ -244,7 +246,7 @@ def _maybe_entry(args: argparse.Namespace, program):
 
 
 def cmd_waits(args: argparse.Namespace) -> int:
-    from f4pipe.emu.waits import advise
+    from f4pipe.analysis.waits import advise
 
     with tempfile.TemporaryDirectory(prefix="f4pipe-waits-") as tmp:
         program, co_path = _program(args, Path(tmp))
@@ -259,7 +261,7 @@ def cmd_waits(args: argparse.Namespace) -> int:
         predicted: dict = {}
         if args.verify and advice:
             from f4pipe.edits.trykernel import open_devices
-            from f4pipe.emu.waits import verify_loosening
+            from f4pipe.edits.waitcheck import verify_loosening
 
             entry = _manifest_entry(args, program.symbol)
             (device,) = open_devices("emulator", True)

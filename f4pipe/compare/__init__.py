@@ -47,7 +47,7 @@ from f4pipe.compare.changes import (
     safety_changes,
     throughput_deltas,
 )
-from f4pipe.errors import InputError
+from f4pipe.core.errors import InputError
 from f4pipe.pipeline.archive import SUFFIX, extract_archive
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.render import fmt_value

@@ -12,11 +12,12 @@ from typing import Any
 
 import pandas as pd
 
+from f4pipe.aiter.tuned import TARGET_ARCH
 from f4pipe.compare.asmfacts import fact_changes, instruction_diff
-from f4pipe.errors import InputError
-from f4pipe.fsio import read_input_text
+from f4pipe.core.errors import InputError
+from f4pipe.core.fsio import read_input_text
+from f4pipe.core.layout import ROUNDTRIP_DIR
 from f4pipe.pipeline.archive import PROVENANCE_NAME
-from f4pipe.pipeline.layout import ROUNDTRIP_DIR
 from f4pipe.pipeline.resultset import RUN_KEY, ResultSet, find_aiter_provenance
 from f4pipe.report.render import (
     fmt_value,
@@ -24,7 +25,6 @@ from f4pipe.report.render import (
     short_kernel,
 )
 from f4pipe.report.sections import VERIFY_METRICS
-from f4pipe.shapes.audit import TARGET_ARCH
 
 ASM_DIFF_LINES = 40  # per kernel; the full diff is one `diff` of the two .s files away
 #: The stages whose error metrics a comparison lines up run by run (the report's columns).

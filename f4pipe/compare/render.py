@@ -10,7 +10,7 @@ import pandas as pd
 
 from f4pipe.compare import Comparison, set_label
 from f4pipe.compare.changes import change_text
-from f4pipe.fsio import atomic_dir
+from f4pipe.core.fsio import atomic_dir
 from f4pipe.report.plots import pyplot, save_figure
 from f4pipe.report.render import (
     Section,

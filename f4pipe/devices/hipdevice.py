@@ -27,7 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from f4pipe.devices.device import HIP_SHIM_DEVICE_ID, DeviceBuffer
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.core.device import HIP_SHIM_DEVICE_ID, DeviceBuffer
+from f4pipe.core.errors import (
+    CodeObjectError,
+    DeviceError,
+    HipVersionError,
+    InputError,
+    NoDeviceError,
+)
 from f4pipe.devices.devinfo import (
     ClockSampler,
     DeviceInfo,
@@ -36,9 +44,7 @@ from f4pipe.devices.devinfo import (
     rocm_version,
     version_text,
 )
-from f4pipe.errors import CodeObjectError, DeviceError, HipVersionError, InputError, NoDeviceError
 from f4pipe.hipshim import SHIM_DEVICE_NAME
-from f4pipe.spine.codeobject import CodeObject
 
 REQUIRED_ARCH = "gfx950"
 #: The hip-python release to install for each HIP runtime (major, minor) that hipRuntimeGetVersion

@@ -1,19 +1,14 @@
 """Opening a launch device by kind: `hip` (a gfx950 GPU through hip-python), `emulator`, or
-`auto`. Kept apart from f4pipe.devices.device, which is only the protocol every device implements,
+`auto`. Kept apart from f4pipe.core.device, which is only the protocol every device implements,
 so the protocol imports neither device and neither device imports the other."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from f4pipe.devices.device import (
-    EMULATED_NUM_CU,
-    EMULATOR_ARCH,
-    Device,
-    measures_throughput,
-)
-from f4pipe.errors import HipVersionError, NoDeviceError
-from f4pipe.pipeline.layout import DEVICE_KINDS, EMULATOR_DEVICE_ID
+from f4pipe.core.device import EMULATED_NUM_CU, EMULATOR_ARCH, Device, measures_throughput
+from f4pipe.core.errors import HipVersionError, NoDeviceError
+from f4pipe.core.layout import DEVICE_KINDS, EMULATOR_DEVICE_ID
 
 
 def throughput_device_present() -> bool:

@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, KernelEntry, manifest_text, read_manifest
+from f4pipe.codeobj.assemble import assemble
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.toolchain import Toolchain
+from f4pipe.core.errors import InputError
+from f4pipe.core.fsio import atomic_dir, write_json, write_text
 from f4pipe.edits.checks import Finding, static_checks
 from f4pipe.edits.diff import EditDiff, diff_listings
-from f4pipe.edits.fit import FitReport, fit_and_assemble
 from f4pipe.edits.listing import read_listing
-from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_dir, write_json, write_text
-from f4pipe.spine.assemble import assemble
-from f4pipe.spine.codeobject import CodeObject
-from f4pipe.spine.toolchain import Toolchain
+from f4pipe.edits.resources import FitReport, fit_and_assemble
 
 # ---------------------------------------------------------------------------------------------
 # Preparing an edit: assemble, find its original, diff, check
@@ -65,7 +65,7 @@ def prepare_edit(
     fit_resources: bool = False,
 ) -> PreparedEdit:
     """Assemble `asm_path` into `out_co` (with `fit_resources`, its descriptor and metadata
-    sized to its code: f4pipe.edits.fit), match it to its original in `co_dir`'s manifest (by
+    sized to its code: f4pipe.edits.resources), match it to its original in `co_dir`'s manifest (by
     `kernel`, else by the kernel symbol the edit defines), diff and check it."""
     asm_path, out_co = Path(asm_path), Path(out_co)
     fit = fit_and_assemble(asm_path, out_co, toolchain) if fit_resources else None

@@ -12,17 +12,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from f4pipe.edits.listing import KernelListing
-from f4pipe.errors import InputError
-from f4pipe.spine import gfx950
-from f4pipe.spine.co2asm import invert_next_free_sgpr
-from f4pipe.spine.descriptor import (
+from f4pipe.arch import gfx950
+from f4pipe.codeobj.co2asm import invert_next_free_sgpr
+from f4pipe.codeobj.descriptor import (
     accum_offset,
     allocated_vgprs,
     descriptor_fields,
     field,
     kernarg_sgpr,
 )
+from f4pipe.core.errors import InputError
+from f4pipe.edits.listing import KernelListing
 
 # GFX90A and later GFX9 parts share one unified VGPR file: arch VGPRs first, AGPRs from
 # accum_offset on, allocated in granules of 8, at most 256 of each (AMDGPUUsage, "GFX90A").

@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from f4pipe.codeobj.descriptor import descriptor_fields
 from f4pipe.edits.checks import Usage, limits_of, usage_of
 from f4pipe.edits.listing import KernelListing, Line
-from f4pipe.spine.descriptor import descriptor_fields
 
 # ---------------------------------------------------------------------------------------------
 # The diff

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from f4pipe.errors import InputError
-from f4pipe.fsio import read_input_text
-from f4pipe.spine.assemble import MAX_ASM_BYTES
-from f4pipe.spine.co2asm import Instruction, branch_target, disassemble_text
-from f4pipe.spine.codeobject import CodeObject
-from f4pipe.spine.toolchain import Toolchain
+from f4pipe.codeobj.assemble import MAX_ASM_BYTES
+from f4pipe.codeobj.co2asm import Instruction, branch_target, disassemble_text
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.toolchain import Toolchain
+from f4pipe.core.errors import InputError
+from f4pipe.core.fsio import read_input_text
 
 _LABEL_SUFFIX = re.compile(r"^(?P<label>.+)\+(?P<index>\d+)$")
 
@@ -179,22 +179,6 @@ def source_line_map(asm_text: str, count: int) -> tuple[int, ...] | None:
         if in_text and not line.endswith(":"):
             out.append(number)
     return tuple(out) if len(out) == count else None
-
-
-def kernel_symbols_in(asm_text: str) -> list[str]:
-    """Kernels a .s defines: the names of its `.amdhsa_kernel` directives."""
-    return re.findall(r"^\s*\.amdhsa_kernel\s+(\S+)", asm_text, re.M)
-
-
-def pick_line(listing: KernelListing, where: str) -> Line:
-    """The instruction at `label+index` (for tests and tools that point at one)."""
-    m = _LABEL_SUFFIX.match(where)
-    if not m:
-        raise InputError(f"{where!r} is not label+index")
-    for line in listing.lines:
-        if line.block == m.group("label") and line.index == int(m.group("index")):
-            return line
-    raise InputError(f"{listing.path}: no instruction at {where}")
 
 
 def read_asm(asm_path: Path) -> str:

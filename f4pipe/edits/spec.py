@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from f4pipe.errors import ConfigError
-from f4pipe.pipeline.layout import EDIT_NAME, edit_variant
+from f4pipe.core.errors import ConfigError
+from f4pipe.core.layout import EDIT_NAME, edit_variant
 
 # ---------------------------------------------------------------------------------------------
 # Edits named in the pipeline config

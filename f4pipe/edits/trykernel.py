@@ -11,11 +11,11 @@ when one answers, on a gfx950 GPU. A failing run
 names its first wrong element (row, column, expected, got) by the verification criteria of
 f4pipe.host.verify; a passing one also says whether the output is bit-identical to the original's
 (an edit meant to keep semantics should be). On the emulator every run is also checked for
-timing hazards (f4pipe.emu.timing: s_waitcnt counters, LDS visibility between waves, wait
+timing hazards (f4pipe.analysis.timing: s_waitcnt counters, LDS visibility between waves, wait
 states): an edit whose values come out right only because the emulator completes memory at
 issue fails as `hazard`, naming both instructions and the rule. Because a launch only covers
 the path it takes, the edit's code is also checked statically over every path of its control
-flow (f4pipe.emu.hazards); a finding the original does not have fails the edit too.
+flow (f4pipe.analysis.hazards); a finding the original does not have fails the edit too.
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.devices.device import Device
+from f4pipe.codeobj.toolchain import Toolchain
+from f4pipe.core.device import Device
+from f4pipe.core.errors import DeviceError, EmulatorError, HipVersionError, NoDeviceError
+from f4pipe.core.layout import SEED_A, SEED_B
 from f4pipe.devices.opendevice import open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
-from f4pipe.edits.fit import FLAG as FIT_FLAG
-from f4pipe.errors import DeviceError, EmulatorError, HipVersionError, NoDeviceError
+from f4pipe.edits.resources import FLAG as FIT_FLAG
 from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.host.matrices import Case
 from f4pipe.host.operands import generate_operand
 from f4pipe.host.reference import reference_gemm
 from f4pipe.host.verify import bad_mask
-from f4pipe.pipeline.layout import SEED_A, SEED_B
-from f4pipe.spine.toolchain import Toolchain
 
 if TYPE_CHECKING:
     from f4pipe.perf.predict import PredictedChange
@@ -61,10 +61,10 @@ def quick_cases(entry: KernelEntry) -> list[Case]:
 
 def thorough_cases(entry: KernelEntry) -> list[Case]:
     """The quick shapes plus the seed driver's every-kernel shape and every shape of the
-    shape-edge safety sweep (f4pipe.shapes.edgesweep): what an edit that loosens the kernel's own
+    shape-edge safety sweep (f4pipe.pipeline.edgesweep): what an edit that loosens the kernel's own
     synchronisation must survive (minutes per kernel on the emulator)."""
     from f4pipe.host.matrices import SEED_ALL_KERNELS
-    from f4pipe.shapes.edgesweep import edge_shapes
+    from f4pipe.pipeline.edgesweep import edge_shapes
 
     cases = quick_cases(entry)
     cases += [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in SEED_ALL_KERNELS]
@@ -119,7 +119,7 @@ class TryRun:
 class TryResult:
     """What `try` found. prepared.co_path exists afterwards only if `out_co` was given.
 
-    static_hazards: timing findings of the edit over all paths (f4pipe.emu.hazards) that the
+    static_hazards: timing findings of the edit over all paths (f4pipe.analysis.hazards) that the
     original does not have."""
 
     prepared: PreparedEdit
@@ -223,7 +223,7 @@ def run_case(
     """Run the edit once; on a pass, optionally run the original for the bit-identity check.
 
     A quick shape that is an unsafe edge for the kernel (noBpreShuffle's M edge) runs on
-    f4pipe.shapes.safety's padded buffers: `try` judges the edit's arithmetic, not the edge."""
+    f4pipe.aiter.shaperules's padded buffers: `try` judges the edit's arithmetic, not the edge."""
     request = GemmRequest(
         case.m, case.n, case.k, case.log2_k_split, seed_a, seed_b, edge_policy="pad"
     )
@@ -281,9 +281,9 @@ def run_case(
 def new_static_hazards(prepared: PreparedEdit) -> list[str]:
     """Static timing findings of the edit (all paths) that its original does not have, matched
     by rule and instruction text (an edit moves pcs)."""
-    from f4pipe.emu.disasm import format_instruction
-    from f4pipe.emu.hazards import analyse
-    from f4pipe.emu.program import Program
+    from f4pipe.analysis.hazards import analyse
+    from f4pipe.arch.disasm import format_instruction
+    from f4pipe.codeobj.program import Program
 
     def findings(co: Path) -> dict[tuple[str, str, str], str]:
         program = Program.load(co, prepared.entry.symbol)
@@ -338,7 +338,7 @@ def try_edit(
     """Assemble, diff, check and (if the checks pass) run an edit; see the module docstring.
 
     `out_co` keeps the assembled object; by default it lives in a temporary directory.
-    `fit_resources` sizes its descriptor and metadata to its code first (f4pipe.edits.fit).
+    `fit_resources` sizes its descriptor and metadata to its code first (f4pipe.edits.resources).
     """
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="f4pipe-try-") as tmp:

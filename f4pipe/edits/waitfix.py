@@ -5,7 +5,7 @@ Minimal means: every inserted line sits immediately before an instruction the st
 flags, one s_waitcnt per such instruction (with the loosest counts that cover every op it reads
 too early) and the fewest s_nop (an `s_nop N` supplies N+1 wait states, at most 8 per s_nop);
 for an LDS access the emulator finds unordered with another wave's (a dropped s_barrier), one
-s_waitcnt and one s_barrier right before it (f4pipe.emu.waits.barrier_repairs);
+s_waitcnt and one s_barrier right before it (f4pipe.analysis.waits.barrier_repairs);
 a loosened wait keeps its line and changes only its counts; no other line changes. Every
 changed line carries a `// f4pipe waits:` comment saying why.
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from f4pipe.emu.program import Program
-from f4pipe.emu.timing import LGKM_MAX, VM_MAX
-from f4pipe.emu.waits import Repair
-from f4pipe.errors import InputError
+from f4pipe.analysis.timing import LGKM_MAX, VM_MAX
+from f4pipe.analysis.waits import Repair
+from f4pipe.codeobj.program import Program
+from f4pipe.core.errors import InputError
 
 #: Most wait states one s_nop supplies (s_nop 7).
 MAX_NOP_STATES = 8

@@ -2,7 +2,7 @@
 timing (memory counters, LDS visibility, wait states) that its own legal schedule hides.
 What it models exactly, as a schedule, or refuses: fidelity.py.
 
-`EmulatorDevice` implements f4pipe.devices.device.Device; its launches return LaunchStats. The
+`EmulatorDevice` implements f4pipe.core.device.Device; its launches return LaunchStats. The
 pieces: isa.py (formats, field layouts, opcode tables), decode.py (machine code from the code
 object's .text, driven by those tables), disasm.py (LLVM's spelling, for traces and the llvm-objdump
 cross-check), program.py (kernel entry and launch settings from the descriptor), engine.py (register

@@ -1,5 +1,5 @@
 """EmulatorDevice: the gfx950 functional emulator as a launch backend
-(f4pipe.devices.device.Device).
+(f4pipe.core.device.Device).
 
 A launch lays out the initial state the descriptor asks for (AMDGPUUsage, "Initial Kernel
 Execution State"): s[0:1] the kernarg segment address, then one SGPR per enabled workgroup id,
@@ -26,8 +26,13 @@ from typing import TextIO
 
 import numpy as np
 
-from f4pipe.devices.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
-from f4pipe.emu import isa
+from f4pipe.analysis.timing import Hazard, HazardReport, LdsWords, TimingModel, TimingRun
+from f4pipe.arch import isa
+from f4pipe.codeobj.program import Program
+from f4pipe.core.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
+from f4pipe.core.errors import EmulatorError, NoDeviceError
+from f4pipe.core.fsio import write_text
+from f4pipe.core.layout import EMULATOR_DEVICE_ID
 from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.memory import (
     GlobalMemory,
@@ -36,16 +41,9 @@ from f4pipe.emu.memory import (
     WriteConflict,
     keep_freed_host_memory,
 )
-from f4pipe.emu.program import Program
-from f4pipe.emu.timing import Hazard, HazardReport, LdsWords, TimingModel, TimingRun
-from f4pipe.errors import EmulatorError, NoDeviceError
-from f4pipe.fsio import write_text
-from f4pipe.pipeline.layout import EMULATOR_DEVICE_ID
 
 DEFAULT_MAX_WAVES_PER_BATCH = 512
 DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
-#: Workgroup orders: launch order (x fastest, then y, z), its reverse, or "shuffle:SEED".
-WORKGROUP_ORDERS = ("in-order", "reversed", "shuffle:SEED")
 
 
 def parse_workgroup_order(order: str) -> tuple[str, int]:
@@ -78,7 +76,7 @@ def order_workgroups(num: int, order: str) -> np.ndarray:
 
 @dataclass
 class EmulatorKernel:
-    """A loaded kernel (f4pipe.devices.device.Kernel)."""
+    """A loaded kernel (f4pipe.core.device.Kernel)."""
 
     symbol: str
     co_path: Path
@@ -88,7 +86,7 @@ class EmulatorKernel:
 @dataclass
 class LaunchStats:
     """What one launch found and cost (EmulatorDevice.launch returns it; it implements
-    f4pipe.devices.device.LaunchReport): races, hazards, wall time, waves, dynamic instructions."""
+    f4pipe.core.device.LaunchReport): races, hazards, wall time, waves, dynamic instructions."""
 
     seconds: float = 0.0
     waves: int = 0
@@ -318,7 +316,7 @@ class EmulatorDevice:
 
     def _timing_model(self, prog: Program) -> TimingModel:
         """One per program, so its memoised transitions serve every later launch."""
-        from f4pipe.emu.hazards import timing_model
+        from f4pipe.analysis.hazards import timing_model
 
         model = self._models.get(id(prog))
         if model is None:

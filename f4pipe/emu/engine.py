@@ -20,13 +20,13 @@ from typing import TextIO
 
 import numpy as np
 
-from f4pipe.emu import isa
-from f4pipe.emu.decode import Instruction, Operand
+from f4pipe.analysis.timing import TimingRun
+from f4pipe.arch import isa
+from f4pipe.arch.decode import Instruction, Operand
+from f4pipe.codeobj.program import Program
+from f4pipe.core.errors import EmulatorError
 from f4pipe.emu.handlers import HANDLERS
 from f4pipe.emu.memory import GlobalMemory
-from f4pipe.emu.program import Program
-from f4pipe.emu.timing import TimingRun
-from f4pipe.errors import EmulatorError
 
 NUM_SGPRS = 128  # operand codes 0..127 (incl. vcc, m0, exec) index this array directly
 NUM_VREGS = 512  # v0..v255, then a0..a255 at isa.AGPR_BASE
@@ -110,7 +110,7 @@ class Executor:
         return int(self.global_waves[w])
 
     def where(self, inst: Instruction, sel: Sel) -> str:
-        from f4pipe.emu.disasm import format_instruction
+        from f4pipe.arch.disasm import format_instruction
 
         waves = np.arange(self.W)[sel]
         w = int(waves[0])

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from f4pipe.emu import isa, ops_memory, ops_mfma, ops_scalar, ops_vector
-from f4pipe.emu.decode import Instruction
+from f4pipe.arch import isa
+from f4pipe.arch.decode import Instruction
+from f4pipe.emu import ops_memory, ops_mfma, ops_scalar, ops_vector
 
 if TYPE_CHECKING:
     from f4pipe.emu.engine import Executor, Sel

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from f4pipe.errors import EmulatorError
+from f4pipe.core.errors import EmulatorError
 
 #: First device address handed out; nonzero so a null pointer is never a valid address.
 HEAP_BASE = 0x7F00_0000_0000
@@ -250,9 +250,6 @@ class GlobalMemory:
     def layout(self) -> tuple[tuple[int, int], ...]:
         """(start, size) of every allocation, by address: what decides which accesses fault."""
         return tuple((start, self._arrays[start].size) for start in sorted(self._starts))
-
-    def num_allocations(self) -> int:
-        return len(self._starts)
 
     # --- race detection ------------------------------------------------------------------
 

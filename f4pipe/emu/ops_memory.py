@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from f4pipe.emu import isa
-from f4pipe.emu.decode import Instruction
-from f4pipe.errors import EmulatorError
-from f4pipe.host.numerics import float_to_bf16_bits
+from f4pipe.arch import isa
+from f4pipe.arch.decode import Instruction
+from f4pipe.core.errors import EmulatorError
+from f4pipe.core.numerics import float_to_bf16_bits
 
 if TYPE_CHECKING:
     from f4pipe.emu.engine import Executor, Sel

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from f4pipe.emu.decode import Instruction, Operand
-from f4pipe.host.numerics import e8m0_to_float, fp4_to_float
+from f4pipe.arch.decode import Instruction, Operand
+from f4pipe.core.numerics import e8m0_to_float, fp4_to_float
 
 if TYPE_CHECKING:
     from f4pipe.emu.engine import Executor, Sel

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from f4pipe.emu import isa
-from f4pipe.emu.decode import Instruction
+from f4pipe.arch import isa
+from f4pipe.arch.decode import Instruction
 
 if TYPE_CHECKING:
     from f4pipe.emu.engine import Executor, Sel
@@ -35,12 +35,6 @@ def _scc(ex: Executor, sel: Sel, cond) -> None:
 def _dst(ex: Executor, inst: Instruction, sel: Sel, value: np.ndarray) -> None:
     n = ex.nsel(sel)
     ex.set_s(inst.dst.index, sel, np.broadcast_to(np.asarray(value, dtype=np.int64) & U32, (n,)))
-
-
-def _overflow(a: np.ndarray, b: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Signed overflow of r = a + b (a, b, r as int64 of the 32-bit operands)."""
-    sa, sb, sr = a < 0, b < 0, (r & 0x80000000) != 0
-    return (sa == sb) & (sr != sa)
 
 
 def s_addsub_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from f4pipe.emu import isa
-from f4pipe.emu.decode import Instruction
-from f4pipe.emu.disasm import format_instruction
+from f4pipe.arch import isa
+from f4pipe.arch.decode import Instruction
+from f4pipe.arch.disasm import format_instruction
 
 
 def _sname(code: int) -> str:

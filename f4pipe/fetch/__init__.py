@@ -51,7 +51,8 @@ from typing import Any
 from f4pipe.aiter.aiterdir import AiterDir, configs_beside, content_digest, content_files, local_id
 from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.aiter.tables import CONFIGS_PATH
-from f4pipe.errors import ChecksumError, FetchError, ManifestError
+from f4pipe.core.errors import ChecksumError, FetchError, ManifestError
+from f4pipe.core.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
 from f4pipe.fetch.process import run_fetch_tool
 from f4pipe.fetch.record import FetchResult, complete_tables, fetch_into, fetch_result, locked
 from f4pipe.fetch.sources import (
@@ -77,7 +78,6 @@ from f4pipe.fetch.wheel import (
     extract_wheel_tree,
     wheel_cache_dir,
 )
-from f4pipe.pipeline.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
 
 #: The public API; the parts live in sources, record, process and wheel.
 __all__ = [

@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from f4pipe.errors import FetchError
+from f4pipe.core.errors import FetchError
 
 SUBPROCESS_TIMEOUT_S = 900  # a 40 MB wheel over a slow link; git fetch of one commit
 

@@ -16,9 +16,9 @@ from f4pipe import __version__
 from f4pipe.aiter.aiterdir import PROVENANCE_SCHEMA, AiterDir, content_digest, listed_names
 from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.aiter.tables import copy_tables
-from f4pipe.errors import CodeObjectError
-from f4pipe.fsio import atomic_dir, sha256_file, write_json
-from f4pipe.pipeline.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
+from f4pipe.core.errors import CodeObjectError
+from f4pipe.core.fsio import atomic_dir, sha256_file, write_json
+from f4pipe.core.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
 
 
 @dataclass(frozen=True)

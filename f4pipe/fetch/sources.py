@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.aiter.aiterdir import content_id
-from f4pipe.errors import ConfigError
+from f4pipe.core.errors import ConfigError
 
 DEFAULT_PACKAGE = "amd-aiter"
 DEFAULT_VERSION = "0.1.7.post2.dev18"

@@ -17,13 +17,13 @@ from f4pipe.aiter.tables import (
     CONFIGS_PATH,
     is_tuned_table,
 )
-from f4pipe.errors import ChecksumError, ConfigError, FetchError
+from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.errors import ChecksumError, ConfigError, FetchError
+from f4pipe.core.fsio import atomic_dir, sha256_file, write_bytes, write_json, write_text
+from f4pipe.core.layout import TUNED_CSV_MEMBER
 from f4pipe.fetch.process import run_fetch_tool
 from f4pipe.fetch.record import locked
 from f4pipe.fetch.sources import PypiSource, normalized_package, parse_source
-from f4pipe.fsio import atomic_dir, sha256_file, write_bytes, write_json, write_text
-from f4pipe.pipeline.layout import TUNED_CSV_MEMBER
-from f4pipe.spine.toolchain import cache_root
 
 WHEEL_HSA_PREFIX = "aiter_meta/hsa/"
 WHEEL_F4GEMM_PREFIX = "aiter_meta/hsa/gfx950/f4gemm/"

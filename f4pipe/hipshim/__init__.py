@@ -12,7 +12,7 @@ and set ROCM_PATH=<root> (hip-python 10) and LD_LIBRARY_PATH=<root>/lib (hip-pyt
 7.x dlopen the bare name) before the process starts; `shim_environment` gives both.
 
 The device can never pass for a GPU: it is named SHIM_DEVICE_NAME, HipDevice gives it the
-device_id f4pipe.devices.device.HIP_SHIM_DEVICE_ID, and its times are host wall clock, which the
+device_id f4pipe.core.device.HIP_SHIM_DEVICE_ID, and its times are host wall clock, which the
 bench stage records as such and never as TFLOP/s.
 """
 
@@ -24,8 +24,8 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from f4pipe.errors import ToolchainError
-from f4pipe.spine import gfx950
+from f4pipe.arch import gfx950
+from f4pipe.core.errors import ToolchainError
 
 #: What the shim's hipGetDeviceProperties calls itself; HipDevice recognises the shim by it.
 SHIM_DEVICE_NAME = "f4pipe HIP shim (gfx950 emulator, not a GPU)"

@@ -1,7 +1,8 @@
 """The Python half of the HIP shim: code objects, launch checks and the emulator.
 
 libamdhip64.c calls these through ctypes callbacks (f4pipe_shim_attach). A module's image is
-read with f4pipe.spine.codeobject; hipModuleGetFunction succeeds only for a kernel that the metadata
+read with f4pipe.codeobj.codeobject; hipModuleGetFunction succeeds only for a kernel that the
+metadata
 note lists and the symbol table holds; hipModuleLaunchKernel is refused, with a message that
 names the mismatch, unless the launch is what the kernel's metadata asks for:
 
@@ -34,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from f4pipe.devices.device import DeviceBuffer
-from f4pipe.errors import DeviceError, F4PipeError, NoDeviceError
-from f4pipe.spine import gfx950
-from f4pipe.spine.codeobject import CodeObject
+from f4pipe.arch import gfx950
+from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.core.device import DeviceBuffer
+from f4pipe.core.errors import DeviceError, F4PipeError, NoDeviceError
 
 from . import LIBRARY_NAME, SHIM_ARCH
 

@@ -14,16 +14,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.devices.device import Device, DeviceBuffer, LaunchReport, measures_throughput
-from f4pipe.errors import InputError, ShapeError
-from f4pipe.host.kernarg import BufferLayout, LaunchGeometry, gemm_kernarg, launch_geometry
-from f4pipe.host.numerics import (
+from f4pipe.aiter.shaperules import check_policy, padded_launch, refusal, violations
+from f4pipe.core.device import Device, DeviceBuffer, LaunchReport, measures_throughput
+from f4pipe.core.errors import InputError, ShapeError
+from f4pipe.core.layout import SEED_A, SEED_B
+from f4pipe.core.numerics import (
     SCALE_PAD,
     bf16_bits_to_float,
     pad_scales,
     shuffle_b,
     shuffle_scales,
 )
+from f4pipe.host.kernarg import BufferLayout, LaunchGeometry, gemm_kernarg, launch_geometry
 from f4pipe.host.operands import (
     DEFAULT_DISTRIBUTION,
     MxOperand,
@@ -32,11 +34,9 @@ from f4pipe.host.operands import (
 )
 from f4pipe.host.reference import kernel_alpha, reference_gemm
 from f4pipe.host.verify import Verification, verify_output
-from f4pipe.pipeline.layout import SEED_A, SEED_B
-from f4pipe.shapes.safety import check_policy, padded_launch, refusal, violations
 
 if TYPE_CHECKING:
-    from f4pipe.emu.timing import HazardReport
+    from f4pipe.analysis.timing import HazardReport
     from f4pipe.host.benchstats import Protocol as BenchProtocol
 
 #: Untimed launches before the timed ones (the seed driver's).
@@ -67,7 +67,8 @@ class GemmRequest:
     # [round_up(M,32), N]; larger with edge_policy "pad").
     d_prefill: int | np.ndarray | None = field(default=None, repr=False)
     keep_padded_d: bool = False  # return the whole padded D (bits) for canary checks
-    # A shape f4pipe.shapes.safety marks unsafe for the kernel: "refuse" (UnsafeShapeError), "pad"
+    # A shape f4pipe.aiter.shaperules marks unsafe for the kernel: "refuse" (UnsafeShapeError),
+    # "pad"
     # (run on padded buffers, return D[:M, :N]) or "unsafe" (run it as asked: for the sweep
     # and reproducers).
     edge_policy: str = "refuse"
@@ -157,7 +158,7 @@ class GemmResult:
     padding: str = ""  # the edge remedy applied ("" when the shape ran as asked)
     races: int | None = None  # dwords written by several workgroups (emulator only)
     race_summary: str = ""
-    # Timing hazards (f4pipe.emu.timing): None = not checked (hardware, or checks turned off).
+    # Timing hazards (f4pipe.analysis.timing): None = not checked (hardware, or checks turned off).
     hazards: int | None = None
     hazard_summary: str = ""
     advisories: int = 0
@@ -243,7 +244,8 @@ def _upload(
 
 
 def edge_layout(entry: KernelEntry, request: GemmRequest) -> tuple[BufferLayout, str]:
-    """The buffers for `request` under its edge policy (f4pipe.shapes.safety): the seed layout, or
+    """The buffers for `request` under its edge policy (f4pipe.aiter.shaperules): the seed layout,
+    or
     the padded one when the shape is unsafe and the policy is "pad"; "refuse" raises."""
     r = request
     check_policy(r.edge_policy)

@@ -16,8 +16,8 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from f4pipe.errors import ShapeError
-from f4pipe.host.numerics import padded_scale_shape, round_up
+from f4pipe.core.errors import ShapeError
+from f4pipe.core.numerics import padded_scale_shape, round_up
 
 CTYPE_FORMATS: dict[str, str] = {"void*": "Q", "float": "f", "uint32_t": "I", "int32_t": "i"}
 
@@ -146,7 +146,8 @@ class BufferLayout:
 
     A/B rows are over-allocated to a multiple of 256 so an edge tile never touches unmapped
     memory; D is [round_up(M, 32), N] bf16 as aiter allocates it; scales are padded.
-    f4pipe.shapes.safety's remedy for unsafe edges asks for more D rows (d_row_multiple) and zeroed
+    f4pipe.aiter.shaperules's remedy for unsafe edges asks for more D rows (d_row_multiple) and
+    zeroed
     slack after B (b_slack_bytes); N is then already the padded N the kernel sees.
     """
 

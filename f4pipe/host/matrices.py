@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest
-from f4pipe.errors import ConfigError, ShapeError
-from f4pipe.pipeline.layout import SEED_SPLITK_SHAPE
+from f4pipe.core.errors import ConfigError, ShapeError
+from f4pipe.core.layout import SEED_SPLITK_SHAPE
 
 ALL_KERNELS = "*"
 SPLITK_KERNELS = "splitk"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from f4pipe.errors import InputError, ShapeError
-from f4pipe.host.numerics import SCALE_BLOCK, dequantize, pack_fp4
+from f4pipe.core.errors import InputError, ShapeError
+from f4pipe.core.numerics import SCALE_BLOCK, dequantize, pack_fp4
 
 
 @dataclass(frozen=True)

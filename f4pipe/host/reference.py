@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from f4pipe.errors import ShapeError
+from f4pipe.core.errors import ShapeError
 from f4pipe.host.operands import MxOperand
 
 

@@ -8,11 +8,11 @@ bad if |got - ref| > atol + rtol * |ref|; a run passes iff no element of the fir
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
-from f4pipe.errors import InputError, ShapeError
+from f4pipe.core.errors import InputError, ShapeError
 
 RTOL = 2e-2
 ATOL_FRACTION = 2e-4
@@ -31,9 +31,6 @@ class Verification:
     max_abs_ref: float
     atol: float
     rtol: float
-
-    def as_dict(self) -> dict[str, float | int | bool]:
-        return asdict(self)
 
 
 def atol_for(max_abs_ref: float, gdz: int) -> float:

@@ -1,7 +1,7 @@
 """The cycle model's one table of latencies and throughputs, and its calibrated constants.
 
 What an instruction *is* for timing (unit, counter, MFMA passes, s_nop wait states, s_waitcnt
-limits) comes from the emulator's own decode (f4pipe.emu.effects): this module adds only how
+limits) comes from the emulator's own decode (f4pipe.arch.effects): this module adds only how
 long things take. Each row names its source; a row marked "assumed" is this model's choice
 where no public source gives the figure, and the README's "Predicted throughput" section lists
 those. Sources:
@@ -67,7 +67,7 @@ TABLE: tuple[Cost, ...] = (
         4,
         "clk per wait state",
         "LLVM GCNHazardRecognizer counts wait states in issue slots (an s_nop N fills N+1, any "
-        "other instruction 1; f4pipe.emu.effects.Effects.wait_states); one slot = issue_cycles",
+        "other instruction 1; f4pipe.arch.effects.Effects.wait_states); one slot = issue_cycles",
     ),
     Cost(
         "mfma_pass_cycles",
@@ -75,7 +75,7 @@ TABLE: tuple[Cost, ...] = (
         "clk per MFMA pass",
         "ISA Table 28 / 7.1.5: v_mfma_scale_f32_16x16x128_f8f6f4 with FP4 operands is 4 passes "
         "= 16 clk, the MFMA pipe of its SIMD busy for all of them (passes from "
-        "f4pipe.emu.effects.mfma_passes); 65,536 FLOP / 16 clk x 4 SIMDs = 16,384 FLOP/clk/CU "
+        "f4pipe.arch.effects.mfma_passes); 65,536 FLOP / 16 clk x 4 SIMDs = 16,384 FLOP/clk/CU "
         "= WP Table 1",
     ),
     Cost(

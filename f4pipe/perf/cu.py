@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from f4pipe.emu.effects import effects_of
-from f4pipe.emu.isa import DS_DWORDS, MUBUF_DWORDS
-from f4pipe.emu.program import Program
+from f4pipe.arch.effects import effects_of
+from f4pipe.arch.isa import DS_DWORDS, MUBUF_DWORDS
+from f4pipe.codeobj.program import Program
 from f4pipe.perf.costs import COST
 from f4pipe.perf.trace import WorkgroupTrace
 
@@ -99,7 +99,7 @@ def decode_ops(program: Program) -> dict[int, Op]:
     pass_clk = int(COST["mfma_pass_cycles"])
     for pc, (inst, eff) in effects.items():
         # An MFMA accumulating onto an earlier MFMA's result (SrcC) is ordered by the pipe
-        # itself (0 wait states for an exact SrcC overlap: f4pipe.emu.waitstates, rule B3.5).
+        # itself (0 wait states for an exact SrcC overlap: f4pipe.arch.waitstates, rule B3.5).
         roles = [r for r in eff.reads if not ("mfma" in eff.tags and r == "src_c")]
         reads_acc = tuple(sorted(eff.read_regs(*roles) & acc)) if roles else ()
         writes: tuple[int, ...] = ()

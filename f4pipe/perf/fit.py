@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from f4pipe.aiter.manifest import Manifest, read_manifest
+from f4pipe.aiter.tuned import read_tuned
 from f4pipe.host.kernarg import launch_geometry
 from f4pipe.perf.costs import (
     CALIBRATION_PATH,
@@ -57,7 +58,6 @@ from f4pipe.perf.model import (
     workgroups_and_rounds,
 )
 from f4pipe.perf.predict import MODEL_ID, Predictor
-from f4pipe.shapes.audit import read_tuned
 
 #: The seed driver's MI355X table (its README: 256 CU, hipEvents, --iters 50).
 SEED_MEASURED = (
@@ -454,7 +454,7 @@ def run_fit(f4gemm_dir: Path, write: bool = True) -> CalibrationFile:
     if write:
         import json
 
-        from f4pipe.fsio import write_text
+        from f4pipe.core.fsio import write_text
 
         write_text(CALIBRATION_PATH, json.dumps(out.to_json(), indent=1) + "\n")
     return out
@@ -484,8 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def default_f4gemm_dir() -> Path:
     """The pinned wheel's f4gemm directory (fetched into f4pipe's cache on first use)."""
+    from f4pipe.codeobj.toolchain import cache_root
     from f4pipe.fetch import PypiSource, fetch_aiter
-    from f4pipe.spine.toolchain import cache_root
 
     return fetch_aiter(PypiSource(), cache_root() / "test-resources").f4gemm_dir
 

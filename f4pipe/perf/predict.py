@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest
-from f4pipe.emu.program import Program, executed_digest
-from f4pipe.fsio import sha256_file, write_text
+from f4pipe.aiter.shaperules import is_safe
+from f4pipe.codeobj.program import Program, executed_digest
+from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.fsio import sha256_file, write_text
 from f4pipe.host.kernarg import launch_geometry
 from f4pipe.perf import trace as tracing
 from f4pipe.perf.costs import COST, Calibration, CalibrationFile, load_calibration
@@ -42,8 +44,6 @@ from f4pipe.perf.model import (
     kernel_time,
     workgroups_and_rounds,
 )
-from f4pipe.shapes.safety import is_safe
-from f4pipe.spine.toolchain import cache_root
 
 log = logging.getLogger(__name__)
 

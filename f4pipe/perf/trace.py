@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.emu import isa
-from f4pipe.emu.decode import Instruction
+from f4pipe.arch import isa
+from f4pipe.arch.decode import Instruction
+from f4pipe.core.errors import EmulatorError
+from f4pipe.core.fsio import write_bytes
 from f4pipe.emu.ops_memory import buffer_addresses
-from f4pipe.errors import EmulatorError
-from f4pipe.fsio import write_bytes
 from f4pipe.perf.costs import COST
 
 #: Bytes the LDS of a CU serves per clock (the timing table's row): a DS access is served in

@@ -1,2 +1,3 @@
-"""The pipeline's spine: stages, typed result sets and their Parquet schemas, the result store,
-archives, the result-set layout and the facts the workflow records."""
+"""The stage drivers: the GEMM stages, the round trip, the shape-edge sweep and the tuned-table
+audit over a whole aiter; the result store (reuse by content), result sets and archives, and
+the facts the workflow records."""

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe import __version__
-from f4pipe.errors import InputError
-from f4pipe.fsio import atomic_path, read_input_bytes, read_json_file
-from f4pipe.pipeline.layout import TABLES, TOOLCHAIN_JSON, table_file
+from f4pipe.codeobj.toolchain import portable
+from f4pipe.core.errors import InputError
+from f4pipe.core.fsio import atomic_path, read_input_bytes, read_json_file
+from f4pipe.core.layout import TABLES, TOOLCHAIN_JSON, table_file
 from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
-from f4pipe.spine.toolchain import portable
 
 SUMS_NAME = "SHA256SUMS"
 PROVENANCE_NAME = "provenance.json"

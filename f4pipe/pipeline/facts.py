@@ -6,7 +6,7 @@ a commit only the network knows; a local directory's id is the digest of its byt
 while Snakemake parses the Snakefile would pay that work on every parse, and on a cluster in
 every job, and would make a dry run need the network and a working hip-python. Instead a job
 finds each fact once and writes it as a small JSON file under `<results_dir>/facts/`
-(f4pipe.pipeline.layout FACTS_DIR) that the workflow's checkpoints read:
+(f4pipe.core.layout FACTS_DIR) that the workflow's checkpoints read:
 
 - the aiter id fact (`f4pipe aiter-id`): found again when the configured source changes, and
   for a local directory when one of its files does (the job's inputs are the directory's files,
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from f4pipe.fsio import read_json_file, write_json
+from f4pipe.core.fsio import read_json_file, write_json
 
 #: The key of the aiter id fact.
 AITER_ID = "aiter_id"
@@ -81,7 +81,7 @@ def write_fact(path: str | Path, fact: Mapping[str, Any]) -> None:
 
 def read_fact(path: str | Path, key: str) -> Any:
     """One value of a fact file a job wrote (an InputError naming the file if it lacks it)."""
-    from f4pipe.errors import InputError
+    from f4pipe.core.errors import InputError
 
     fact = read_json_file(path, "fact file")
     if not isinstance(fact, dict) or key not in fact:

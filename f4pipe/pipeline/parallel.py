@@ -16,7 +16,7 @@ import multiprocessing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from f4pipe.pipeline.layout import EMULATOR_DEVICE_ID
+from f4pipe.core.layout import EMULATOR_DEVICE_ID
 from f4pipe.pipeline.progress import track
 
 T = TypeVar("T")

@@ -12,9 +12,9 @@ from typing import Any
 import pandas as pd
 
 from f4pipe.aiter.aiterdir import AiterDir
-from f4pipe.errors import InputError
-from f4pipe.fsio import read_json_file
-from f4pipe.pipeline.layout import (
+from f4pipe.core.errors import InputError
+from f4pipe.core.fsio import read_json_file
+from f4pipe.core.layout import (
     DEFAULT_RESOURCES_DIR,
     GEMM_STAGES,
     NO_DEVICE,
@@ -22,7 +22,7 @@ from f4pipe.pipeline.layout import (
     TOOLCHAIN_JSON,
     table_file,
 )
-from f4pipe.pipeline.schemas import ADDED_COLUMNS, TABLE_SCHEMAS, read_table
+from f4pipe.core.schemas import ADDED_COLUMNS, TABLE_SCHEMAS, read_table
 
 #: The columns that name one GEMM run in a stage table.
 RUN_KEY = ["variant", "kernel", "m", "n", "k", "log2_k_split"]

@@ -12,14 +12,14 @@ The store keeps the rows a run produced under a key that is exactly what the run
   distribution, alpha, edge policy), for the safety sweep the workgroup orders, for the tuned-
   table audit the emulated shape and the orders (only the emulation is stored there: the row
   around it is the table's);
-- for a round trip (f4pipe.spine.roundtrip, no device) the code object's sha256 and file name in
+- for a round trip (f4pipe.pipeline.roundtrip, no device) the code object's sha256 and file name in
   place of the first two: co2asm, LLVM and the equivalence check read nothing else;
 - the device identity (`device_id`), the toolchain identity (`toolchain_id`);
 - f4pipe itself: its version and a digest of its own source files, so a development checkout
   never reuses what other code computed.
 
 A later run with the same key takes the stored rows instead of running, replaces only what
-names the result set it belongs to (CONTEXT_FIELDS: aiter id, variant), and marks them:
+names the result set it belongs to (its aiter id and variant), and marks them:
 `reused_from` is the aiter id whose run produced the row (with `/<variant>` when that run was
 another variant's), `reuse_key` the store key. Rows that
 ran here have `reused_from` null. Only verdicts are stored: a skipped or errored row (no
@@ -55,13 +55,12 @@ from typing import Any
 
 from f4pipe import __version__
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.fsio import sha256_file, write_bytes, write_text
-from f4pipe.pipeline.layout import EMULATOR_DEVICE_ID
+from f4pipe.core.fsio import sha256_file, write_bytes, write_text
+from f4pipe.core.layout import EMULATOR_DEVICE_ID
 
 #: Bump when the entry layout changes; part of every key.
 STORE_FORMAT = 1
 #: Row fields that name the result set a row belongs to, not the run: replaced on reuse.
-CONTEXT_FIELDS = ("aiter_id", "variant")
 REUSED_FROM = "reused_from"
 REUSE_KEY = "reuse_key"
 Row = dict[str, Any]
@@ -84,7 +83,7 @@ def kernel_identity(
 ) -> dict[str, Any]:
     """What identifies a kernel to a run: its manifest row and, read every time (a code object
     reassembled in place must not keep its old digest), what the device executes of it. On
-    the emulator that is the loaded and decoded program (f4pipe.emu.program.executed_digest),
+    the emulator that is the loaded and decoded program (f4pipe.codeobj.program.executed_digest),
     so the rebuilt variant, which differs from aiter's bytes only where the emulator does not
     read, takes the original's rows; anywhere else (a GPU runs the bytes) the code object's
     sha256. With `store`, the decoded program's digest is kept there too (see
@@ -124,7 +123,7 @@ def _executed_digest(
 
 
 def _decoded_digest(co_path: str, symbol: str) -> str | None:
-    from f4pipe.emu.program import executed_digest
+    from f4pipe.codeobj.program import executed_digest
 
     return executed_digest(co_path, symbol)
 

@@ -1,12 +1,13 @@
 """The pipeline's GEMM stages: verify, splitk, bench. Each turns (device, manifest, cases) into
-rows of one Parquet schema (f4pipe.pipeline.schemas VERIFY / SPLITK / BENCH).
+rows of one Parquet schema (f4pipe.core.schemas VERIFY / SPLITK / BENCH).
 
 A stage never pretends: with no device that can run the kernels every row is "skipped" with the
 reason, and bench on anything but gfx950 hardware records "skipped" instead of a number. A
 device error on one case is recorded as an "error" row and the stage goes on, so one bad kernel
 does not hide the others' results.
 
-Shape edges: the heuristic picks only kernels safe at the shape (f4pipe.shapes.safety); a case that
+Shape edges: the heuristic picks only kernels safe at the shape (f4pipe.aiter.shaperules); a case
+that
 names a kernel unsafe at its shape runs under StageSettings.edge_policy, by default "pad"
 (f4pipe's remedy, noted in the row's reason) so that the stage verifies the kernel's
 arithmetic; the unprotected behaviour is the safety table's business.
@@ -26,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 from f4pipe.aiter.heuristic import DEFAULT_NUM_CU, select_kernel
 from f4pipe.aiter.manifest import KernelEntry, Manifest
-from f4pipe.devices.device import Device
+from f4pipe.core.device import Device
+from f4pipe.core.errors import ConfigError, DeviceError, EmulatorError, ShapeError
+from f4pipe.core.layout import NO_DEVICE, SEED_A, SEED_B
+from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.devices.devinfo import CLOCK_FIELDS, DEVICE_FIELDS, clock_fields
-from f4pipe.errors import ConfigError, DeviceError, EmulatorError, ShapeError
 from f4pipe.host.gemm import (
     NOT_TIMED_NO_HARDWARE,
     SHIM_TIME_NOTE,
@@ -38,11 +41,9 @@ from f4pipe.host.gemm import (
 )
 from f4pipe.host.kernarg import launch_geometry
 from f4pipe.host.matrices import Case, expand_case
-from f4pipe.pipeline.layout import NO_DEVICE, SEED_A, SEED_B
 from f4pipe.pipeline.parallel import map_ordered, workers_for
 from f4pipe.pipeline.progress import track
 from f4pipe.pipeline.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
-from f4pipe.pipeline.schemas import ArtifactKeys
 
 if TYPE_CHECKING:
     from f4pipe.host.benchstats import Protocol as BenchProtocol

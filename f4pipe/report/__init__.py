@@ -23,12 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from f4pipe import __version__
-from f4pipe.fsio import atomic_dir, read_json_file, sha256_file
-from f4pipe.pipeline.layout import REPORT_DIR, TABLES, table_file
+from f4pipe.codeobj.toolchain import portable, portable_path
+from f4pipe.core.fsio import atomic_dir, read_json_file, sha256_file
+from f4pipe.core.layout import REPORT_DIR, TABLES, table_file
 from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 from f4pipe.report import sections
 from f4pipe.report.render import Section, render_html, render_markdown
-from f4pipe.spine.toolchain import portable, portable_path
 
 
 def config_hash(config: Path | None) -> str:

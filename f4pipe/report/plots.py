@@ -8,11 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.pipeline.layout import (
-    BASE_VARIANTS,
-    SEED_SPLITK_ERR_PCT,
-    SEED_SPLITK_SHAPE,
-)
+from f4pipe.core.layout import BASE_VARIANTS, SEED_SPLITK_ERR_PCT, SEED_SPLITK_SHAPE
 from f4pipe.report.render import short_kernel
 
 

@@ -10,11 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.pipeline.layout import (
-    BASE_VARIANTS,
-    SEED_SPLITK_ERR_PCT,
-    SEED_SPLITK_SHAPE,
-)
+from f4pipe.aiter.shaperules import EDGE_CLASSES
+from f4pipe.core.layout import BASE_VARIANTS, SEED_SPLITK_ERR_PCT, SEED_SPLITK_SHAPE
+from f4pipe.pipeline.audit import format_finding
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.plots import (
     plot_bench,
@@ -25,8 +23,6 @@ from f4pipe.report.plots import (
 )
 from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
 from f4pipe.report.reuse import reuse_section
-from f4pipe.shapes.audit import format_finding
-from f4pipe.shapes.safety import EDGE_CLASSES
 
 NOT_MEASURED = "not measured: no gfx950 device"
 
@@ -191,7 +187,7 @@ def _problems(df: pd.DataFrame) -> list[str]:
 
 
 def _advisories(df: pd.DataFrame) -> list[str]:
-    """One finding per (variant, kernel) whose runs carry timing advisories (f4pipe.emu.timing:
+    """One finding per (variant, kernel) whose runs carry timing advisories (f4pipe.analysis.timing:
     what the kernel relies on beyond the ISA's promises), with the first pair named."""
     out = []
     flagged = df[df["advisories"].fillna(0) > 0]
@@ -382,7 +378,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
     )
     if len(disagree):
         sec.notes.append(
-            f"{len(disagree)} row(s) where f4pipe.shapes.safety's rules disagree with the "
+            f"{len(disagree)} row(s) where f4pipe.aiter.shaperules's rules disagree with the "
             "emulator: "
             + ", ".join(
                 f"{short_kernel(r['kernel'])} {r['edge_class']} M={r['m']} N={r['n']} K={r['k']}"
@@ -517,7 +513,7 @@ def _retune_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> None:
     have = df[df["us_pred"].notna() & df["aiter_us"].notna()]
     if not len(have):
         return
-    from f4pipe.shapes.audit import retune_candidates
+    from f4pipe.pipeline.audit import retune_candidates
 
     err = (have["aiter_us"] / have["us_pred"] - 1).abs() * 100
     sec.notes.append(

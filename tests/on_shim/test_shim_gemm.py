@@ -12,15 +12,16 @@ import pytest
 from hip import hip
 
 from f4pipe.cli import main
-from f4pipe.devices.device import HIP_SHIM_DEVICE_ID
+from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.core.device import HIP_SHIM_DEVICE_ID
+from f4pipe.core.errors import DeviceError
+from f4pipe.core.schemas import BENCH, ArtifactKeys, read_table
 from f4pipe.devices.hipdevice import HipDevice
 from f4pipe.edits.trykernel import try_edit
 from f4pipe.emu import EmulatorDevice
-from f4pipe.errors import DeviceError
 from f4pipe.host.gemm import WARMUP_LAUNCHES, GemmRequest, run_gemm
 from f4pipe.host.kernarg import BufferLayout, gemm_kernarg, launch_geometry
 from f4pipe.host.matrices import Case
-from f4pipe.pipeline.schemas import BENCH, ArtifactKeys, read_table
 from f4pipe.pipeline.stages import (
     SHIM_TIMED,
     StageSettings,
@@ -28,7 +29,6 @@ from f4pipe.pipeline.stages import (
     splitk_stage,
     verify_stage,
 )
-from f4pipe.spine.co2asm import co2asm
 
 M, N, K = 32, 256, 512
 SPLITK_KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"

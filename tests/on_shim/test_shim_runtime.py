@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hip import hip
 
-from f4pipe.devices.device import HIP_SHIM_DEVICE_ID
+from f4pipe.core.device import HIP_SHIM_DEVICE_ID
 from f4pipe.devices.hipdevice import device_properties
 from f4pipe.hipshim import SHIM_DEVICE_NAME
 

@@ -7,7 +7,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from f4pipe.edits.spec import parse_edit_specs
-from f4pipe.fsio import json_text
+from f4pipe.core.fsio import json_text
 from f4pipe.pipeline.facts import (
     AITER_ID,
     TIMES_LAUNCHES,
@@ -15,7 +15,7 @@ from f4pipe.pipeline.facts import (
     read_fact,
     source_key,
 )
-from f4pipe.pipeline.layout import (
+from f4pipe.core.layout import (
     AITER_ID_PATTERN,
     ARCHIVES_DIR,
     BASE_VARIANTS,
@@ -60,7 +60,7 @@ LOGS_ROOT = Path("logs")
 LOGS = LOGS_ROOT / AITER_ID_WILDCARD
 FACT_LOGS = LOGS_ROOT / FACTS_DIR  # the fact jobs belong to no aiter id
 ARCHIVES = RESULTS_ROOT / ARCHIVES_DIR
-# The set's paths, spelt once (f4pipe.pipeline.layout); the rules name nothing else under RESULTS.
+# The set's paths, spelt once (f4pipe.core.layout); the rules name nothing else under RESULTS.
 TOOLCHAIN = RESULTS / TOOLCHAIN_JSON
 REPORT = RESULTS / REPORT_DIR
 ROUNDTRIP = RESULTS / ROUNDTRIP_DIR

@@ -1,0 +1,216 @@
+"""Shape-edge safety: which (kernel, M, N, K) the f4gemm kernels compute correctly, as code.
+
+The kernels' epilogues do not all bound their stores by N (and one not by M), while D's row
+stride is N: an edge tile then writes past column N into the next row, which another workgroup
+owns (a race on hardware, a wrong result on the emulator for some orders). These rules are the
+one place every decision reads (the tile heuristic, `f4pipe gemm`, the GEMM stages, the tuned-
+config audit). They were derived from the disassembly (f4pipe.pipeline.edgesweep.store_evidence) and
+are proven against the emulator for every kernel by the edge sweep (f4pipe.pipeline.edgesweep; the
+`safety` pipeline rule writes the table, tests/test_safety.py reruns it on a subset):
+
+- "chunk32" kernels (30 BpreShuffle tiles) store D in 32-column chunks; a chunk is skipped only
+  when it starts at or past N, so with N % 32 == 16 the last chunk writes 16 columns into the
+  next row. Rule: N % 32 == 0.
+- "full-tile" kernels (BpreShuffle 256x256, 192x256, 224x256, 128x512) have no N guard at all:
+  the last column tile writes all tile_n columns. Rule: N % tile_n == 0.
+- noBpreShuffle_256x256 also stores whole 256-row tiles (its D resource has no M bound) and, with
+  a single K step, prefetches 128 bytes past the end of B. Rules: N % 256 == 0, D rows
+  >= round_up(M, 256) (aiter allocates round_up(M, 32)), K >= 512.
+
+Every violated rule has a remedy that f4pipe can apply on the host ("pad"): run the kernel on
+N' = round_up(N, n_multiple) (B padded with zero rows, D stride N'), D rows round_up(M, tile)
+and slack after B, then hand back D[:M, :N]. The same sweep proves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from f4pipe.aiter.manifest import KernelEntry
+from f4pipe.core.errors import ConfigError, ShapeError
+from f4pipe.core.numerics import round_up
+
+#: How `run_gemm` treats a shape the rules mark unsafe for the kernel.
+EDGE_POLICIES = ("refuse", "pad", "unsafe")
+#: Column chunk of the chunk32 kernels' epilogue (and aiter's D row padding).
+CHUNK_N = 32
+D_ROW_ALIGN = 32
+#: Bytes the noBpreShuffle kernel's B prefetch reaches past the last B row when K == 256,
+#: rounded up; the remedy allocates this much zeroed slack after B.
+B_PREFETCH_SLACK = 256
+#: Tiles whose BpreShuffle epilogue has no N guard (static evidence: no s_cmp on N before the
+#: D stores; the D buffer's num_records is rows * stride).
+FULL_TILE_STORES = frozenset({(256, 256), (192, 256), (224, 256), (128, 512)})
+
+STORE_CHUNK32 = "chunk32"
+STORE_FULL_TILE = "full-tile"
+STORE_UNBOUNDED = "unbounded"  # no N and no M bound (noBpreShuffle)
+
+#: Edge classes: the rule families a shape can violate (safety table columns).
+EDGE_N_CHUNK = "n%32=16"  # N not a multiple of the 32-column store chunk
+EDGE_N_TILE = "n%tile_n"  # N a multiple of 32 but not of tile_n
+EDGE_M_ROWS = "m%tile_m"  # M not a multiple of tile_m
+EDGE_K_MIN = "k=256"  # the smallest K (a single K step)
+EDGE_K_MULTI = "k>256"  # larger K, every dimension aligned
+EDGE_CLASSES = (EDGE_N_CHUNK, EDGE_N_TILE, EDGE_M_ROWS, EDGE_K_MIN, EDGE_K_MULTI)
+
+
+@dataclass(frozen=True)
+class EdgeRule:
+    """What a kernel needs of a shape to compute D[:M, :N] without touching anything else."""
+
+    kernel: str
+    store: str  # STORE_CHUNK32 | STORE_FULL_TILE | STORE_UNBOUNDED
+    n_multiple: int  # N must be a multiple of this
+    d_row_multiple: int  # D must have round_up(M, this) rows (aiter allocates 32)
+    min_k: int
+    evidence: str  # what the disassembly and the sweep showed, for refusal messages
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One rule a shape breaks, in words a user can act on."""
+
+    edge_class: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PaddedLaunch:
+    """The host-side remedy: what the kernel is launched on so that the shape is safe."""
+
+    n_kernel: int  # N and D row stride the kernel sees (B padded with zero rows)
+    d_row_multiple: int
+    b_slack_bytes: int
+
+    def describe(self, n: int) -> str:
+        parts = []
+        if self.n_kernel != n:
+            parts.append(f"N padded {n} -> {self.n_kernel} (zero B rows, D stride {self.n_kernel})")
+        if self.d_row_multiple != D_ROW_ALIGN:
+            parts.append(f"D rows rounded up to a multiple of {self.d_row_multiple}")
+        if self.b_slack_bytes:
+            parts.append(f"{self.b_slack_bytes} zero bytes after B")
+        return "; ".join(parts) or "no padding needed"
+
+
+def short_name(kernel: str) -> str:
+    return kernel.split("Fp4_", 1)[-1]
+
+
+def edge_rule(entry: KernelEntry) -> EdgeRule:
+    """The shape rule of one manifest kernel."""
+    tile = (entry.tile_m, entry.tile_n)
+    if not entry.bpreshuffle:
+        return EdgeRule(
+            kernel=entry.name,
+            store=STORE_UNBOUNDED,
+            n_multiple=entry.tile_n,
+            d_row_multiple=entry.tile_m,
+            min_k=2 * 256,
+            evidence=(
+                f"{short_name(entry.name)}'s epilogue has no N guard and its D buffer resource "
+                "has no M bound (num_records 0xFFFFFFF0): it stores whole "
+                f"{entry.tile_m}x{entry.tile_n} tiles; with K=256 its B prefetch reads 128 "
+                "bytes past B"
+            ),
+        )
+    if tile in FULL_TILE_STORES:
+        return EdgeRule(
+            kernel=entry.name,
+            store=STORE_FULL_TILE,
+            n_multiple=entry.tile_n,
+            d_row_multiple=D_ROW_ALIGN,
+            min_k=256,
+            evidence=(
+                f"{short_name(entry.name)}'s epilogue has no N guard (D num_records = rows x "
+                f"stride): the last column tile writes all {entry.tile_n} columns, past N "
+                "into the next rows"
+            ),
+        )
+    return EdgeRule(
+        kernel=entry.name,
+        store=STORE_CHUNK32,
+        n_multiple=CHUNK_N,
+        d_row_multiple=D_ROW_ALIGN,
+        min_k=256,
+        evidence=(
+            f"{short_name(entry.name)}'s epilogue stores 32-column chunks and skips a chunk only "
+            "when it starts at or past N: with N % 32 == 16 the last chunk writes 16 columns "
+            "into the next row, and the emulator sweep finds the last 16 columns wrong too"
+        ),
+    )
+
+
+def violations(entry: KernelEntry, m: int, n: int, k: int | None) -> list[Violation]:
+    """The rules (M, N, K) breaks for `entry`; K None = unknown, checked as the minimum K."""
+    rule = edge_rule(entry)
+    found = []
+    if n % rule.n_multiple:
+        edge = EDGE_N_CHUNK if n % CHUNK_N else EDGE_N_TILE
+        found.append(Violation(edge, f"N={n} is not a multiple of {rule.n_multiple}"))
+    if m % rule.d_row_multiple and rule.d_row_multiple != D_ROW_ALIGN:
+        found.append(
+            Violation(
+                EDGE_M_ROWS,
+                f"M={m} is not a multiple of {rule.d_row_multiple}: the kernel writes rows up "
+                f"to {round_up(m, rule.d_row_multiple)} of a {round_up(m, D_ROW_ALIGN)}-row D",
+            )
+        )
+    if (k if k is not None else 256) < rule.min_k:
+        found.append(
+            Violation(EDGE_K_MIN, f"K={k if k is not None else 'unknown'} is below {rule.min_k}")
+        )
+    return found
+
+
+def is_safe(entry: KernelEntry, m: int, n: int, k: int | None) -> bool:
+    return not violations(entry, m, n, k)
+
+
+def padded_launch(entry: KernelEntry, m: int, n: int, k: int) -> PaddedLaunch:
+    """The remedy for `entry` at (M, N, K): run on padded buffers, then slice D[:M, :N]."""
+    rule = edge_rule(entry)
+    return PaddedLaunch(
+        n_kernel=round_up(n, rule.n_multiple),
+        d_row_multiple=max(rule.d_row_multiple, D_ROW_ALIGN),
+        b_slack_bytes=B_PREFETCH_SLACK if k < rule.min_k else 0,
+    )
+
+
+def check_policy(policy: str) -> None:
+    if policy not in EDGE_POLICIES:
+        raise ConfigError(f"edge policy {policy!r}: use one of {', '.join(EDGE_POLICIES)}")
+
+
+def reproducer(
+    kernel: str, m: int, n: int, k: int, *, order: str | None = None, co_dir: str | None = None
+) -> str:
+    """The `f4pipe gemm` command that runs this kernel and shape unprotected on the emulator
+    (exit 1 on a wrong result or a race, 2 on an access outside the buffers)."""
+    where = f"--co-dir {co_dir}" if co_dir else "--co-dir $AITER_ASM_DIR"
+    cmd = (
+        f"f4pipe gemm --device emulator {where} --kernel {kernel} "
+        f"-m {m} -n {n} -k {k} --iters 0 --unsafe"
+    )
+    if order:
+        cmd += f" --workgroup-order {order}"
+    return cmd
+
+
+class UnsafeShapeError(ShapeError):
+    """A kernel was asked to run a shape its edge rules mark unsafe, without an override."""
+
+
+def refusal(entry: KernelEntry, m: int, n: int, k: int) -> UnsafeShapeError:
+    """The error naming the broken rules, their evidence and the ways forward."""
+    found = violations(entry, m, n, k)
+    remedy = padded_launch(entry, m, n, k).describe(n)
+    return UnsafeShapeError(
+        f"{short_name(entry.name)} is unsafe at M={m} N={n} K={k}: "
+        + "; ".join(v.message for v in found)
+        + f" ({edge_rule(entry).evidence}). Evidence: the shape-edge safety table "
+        "(f4pipe safety; results/<aiter_id>/safety.parquet); reproduce with "
+        f"`{reproducer(entry.name, m, n, k)}`. "
+        f"Use --pad-output to run it safely ({remedy}), another kernel, or --unsafe"
+    )

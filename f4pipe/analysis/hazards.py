@@ -1,0 +1,199 @@
+"""Static hazard check of a gfx950 kernel over its control-flow graph (`f4pipe hazards X.co`).
+
+Conservative across branches: every edge is taken as possible (branch conditions are data), so
+a finding names a path the code allows, which an emulated launch may or may not execute.
+
+- Wait states: for each instruction that consumes under some rule, walk back over all
+  predecessor paths until MAX_WAIT_STATES wait states lie between, and keep the shortest
+  distance to each producer (LLVM's hazard recognizer takes the same minimum over
+  predecessors).
+- Counters: explore the abstract machine of timing.py (outstanding ops by issuing pc) over
+  every path from the entry; a loop converges when its states repeat.
+
+The pcs where some path breaks a wait-state rule are what the emulator's run-time check needs
+to watch (TimingModel.flagged); a kernel with none pays nothing for wait-state checking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from f4pipe.analysis.timing import Hazard, TimingModel
+from f4pipe.arch.waitstates import RULE_BY_ID, check_pair, consumer_rules, produced_by
+from f4pipe.codeobj.program import Program
+from f4pipe.core.errors import EmulatorError
+
+#: Abstract (pc, state) pairs the counter exploration may visit before it gives up.
+MAX_STATES = 200_000
+
+BRANCHES = ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1")
+
+
+@dataclass
+class Cfg:
+    """Reachable instructions from the entry, with successors and predecessors by pc."""
+
+    order: list[int]
+    succ: dict[int, tuple[int, ...]]
+    pred: dict[int, list[int]] = field(default_factory=dict)
+
+
+def build_cfg(program: Program) -> Cfg:
+    """Follow fall-through and branch edges from the entry; an undecodable or unknown
+    instruction on a reachable path raises (nothing is checked past what is not understood)."""
+    succ: dict[int, tuple[int, ...]] = {}
+    work = [program.entry]
+    while work:
+        pc = work.pop()
+        if pc in succ:
+            continue
+        inst = program.at(pc)
+        if not inst.known:
+            raise EmulatorError(
+                f"{program.symbol}: pc {pc:#x} holds an instruction f4pipe does not know "
+                f"({inst.name}); its hazards cannot be checked"
+            )
+        nxt: list[int] = []
+        if inst.name != "s_endpgm" and inst.name != "s_branch":
+            nxt.append(pc + inst.size)
+        if inst.name in BRANCHES and inst.target is not None:
+            nxt.append(inst.target)
+        succ[pc] = tuple(nxt)
+        work.extend(nxt)
+    cfg = Cfg(sorted(succ), succ)
+    for pc, outs in succ.items():
+        for s in outs:
+            cfg.pred.setdefault(s, []).append(pc)
+    return cfg
+
+
+@dataclass(frozen=True)
+class StaticFinding:
+    """A hazard some path allows, as Hazard plus the shortest distance seen (wait states)."""
+
+    hazard: Hazard
+    actual: int | None = None
+    required: int | None = None
+
+
+def wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFinding]:
+    """Every (rule, producer, consumer) that some path brings closer than the rule allows."""
+    out: list[StaticFinding] = []
+    effects = {pc: model.effects(pc) for pc in cfg.order}
+    produced = {pc: produced_by(e) for pc, e in effects.items()}
+    # How far back each rule can matter in this program: its largest bound over its producers.
+    reach: dict[str, int] = {}
+    for pc, made in produced.items():
+        for rule_id in made:
+            bound = RULE_BY_ID[rule_id].bound(effects[pc])
+            reach[rule_id] = max(reach.get(rule_id, 0), bound)
+    wait_states = {pc: e.wait_states for pc, e in effects.items()}
+    for pc in cfg.order:
+        consumer = effects[pc]
+        uses = [(r, regs) for r, regs in consumer_rules(consumer) if r.rule in reach]
+        if not uses:
+            continue
+        horizon = max(reach[r.rule] for r, _ in uses)
+        best: dict[tuple[str, int], tuple[int, int, frozenset[int]]] = {}
+        for prod_pc, between in _producers_within(cfg.pred, wait_states, pc, horizon).items():
+            made = produced[prod_pc]
+            if not made:
+                continue
+            for rule, regs, need in check_pair(effects[prod_pc], made, uses, consumer, between):
+                key = (rule.rule, prod_pc)
+                if key not in best or between < best[key][0]:
+                    best[key] = (between, need, regs)
+        for (rule_id, prod_pc), (between, need, regs) in sorted(best.items()):
+            out.append(_finding(model, rule_id, prod_pc, pc, between, need, regs))
+    return out
+
+
+def _producers_within(
+    pred: dict[int, list[int]], wait_states: dict[int, int], pc: int, horizon: int
+) -> dict[int, int]:
+    """Producer pc -> shortest wait states (below `horizon`) between it and `pc` over all
+    predecessor paths (straight-line code without a stack; branches push the other preds)."""
+    dist: dict[int, int] = {}
+    stack = [(p, 0) for p in pred.get(pc, ())]
+    while stack:
+        p, between = stack.pop()
+        while between < horizon and dist.get(p, horizon) > between:
+            dist[p] = between
+            between += wait_states[p]
+            ps = pred.get(p)
+            if not ps:
+                break
+            stack.extend((q, between) for q in ps[1:])
+            p = ps[0]
+    return dist
+
+
+def _finding(model, rule_id, prod_pc, pc, between, need, regs) -> StaticFinding:
+    from f4pipe.analysis.timing import reg_list
+
+    rule = RULE_BY_ID[rule_id]
+    msg = (
+        f"hazard [{rule_id}]: pc {pc:#x} `{model.text(pc)}` uses {reg_list(regs)} "
+        f"{between} wait state(s) after pc {prod_pc:#x} `{model.text(prod_pc)}` on some path; "
+        f"{rule.what} needs {need} ({rule.source})"
+    )
+    return StaticFinding(Hazard(rule_id, pc, prod_pc, msg), between, need)
+
+
+def counter_findings(model: TimingModel, cfg: Cfg) -> list[StaticFinding]:
+    """Counter hazards on any path: explore (pc, abstract state) from the entry."""
+    if model.track_window:
+        raise ValueError("explore counters with a model that does not track windows")
+    seen: set[tuple[int, int]] = set()
+    found: dict[tuple[str, int, int], Hazard] = {}
+    work = [(model.program.entry, 0)]
+    while work:
+        pc, sid = work.pop()
+        if (pc, sid) in seen:
+            continue
+        seen.add((pc, sid))
+        if len(seen) > MAX_STATES:
+            raise EmulatorError(
+                f"{model.program.symbol}: more than {MAX_STATES} (pc, outstanding-ops) states; "
+                "the counter check cannot prove this kernel safe"
+            )
+        t = model.transition(sid, pc)
+        for h in t.hazards:
+            found.setdefault(h.key(), h)
+        work.extend((s, t.next) for s in cfg.succ[pc])
+    return [StaticFinding(h) for _, h in sorted(found.items())]
+
+
+@dataclass
+class StaticReport:
+    """`f4pipe hazards` for one kernel: findings by kind, and what was covered."""
+
+    symbol: str
+    instructions: int
+    wait_states: list[StaticFinding]
+    counters: list[StaticFinding]
+
+    @property
+    def count(self) -> int:
+        return len(self.wait_states) + len(self.counters)
+
+
+def analyse(program: Program) -> StaticReport:
+    """Both static checks of one kernel."""
+    cfg = build_cfg(program)
+    model = TimingModel(program, frozenset())
+    return StaticReport(
+        program.symbol,
+        len(cfg.order),
+        wait_state_findings(model, cfg),
+        counter_findings(model, cfg),
+    )
+
+
+def timing_model(program: Program) -> TimingModel:
+    """The run-time model of `program`, watching the pcs the static wait-state pass flags
+    (the pass fills the model's effects cache, which the run then reuses)."""
+    model = TimingModel(program, frozenset())
+    findings = wait_state_findings(model, build_cfg(program))
+    model.watch(frozenset(f.hazard.consumer_pc for f in findings))
+    return model
