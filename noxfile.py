@@ -18,46 +18,50 @@ HIP_PYTHON_RELEASES = nox.project.load_toml("pyproject.toml")["tool"]["f4pipe"][
 HIP_TESTS = ("tests/test_hipshim.py", "tests/test_hipdevice.py")
 
 
-def install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> None:
+def install(
+    session: nox.Session, *extras: str, also: tuple[str, ...] = (), research: bool = False
+) -> None:
     """The project itself (editable) with the optional dependency groups from pyproject.toml,
-    plus `also` (requirements resolved in the same pip run)."""
+    plus `also` (requirements resolved in the same pip run) and, with `research`, the research
+    tools (research/: LLVM's check on the timing rules, the cycle model's evaluation)."""
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec, *also)
+    session.install("-e", spec, *(("-e", "./research") if research else ()), *also)
 
 
 @nox.session
 def verify(session: nox.Session) -> None:
     """The full test suite: code objects, host side, emulator, pipeline, and lint
-    (tests/test_lint.py); provisions LLVM and the aiter wheel into ~/.cache/f4pipe on first use."""
-    install(session, "test", "lint")
-    session.run("pytest", *PYTEST_FLAGS, *session.posargs)
+    (tests/test_lint.py), on every core (pytest-xdist); provisions LLVM and the aiter wheel
+    into ~/.cache/f4pipe on first use."""
+    install(session, "test", "lint", research=True)
+    session.run("pytest", *PYTEST_FLAGS, "-n", "auto", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (check + format), snakefmt and snakemake --lint: tests/test_lint.py alone (the
     suite `nox -s verify` runs it too, so CI lints)."""
-    install(session, "test", "lint")
+    install(session, "test", "lint", research=True)
     session.run("pytest", *PYTEST_FLAGS, "tests/test_lint.py", *session.posargs)
 
 
 @nox.session(default=False)
 def fuzz(session: nox.Session) -> None:
     """Cross-check f4pipe's timing rules against LLVM on 400 generated kernels
-    (scripts/oracle.py; `nox -s verify` runs a fixed 30), then fuzz the readers of untrusted
+    (`f4research oracle`; `nox -s verify` runs a fixed 30), then fuzz the readers of untrusted
     input (code objects, co2asm, CSVs, archives, the emulator's loader) with Hypothesis for a
     time budget: `nox -s fuzz -- --minutes 10`. `nox -s verify` runs the same targets
     briefly."""
-    install(session, "test")
-    session.run("python", "scripts/oracle.py")
+    install(session, "test", research=True)
+    session.run("f4research", "oracle")
     session.run("python", "scripts/fuzz.py", *session.posargs)
 
 
 @nox.session(default=False)
 def oracle(session: nox.Session) -> None:
     """The LLVM cross-check alone: `nox -s oracle -- --kernels 1000 --first 5000`."""
-    install(session, "test")
-    session.run("python", "scripts/oracle.py", *session.posargs)
+    install(session, "test", research=True)
+    session.run("f4research", "oracle", *session.posargs)
 
 
 @nox.session(default=False)
@@ -65,12 +69,12 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: pytest-benchmark files in benchmarks/, the round-trip floor comparison,
     the cost of the emulator's hazard checks, the CPU seconds of the verify, splitk and safety
     stages' own work, the command line's start-up CPU, the cycle model's accuracy on aiter's
-    recorded MI355X timings beside Origami's (benchmarks/predict_accuracy.py) and on the later
-    timings it was not fitted on (benchmarks/predict_heldback.py), `f4pipe waits
+    recorded MI355X timings beside Origami's (research/f4research/accuracy.py) and on the later
+    timings it was not fitted on (research/f4research/heldback.py), `f4pipe waits
     --verify` over the 35 kernels (benchmarks/waits_shipped.py), and the main
     job's CPU from cold and its wall time after a byte-identical aiter update
     (benchmarks/main_job.py, about 4 minutes)."""
-    install(session, "test")
+    install(session, "test", research=True)
     session.run(
         "pytest",
         "benchmarks",
@@ -86,8 +90,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/hazard_overhead.py")
     session.run("python", "benchmarks/stage_cpu.py")
     session.run("python", "benchmarks/cli_startup.py")
-    session.run("python", "benchmarks/predict_accuracy.py")
-    session.run("python", "benchmarks/predict_heldback.py")
+    session.run("f4research", "accuracy")
+    session.run("f4research", "heldback")
     session.run("python", "benchmarks/waits_shipped.py")
     session.run("python", "benchmarks/main_job.py")
 

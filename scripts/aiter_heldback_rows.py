@@ -6,7 +6,7 @@ every other measurement of the same code objects is a test the model has not see
 tuning after the wheel: later revisions of its a4w4 tuned GEMM tables (the main table and the
 model tables under `model_configs/`) add shapes and re-time old ones, with code objects
 byte-identical to the wheel's (each row is kept only if, at its commit, the recorded kernel's
-`.co` has the wheel's git blob hash). benchmarks/predict_accuracy.py scores the model on them.
+`.co` has the wheel's git blob hash). research/f4research/accuracy.py scores the model on them.
 
     python scripts/aiter_heldback_rows.py --aiter-git PATH/TO/aiter [--f4gemm-dir DIR]
 

@@ -18,6 +18,18 @@ from f4pipe.fetch import PypiSource, extract_wheel_tree, fetch_aiter
 DEFAULT_SOURCE = PypiSource()
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist (`nox -s verify` runs `-n auto`), provision the shared caches once in
+    the controller, before any worker starts: two workers filling ~/.cache/f4pipe at once would
+    each replace the other's half-used toolchain or wheel tree."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    find_toolchain()
+    fetch_aiter(DEFAULT_SOURCE, cache_root() / "test-resources")
+    extract_wheel_tree(DEFAULT_SOURCE, cache_root() / "test-resources" / "hsa-tree")
+
+
 @pytest.fixture(scope="session")
 def toolchain() -> Toolchain:
     return find_toolchain()

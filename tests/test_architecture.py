@@ -90,6 +90,19 @@ def test_the_import_graph_has_no_cycle():
     assert cycles == [], "\n".join(" -> ".join(c) for c in cycles[:10])
 
 
+#: A module longer than this is two modules (the codebases we admire keep theirs shorter).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_longer_than_600_lines():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
 def test_no_test_module_imports_another():
     """Shared test code lives in conftest.py or a helper module (resultsets, workflow_run,
     hostmodel, emu_snippets), never in a test_*.py another test imports."""

@@ -57,3 +57,30 @@ def test_arch_and_abi_agree_with_llvm_readelf(aiter_hsa_dir: Path, toolchain) ->
         assert int(flags_line.group(1), 16) == co.e_flags
         assert flags_line.group(2) == co.arch
         assert int(abi_line.group(1)) == co.abi_version
+
+
+def test_a_command_reads_a_code_object_once_and_again_after_it_changes(f4gemm_dir, tmp_path):
+    """Inside shared_images, one CodeObject per file; a file f4pipe replaces atomically, or
+    that changes on disk, is read anew; outside the scope every read is fresh."""
+    import os
+
+    from f4pipe.codeobj.images import shared_images
+    from f4pipe.codeobj.program import Program
+    from f4pipe.core.fsio import write_bytes
+
+    names = sorted(p.name for p in f4gemm_dir.glob("*.co"))[:2]
+    path = tmp_path / "k.co"
+    path.write_bytes((f4gemm_dir / names[0]).read_bytes())
+    assert CodeObject.read(path) is not CodeObject.read(path)
+    with shared_images():
+        first = CodeObject.read(path)
+        assert CodeObject.read(path) is first
+        symbol = first.kernel_symbols()[0].name
+        assert Program.load(path, symbol) is Program.load(path, symbol)
+        write_bytes(path, (f4gemm_dir / names[1]).read_bytes())  # f4pipe's atomic write
+        second = CodeObject.read(path)
+        assert second is not first and second.data != first.data
+        with open(path, "r+b") as fh:  # changed behind f4pipe's back: same inode, new bytes
+            fh.write(second.data[:64] + b"\0")
+        os.utime(path, ns=(1, 1))
+        assert CodeObject.read(path) is not second

@@ -12,7 +12,8 @@ import pytest
 from emu_snippets import make_executor
 
 from f4pipe.analysis.hazards import timing_model
-from f4pipe.analysis.timing import HazardReport, LdsWords, TimingRun
+from f4pipe.analysis.timing import HazardReport
+from f4pipe.analysis.timingrun import LdsWords, TimingRun
 from f4pipe.arch.decode import Instruction, Operand
 from f4pipe.arch.effects import effects_of
 from f4pipe.arch.waitstates import RULES, check_window

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON_PATHS = ("f4pipe", "tests", "benchmarks", "scripts", "noxfile.py")
+PYTHON_PATHS = ("f4pipe", "research", "tests", "benchmarks", "scripts", "noxfile.py")
 CHECKS = {
     "ruff check": ["ruff", "check", *PYTHON_PATHS],
     "ruff format": ["ruff", "format", "--check", *PYTHON_PATHS],

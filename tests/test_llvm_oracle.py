@@ -1,4 +1,4 @@
-"""LLVM as the independent check of f4pipe's timing rules (f4pipe.analysis.oracle): a fixed set of
+"""LLVM as the independent check of f4pipe's timing rules (f4research.oracle): a fixed set of
 generated kernels compiled by the provisioned llc for gfx950, where f4pipe must add nothing to
 LLVM's output and catch every s_nop and s_waitcnt LLVM needed, each disagreement explained by
 a documented class (docs/reference/timing.md, section D)."""
@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+from f4research import oracle
 
-from f4pipe.analysis import oracle
 from f4pipe.arch import waitstates
 from f4pipe.codeobj.toolchain import llc_path
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from f4research import accuracy, variants
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.cli import main
@@ -44,22 +45,6 @@ def predicted_us(tmp_path: Path, toolchain, f4gemm_dir: Path, asm: str, tag: str
     co = assemble(src, tmp_path / f"{tag}.co", toolchain)
     entry = read_manifest(f4gemm_dir).get(KERNEL)
     return predict_profile(KernelProfile(entry, co), *SHAPE, 0, load_calibration().calibration).us
-
-
-def load_benchmark(name: str):
-    """A script of benchmarks/ as a module (it is not a package)."""
-    import importlib.util
-    import sys
-
-    folder = Path(__file__).parents[1] / "benchmarks"
-    if str(folder) not in sys.path:  # the scripts import one another, as when run from there
-        sys.path.insert(0, str(folder))
-    path = folder / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def drop_first_loop_mfma(asm: str) -> str:
@@ -169,13 +154,13 @@ def test_the_committed_calibration_reproduces_its_held_back_accuracy(f4gemm_dir)
 
 
 def test_model_variants_change_only_what_they_name(f4gemm_dir):
-    """benchmarks/model_variants.py scores candidate mechanisms as the README's table does: its
+    """research/f4research/variants.py scores candidate mechanisms as the README's table does: its
     "adopted" variant is the committed model, a cost per round adds that much per round of 256
     workgroups, clocks per workgroup raise every row, and a recorded kernel outside the
     candidates is a miss in every ranking count."""
     from f4pipe.perf import fit
 
-    module = load_benchmark("model_variants")
+    module = variants
     cal = load_calibration()
     manifest = read_manifest(f4gemm_dir)
     kernel = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
@@ -244,7 +229,7 @@ def test_model_variants_change_only_what_they_name(f4gemm_dir):
 def test_the_committed_clock_agrees_with_held_back_mi355_measurements(f4gemm_dir):
     """AMD's Gluon MXFP4 GEMM tutorial timed two kernels on MI355X with every CU busy and
     recorded their MFMA efficiency over the main loop's cycles, at each refresh of its
-    toolchain (benchmarks/predict_accuracy.py, GLUON_A4W4): none of it is in the fit. Their
+    toolchain (research/f4research/accuracy.py, GLUON_A4W4): none of it is in the fit. Their
     TFLOP/s count the whole launch, so the clock they imply is a floor of the one their loops
     ran at; the launch's time over its loop's, predicted for aiter's kernel of the same tile at
     the same shape, lifts the floor to the loop. The refreshes ran on different dies, whose
@@ -253,7 +238,7 @@ def test_the_committed_clock_agrees_with_held_back_mi355_measurements(f4gemm_dir
     held the model to one refresh's floors, 2026-07-14's; against that refresh's loops cu-6 was
     7.2 % under v0's, cu-7 4.2 % under v0's and 2.2 % over v1's, cu-8 is 1.4 and 7.8 % over
     them.)"""
-    module = load_benchmark("predict_accuracy")
+    module = accuracy
     predictor = Predictor(read_manifest(f4gemm_dir), load_calibration())
     launch_over_loop = module.gluon_launch_over_loop(predictor)
     # a K = 32768 launch of one round spends a few % of its time outside the main loop
@@ -275,7 +260,7 @@ def test_k_differences_read_the_main_loop_off_the_rows_without_the_model(f4gemm_
     launch that leaves CUs idle do not count."""
     import pandas as pd
 
-    module = load_benchmark("predict_accuracy")
+    module = accuracy
     kernel = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
     ks = [2048, 4096, 8192, 9216]
     shapes = [(4096, 8192, k) for k in ks] + [(2048, 8192, k) for k in (2048, 4096, 6144, 8192)]

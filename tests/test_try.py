@@ -152,3 +152,26 @@ def test_try_cli_exit_codes_and_diff_file(tmp_path, base_asm, toolchain, f4gemm_
         main(["try", str(good), "--kernel", "f4gemm_bf16_per1x32Fp4_BpreShuffle_64x128", *common])
         == 2
     )
+
+
+def test_try_reads_the_edited_and_the_original_code_object_once_each(
+    tmp_path, base_asm, toolchain, f4gemm_dir, monkeypatch
+):
+    """One parsed image per file and command: the static checks, the predictor and the
+    emulator's loader all take the CodeObject the first reader parsed (codeobj.images)."""
+    import collections
+
+    import f4pipe.codeobj.codeobject as codeobject
+
+    reads: collections.Counter[str] = collections.Counter()
+    read = codeobject.read_input_bytes
+
+    def counted(path, *args, **kwargs):
+        reads[Path(path).name] += 1
+        return read(path, *args, **kwargs)
+
+    monkeypatch.setattr(codeobject, "read_input_bytes", counted)
+    edit = write(tmp_path, "nop", KEEPS_SEMANTICS["nop"](base_asm))
+    argv = ["try", str(edit), "--co-dir", str(f4gemm_dir), "--device", "emulator"]
+    assert main([*argv, "--toolchain-bin", str(toolchain.bin_dir)]) == 0
+    assert reads == {"nop.co": 1, f"{KERNEL}.co": 1}

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Sequence
 
 from f4pipe import __version__
+from f4pipe.codeobj.images import shared_images
 from f4pipe.core.errors import F4PipeError
 
 #: Every command, in `f4pipe --help` order: the module under f4pipe/cli that registers it
@@ -119,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # a usage error exits 2 with argparse's one-line message
     prefix = f"f4pipe {args.command}"
     try:
-        return int(args.func(args))
+        with shared_images():  # each code object read and parsed once per command
+            return int(args.func(args))
     except F4PipeError as exc:
         print(f"{prefix}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

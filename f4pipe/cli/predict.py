@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from f4pipe.cli import EXIT_OK, command_help
 from f4pipe.cli.args import add_co_dir
 from f4pipe.core.errors import InputError
-from f4pipe.perf.costs import HELD_BACK
+from f4pipe.perf.costs import HELD_BACK, RETIMING_MEDIAN_PCT
 
 if TYPE_CHECKING:
     from f4pipe.perf.predict import Predictor, Ranked
@@ -58,9 +58,9 @@ def read_shapes(path: Path) -> list[tuple[int, int, int, str | None]]:
     return out
 
 
-#: aiter's re-timings of one kernel at one shape differ by a median 1.8 % (its git history): kernels
-#: predicted closer than that are not told apart by a measurement either.
-RESOLUTION_PCT = 1.8
+#: Kernels predicted closer than aiter's re-timings differ are not told apart by a measurement
+#: either.
+RESOLUTION_PCT = RETIMING_MEDIAN_PCT
 
 
 def record(

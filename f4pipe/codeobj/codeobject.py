@@ -20,6 +20,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from f4pipe.codeobj import images
 from f4pipe.codeobj.descriptor import KERNEL_DESCRIPTOR_SIZE
 from f4pipe.core.errors import CodeObjectError, InputError
 from f4pipe.core.fsio import read_input_bytes
@@ -140,17 +141,24 @@ class CodeObject:
     path: Path
     data: bytes
     _elf: ELFFile = field(repr=False)
+    #: Its kernels as f4pipe.codeobj.program loaded them, by symbol (decoded once per object).
+    programs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def read(cls, path: str | Path) -> CodeObject:
         path = Path(path)
         if not path.exists() and not path.is_symlink():
             raise CodeObjectError(f"{path}: no such code object")
+        shared = images.lookup(path)
+        if shared is not None:
+            return shared
         try:
             data = read_input_bytes(path, "code object", MAX_CODE_OBJECT_BYTES)
         except InputError as exc:
             raise CodeObjectError(str(exc)) from None
-        return cls.from_bytes(data, path)
+        co = cls.from_bytes(data, path)
+        images.keep(path, co)
+        return co
 
     @classmethod
     def from_bytes(cls, data: bytes, path: Path | str = "<bytes>") -> CodeObject:

@@ -69,11 +69,20 @@ class Program:
 
     @classmethod
     def load(cls, co_path: str | Path, symbol: str) -> Program:
+        """The kernel `symbol` of the code object at `co_path`, decoded once per CodeObject
+        (inside f4pipe.codeobj.codeobject.shared_images, once per file and command)."""
         co_path = Path(co_path)
         try:
             co = CodeObject.read(co_path)
         except CodeObjectError as exc:
             raise EmulatorError(f"cannot load {co_path}: {exc}") from exc
+        program = co.programs.get(symbol)
+        if program is None:
+            program = co.programs[symbol] = cls._of(co, co_path, symbol)
+        return program
+
+    @classmethod
+    def _of(cls, co: CodeObject, co_path: Path, symbol: str) -> Program:
         if co.arch != "gfx950":
             raise EmulatorError(
                 f"{co_path}: built for {co.arch}; the emulator runs gfx950 code only"

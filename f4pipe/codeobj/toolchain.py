@@ -29,7 +29,7 @@ from f4pipe.core.fsio import atomic_dir, atomic_path, read_json_file, write_json
 
 TOOLS = ("llvm-objdump", "llvm-readelf", "llvm-objcopy", "llvm-mc", "ld.lld")
 #: LLVM's compiler: not needed by the pipeline, only by the cross-check of f4pipe's timing
-#: rules against LLVM's (f4pipe.analysis.oracle); looked up beside the other tools when asked for.
+#: rules against LLVM's (f4research.oracle); looked up beside the other tools when asked for.
 LLC = "llc"
 MIN_LLVM_MAJOR = 20
 PROVISION_LLVM_MAJOR = 22

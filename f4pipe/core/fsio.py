@@ -18,7 +18,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,14 @@ from f4pipe.core.errors import InputError
 #: Default bound on one input file (a code object is < 1 MB, a result-set table a few MB).
 MAX_INPUT_BYTES = 1 << 30
 MAX_JSON_BYTES = 64 << 20
+#: Called with each path an atomic write has just replaced (a file, or a directory whole):
+#: readers that keep what they read by path (f4pipe.codeobj.codeobject.shared_images) forget it.
+REPLACED_HOOKS: list[Callable[[Path], None]] = []
+
+
+def _replaced(target: Path) -> None:
+    for hook in REPLACED_HOOKS:
+        hook(target)
 
 
 def _umask() -> int:
@@ -76,6 +84,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, target)
+        _replaced(target)
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -126,6 +135,7 @@ def atomic_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, target)
+        _replaced(target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -26,7 +26,8 @@ from typing import TextIO
 
 import numpy as np
 
-from f4pipe.analysis.timing import Hazard, HazardReport, LdsWords, TimingModel, TimingRun
+from f4pipe.analysis.timing import Hazard, HazardReport, TimingModel
+from f4pipe.analysis.timingrun import LdsWords, TimingRun
 from f4pipe.arch import isa
 from f4pipe.codeobj.program import Program
 from f4pipe.core.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer

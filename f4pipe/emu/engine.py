@@ -20,7 +20,7 @@ from typing import TextIO
 
 import numpy as np
 
-from f4pipe.analysis.timing import TimingRun
+from f4pipe.analysis.timingrun import TimingRun
 from f4pipe.arch import isa
 from f4pipe.arch.decode import Instruction, Operand
 from f4pipe.codeobj.program import Program

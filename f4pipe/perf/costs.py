@@ -36,6 +36,10 @@ M_RANGES = (("M<=64", 1, 64), ("65-512", 65, 512), (">512", 513, 1 << 31))
 ERROR_BAND = "kfold_nk"
 #: ... and on aiter's later timings of the same code objects, never fitted on (fit.HELDBACK_PATH).
 HELD_BACK = "held_back"
+#: aiter's re-timings of one kernel at one shape in later revisions differ by a median 1.8 %
+#: (its git history): the resolution of a measurement, which `f4pipe predict` holds its gaps
+#: against and the model's evaluation turns into a noise level.
+RETIMING_MEDIAN_PCT = 1.8
 #: calibration.json's per-kernel out-of-sample error (k-fold over (N, K), each kernel's rows).
 PER_KERNEL = "per_kernel_kfold"
 #: The error to expect of a kernel aiter never timed: each kernel predicted by a fit without it.

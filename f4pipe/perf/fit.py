@@ -17,7 +17,7 @@ the same buffers), aiter's cold (rotated copies). Out-of-sample accuracy refits 
 grid with the held-out rows removed: k-fold over (N, K) groups, and leave-one-kernel-out.
 
 `python -m f4pipe.perf.fit [--f4gemm-dir DIR]` fits and rewrites calibration.json;
-benchmarks/predict_accuracy.py reports the committed calibration's accuracy.
+research/f4research/accuracy.py reports the committed calibration's accuracy.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ SEED_MEASURED = (
 MAIN_TABLE = "a4w4_blockscale_tuned_gemm.csv"
 #: Real MI355X timings of the same code objects from aiter's later tuning sessions, never fitted
 #: on: scripts/aiter_heldback_rows.py reads them from aiter's git history. The fit reports its
-#: accuracy on them (calibration.json, "held_back"); benchmarks/predict_heldback.py in full.
+#: accuracy on them (calibration.json, "held_back"); research/f4research/heldback.py in full.
 HELDBACK_PATH = Path(__file__).with_name("heldback_rows.csv")
 #: The loaded VMEM round trip is not fitted: it is GT's measured ~1,000 clk (costs.py). Fitted
 #: on a grid as well, it traded against the clock whenever a dominant kernel was held out.
@@ -292,7 +292,7 @@ def fit_constants(
     """The best constants on rows `idx`: every grid point, closed-form constants by robust
     least squares on log error; the grid point with the lowest robust cost wins. `predict`
     and `l2_rates`: the model to fit and its grid of a CU's L2 rates (default predict_design
-    on VMEM_BPC_GRID; benchmarks/model_variants.py passes others)."""
+    on VMEM_BPC_GRID; research/f4research/variants.py passes others)."""
     predict = predict or predict_design
     from scipy.optimize import least_squares
 

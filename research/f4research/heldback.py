@@ -1,5 +1,5 @@
-"""The cycle model against real MI355X timings it was not fitted on (`nox -s bench`; `python
-benchmarks/predict_heldback.py [--json]`).
+"""The cycle model against real MI355X timings it was not fitted on (`nox -s bench`;
+`f4research heldback [--json]`).
 
 The calibration uses only the pinned wheel's tuned table and the seed's 4 shapes. aiter kept
 tuning the same code objects afterwards (byte-identical `.co` files): its later tuned tables
@@ -9,7 +9,7 @@ history). Here the committed calibration predicts them, unchanged:
 
 - error: median, p90 and mean absolute % per M range, at new shapes and at re-timed ones;
 - ranking, at new shapes where the tuner had every kernel: where the recorded kernel falls among
-  the kernels safe there that read B as it does, counted by benchmarks/predict_accuracy.py's
+  the kernels safe there that read B as it does, counted by research/f4research/accuracy.py's
   own ranking;
 - the main loop read off pairs of rows of one session (predict_accuracy.incremental_k).
 """
@@ -23,12 +23,12 @@ import time
 
 import numpy as np
 import pandas as pd
-from predict_accuracy import incremental_k, print_incremental_k, ranking
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit
 from f4pipe.perf.costs import load_calibration
 from f4pipe.perf.predict import Predictor
+from f4research.accuracy import incremental_k, print_incremental_k, ranking
 
 M_BINS = [0, 64, 512, 1 << 31]
 M_LABELS = ["<=64", " 65-512", ">512"]

@@ -20,7 +20,7 @@ small LLVM IR kernels for gfx950 from a seed over the instruction classes f4pipe
 SGPR written by a VALU feeding a buffer op, buffer and LDS loads and stores, LDS DMA, barriers,
 M0 writes, scalar loads); LLVM may select instructions f4pipe does not decode, and such kernels
 are dropped. `tests/test_llvm_oracle.py` runs a fixed set, `nox -s fuzz` a larger one
-(scripts/oracle.py).
+(research/f4research/crosscheck.py).
 
 The module lives in the package, not under tests/, because the test suite and the nox
 session's script both run it, and both need the toolchain lookup the package owns.

@@ -1,5 +1,5 @@
 """AMD's analytical GEMM model Origami, scored on the same real MI355X timings as f4pipe's cycle
-model (`python benchmarks/origami_compare.py [--json]`).
+model (`f4research origami [--json]`).
 
 What it measures. The rows are `f4pipe.perf.fit.measured_rows`: aiter's tuned table in the
 pinned wheel (796 rows: M, N, K, aiter's chosen f4gemm kernel, its measured MI355X time) and the
@@ -15,7 +15,7 @@ faster. Beside that ranking by raw predicted time the report gives where aiter's
 Origami's own `rank_configs` order (the same times, but configs within 1 % of the best reordered
 by Origami's tie-breaks: higher arithmetic intensity, then larger tiles), which is what
 `select_config` would pick. Output: a table, or with --json one JSON object on one line (the
-last line of stdout; benchmarks/predict_accuracy.py reads it). Progress goes to stderr.
+last line of stdout; research/f4research/accuracy.py reads it). Progress goes to stderr.
 
 Where Origami comes from. The PyPI package `rocm-origami` (AMD, MIT; the model of arXiv
 2512.04226), from its sdist: the newest version on PyPI that builds here (0.0.3 when this was
@@ -442,7 +442,7 @@ def write_shims(cache: Path, hip: Hip) -> tuple[Path, Path]:
     rocm_dir.mkdir(parents=True, exist_ok=True)
     link_opts = ";".join(f"-Wl,-rpath-link,{d}" for d in hip.libdirs)
     (hip_dir / "hip-config.cmake").write_text(
-        "# Written by f4pipe's benchmarks/origami_compare.py: hip::host from Debian's\n"
+        "# Written by f4pipe's research/f4research/origami.py: hip::host from Debian's\n"
         "# libamdhip64-dev (host-side HIP API only; no HIP compiler needed).\n"
         "if(NOT TARGET hip::host)\n"
         "  add_library(hip::host INTERFACE IMPORTED)\n"
@@ -455,7 +455,7 @@ def write_shims(cache: Path, hip: Hip) -> tuple[Path, Path]:
         "set(hip_FOUND TRUE)\n"
     )
     (rocm_dir / "ROCmCMakeBuildToolsConfig.cmake").write_text(
-        "# Written by f4pipe's benchmarks/origami_compare.py: Debian's rocm-cmake modules.\n"
+        "# Written by f4pipe's research/f4research/origami.py: Debian's rocm-cmake modules.\n"
         f'list(APPEND CMAKE_MODULE_PATH "{hip.rocm_cmake}")\n'
         "set(ROCmCMakeBuildTools_FOUND TRUE)\n"
     )

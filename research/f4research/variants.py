@@ -1,5 +1,5 @@
 """Candidate mechanisms of the cycle model, each refitted and judged out of sample as the
-README's "Mechanisms measured" table judges them (`python benchmarks/model_variants.py
+README's "Mechanisms measured" table judges them (`f4research variants
 [--variant NAME ...] [--json]`; about a minute per variant once the simulations are cached, so
 it is not part of `nox -s bench`).
 
@@ -19,7 +19,7 @@ only (the held-back rows check the adopted model; choosing by them would fit to 
   it lies outside their span (predict_accuracy.outside_loop_clock_span);
 - held back: aiter's later timings at the 658 shapes the calibration never saw
   (fit.held_back_rows), predicted with the constants fitted on all 800 rows, as
-  benchmarks/predict_heldback.py scores the committed model: error per M range, and where the
+  research/f4research/heldback.py scores the committed model: error per M range, and where the
   recorded kernel ranks at the shapes whose tuner had every kernel. A check, as Gluon's clocks
   are: a variant is chosen on the calibration's rows, and one these measurements contradict is
   not adopted; none is tuned until they agree.
@@ -35,14 +35,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from predict_accuracy import (
-    GLUON_PROBE,
-    GLUON_SHAPE,
-    WITHIN,
-    held_back_clocks,
-    outside_loop_clock_span,
-    whole_over_loop,
-)
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.aiter.shaperules import is_safe
@@ -50,6 +42,14 @@ from f4pipe.perf import fit, model
 from f4pipe.perf.costs import COST, Calibration, load_calibration
 from f4pipe.perf.history import load_history
 from f4pipe.perf.predict import Predictor
+from f4research.accuracy import (
+    GLUON_PROBE,
+    GLUON_SHAPE,
+    WITHIN,
+    held_back_clocks,
+    outside_loop_clock_span,
+    whole_over_loop,
+)
 
 
 def round_cost(us_per_round: float) -> fit.PredictDesign:

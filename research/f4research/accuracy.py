@@ -1,5 +1,5 @@
-"""The cycle model's accuracy and cost, measured (`nox -s bench`; `python
-benchmarks/predict_accuracy.py [--json]`).
+"""The cycle model's accuracy and cost, measured (`nox -s bench`;
+`f4research accuracy [--json]`).
 
 Accuracy against real MI355X times: aiter's tuned table in the pinned wheel (796 asm rows) and
 the seed driver's 4 shapes, the only data the calibration was fitted on:
@@ -14,7 +14,7 @@ the seed driver's 4 shapes, the only data the calibration was fitted on:
   5 % of it, and in the predicted top 3; its median predicted rank and gap.
 
 Cost: CPU seconds to predict all 35 kernels at one new shape (traces cached), and of this
-whole report. Origami's figures on the same rows come from benchmarks/origami_compare.py when
+whole report. Origami's figures on the same rows come from research/f4research/origami.py when
 it can build Origami (it says why when it cannot).
 """
 
@@ -32,7 +32,7 @@ import pandas as pd
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.perf import fit
-from f4pipe.perf.costs import load_calibration
+from f4pipe.perf.costs import RETIMING_MEDIAN_PCT, load_calibration
 from f4pipe.perf.history import load_history
 from f4pipe.perf.model import round_clocks
 from f4pipe.perf.predict import Predictor
@@ -60,11 +60,10 @@ GLUON_A4W4 = (
 )
 
 
-#: aiter's re-timings of one kernel at one shape in later revisions differ by a median 1.8 %
-#: (its git history); if each timing carries lognormal noise sigma, the median of the
-#: difference of two is 0.6745 * sqrt(2) * sigma. Timings taken in one tuning session share the
-#: clock state of the day and differ less, so half of it is reported too.
-RETIMING_MEDIAN = 0.018
+#: If each timing carries lognormal noise sigma, the median difference of two re-timings
+#: (RETIMING_MEDIAN_PCT) is 0.6745 * sqrt(2) * sigma. Timings taken in one tuning session share
+#: the clock state of the day and differ less, so half of it is reported too.
+RETIMING_MEDIAN = RETIMING_MEDIAN_PCT / 100
 NOISE_SIGMAS = {
     "retiming_noise": RETIMING_MEDIAN / (0.6745 * np.sqrt(2)),
     "half_of_it": RETIMING_MEDIAN / (0.6745 * np.sqrt(2)) / 2,
@@ -277,16 +276,16 @@ def print_incremental_k(result: dict[str, dict], label: str) -> None:
 
 
 def origami() -> dict:
-    script = Path(__file__).with_name("origami_compare.py")
+    script = Path(__file__).with_name("origami.py")
     if not script.is_file():
-        return {"skipped": "benchmarks/origami_compare.py is not there"}
+        return {"skipped": "research/f4research/origami.py is not there"}
     proc = subprocess.run(
         [sys.executable, str(script), "--json"], capture_output=True, text=True, check=False
     )
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
-        return {"skipped": f"origami_compare.py failed: {proc.stderr.strip()[-300:]}"}
+        return {"skipped": f"origami.py failed: {proc.stderr.strip()[-300:]}"}
 
 
 def measure(with_origami: bool) -> dict:

@@ -1,8 +1,8 @@
 """Cross-check f4pipe's timing rules against LLVM on generated kernels (`nox -s fuzz`,
-`nox -s oracle`): f4pipe.analysis.oracle compiles each seed's kernel with llc for gfx950 and checks
+`nox -s oracle`): f4research.oracle compiles each seed's kernel with llc for gfx950 and checks
 that f4pipe adds nothing to LLVM's output and catches every s_nop and s_waitcnt LLVM needed.
 
-    python scripts/oracle.py --kernels 400 [--first 1000]
+    f4research oracle --kernels 400 [--first 1000]
 
 Prints the counts of agreements and of explained and unexplained disagreements, each
 unexplained one in full; exits 1 if there is any.
@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from f4pipe.analysis.oracle import run
 from f4pipe.codeobj.toolchain import find_toolchain
+from f4research.oracle import run
 
 
 def main() -> int:
