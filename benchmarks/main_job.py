@@ -9,8 +9,8 @@
 
 CPU is user + sys of the Snakemake process and all its children (getrusage), wall is the
 monotonic clock. Targets: cold at most 240 CPU-s, update at most 30 s wall, both with
-`--cores 1` on the 2-core reference machine. Figures are in the README ("The two commands",
-"Reuse by content"). Machines differ (the same job has taken twice as long on one 2-core
+`--cores 1` on the 2-core reference machine. The cold figure is in the README ("The two
+commands"). Machines differ (the same job has taken twice as long on one 2-core
 machine as on another), so the script first times a fixed workload of the kind f4pipe's jobs
 are made of (a pure-Python loop, as the emulator's interpreter; single-threaded numpy array
 arithmetic) and prints its CPU seconds beside the figures: two machines' figures compare as

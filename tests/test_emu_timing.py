@@ -563,10 +563,10 @@ def test_fields_the_emulator_does_not_model_are_refused_by_name(toolchain, asm, 
         ex.run()
 
 
-def test_the_readme_shows_the_fidelity_table_as_the_report_does() -> None:
+def test_the_user_guide_shows_the_fidelity_table_as_the_report_does() -> None:
     from pathlib import Path
 
     from f4pipe.emu.fidelity import fidelity_markdown
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert fidelity_markdown() in readme
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "user-guide.md").read_text()
+    assert fidelity_markdown() in guide

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import re
 
 import numpy as np
 import pytest
@@ -171,3 +172,16 @@ def test_cli_failed_verification_exits_1(f4gemm_dir, monkeypatch, capsys):
     args = ["gemm", "--co-dir", str(f4gemm_dir), "-m", "32", "-n", "256", "-k", "256"]
     assert main(args) == 1
     assert "FAILED" in capsys.readouterr().out
+
+
+def test_the_verdict_line_states_the_criterion_it_applies(f4gemm_dir, model_device, capsys):
+    """max_abs_err can exceed atol on a pass (the criterion is atol + rtol*|ref| per element):
+    the PASS line says so instead of printing atol beside a larger error and 'PASSED'."""
+    args = ["gemm", "--co-dir", str(f4gemm_dir), "-m", "32", "-n", "256", "-k", "256"]
+    assert main([*args, "--kernel", "BpreShuffle_32x128"]) == 0
+    out = capsys.readouterr().out
+    (verdict,) = [line for line in out.splitlines() if "PASSED" in line]
+    assert re.search(
+        r"PASSED: 0 element\(s\) outside \|D - ref\| <= atol \+ rtol\*\|ref\|", verdict
+    )
+    assert not re.search(r"max_abs_err=\S+ .*atol=", out)  # the error and atol on one line

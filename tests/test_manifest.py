@@ -82,3 +82,31 @@ def test_binary_manifest_is_an_error(tmp_path: Path) -> None:
     (tmp_path / MANIFEST_NAME).write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ManifestError, match="UTF-8"):
         read_manifest(tmp_path)
+
+
+def test_a_kernel_is_named_as_the_report_or_by_its_tile_where_unique(f4gemm_dir: Path) -> None:
+    manifest = read_manifest(f4gemm_dir)
+    full = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
+    entry = manifest.get(full)
+    for name in (entry.symbol, f"{full}.co", "BpreShuffle_256x256"):
+        assert manifest.get(name) == entry
+    assert manifest.get("32x128").name == "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
+    with pytest.raises(ManifestError, match="ambiguous") as found:
+        manifest.get("256x256")
+    listed = str(found.value).rsplit(": ", 1)[1].split("; ")[0].split(", ")
+    assert sorted(listed) == [
+        "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256",
+        "f4gemm_bf16_per1x32Fp4_noBpreShuffle_256x256",
+    ]
+    with pytest.raises(ManifestError, match="no kernel named '7x7'"):
+        manifest.get("7x7")
+
+
+def test_the_command_line_takes_the_report_s_kernel_names(f4gemm_dir: Path, capsys) -> None:
+    from f4pipe.cli import main
+
+    common = ["-m", "256", "-n", "256", "-k", "512", "--co-dir", str(f4gemm_dir)]
+    assert main(["predict", *common, "--kernel", "BpreShuffle_256x256"]) == 0
+    assert "BpreShuffle_256x256" in capsys.readouterr().out
+    assert main(["predict", *common, "--kernel", "256x256"]) == 2
+    assert "ambiguous" in capsys.readouterr().err

@@ -154,9 +154,9 @@ def test_the_committed_calibration_reproduces_its_held_back_accuracy(f4gemm_dir)
 
 
 def test_model_variants_change_only_what_they_name(f4gemm_dir):
-    """research/f4research/variants.py scores candidate mechanisms as the README's table does: its
-    "adopted" variant is the committed model, a cost per round adds that much per round of 256
-    workgroups, clocks per workgroup raise every row, and a recorded kernel outside the
+    """research/f4research/variants.py scores candidate mechanisms as research/README.md's table
+    does: its "adopted" variant is the committed model, a cost per round adds that much per round of
+    256 workgroups, clocks per workgroup raise every row, and a recorded kernel outside the
     candidates is a miss in every ranking count."""
     from f4pipe.perf import fit
 

@@ -1,14 +1,14 @@
-"""Every command README.md shows, run the way a user runs it: in a fresh copy of the repository,
-from a venv that holds only the project's runtime dependencies (the README's `python -m pip
-install -e .`, no extras). A command that needs a package only the test or lint extras bring in
-fails here, as it would fail for a user.
+"""Every command README.md, the user guide and the model card show, run the way a user runs it: in a
+fresh copy of the repository, from a venv that holds only the project's runtime dependencies (the
+README's `python -m pip install -e .`, no extras). A command that needs a package only the test or
+lint extras bring in fails here, as it would fail for a user.
 
-The commands are read from README.md's ```sh blocks, plus the INLINE ones its text names. Each
+The commands are read from the ```sh blocks of DOCS, plus the INLINE ones their text names. Each
 one is in COMMANDS: it runs as written (the files its placeholders name, such as X.co, DIR or
 shapes.csv, are put in the copy first), it runs in the form given there (a dry run of a whole
-pipeline, a placeholder filled), or it is excluded with the reason why. A README command that
-COMMANDS does not know fails test_every_readme_command_is_run_or_excluded, so the test follows
-the README.
+pipeline, a placeholder filled), or it is excluded with the reason why. A command of theirs
+that COMMANDS does not know fails test_every_readme_command_is_run_or_excluded, so the test
+follows the docs.
 
 The venv is built once per set of dependencies under f4pipe's cache: the first build downloads
 and installs them (even from pip's cache, unpacking their 700 MB costs about 40 CPU-seconds),
@@ -41,6 +41,8 @@ from f4pipe.fetch import aiter_id_for
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+#: The pages whose commands a user copies: the front page, the user guide, the model card.
+DOCS = (README, REPO / "docs" / "user-guide.md", REPO / "docs" / "model-card.md")
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 INSTALL = "python -m pip install -e ."
 
@@ -95,6 +97,10 @@ COMMANDS: dict[str, Run | Excluded] = {
     "f4pipe assemble X.s -o X.co": Run(),
     "f4pipe roundtrip X.co --out DIR": Run(),
     "f4pipe hazards X.co": Run(),
+    "f4pipe try EDIT.s": Run(
+        "f4pipe try X.s", why="X.s: co2asm's output, an edit that changes nothing"
+    ),
+    "f4pipe waits X.co": Run(),
     "f4pipe gemm -m 512 -n 1024 -k 2048": Run(),
     "f4pipe predict -m M -n N -k K": Excluded(
         "its placeholders are the examples of 'Predicted throughput', which run"
@@ -122,6 +128,9 @@ COMMANDS: dict[str, Run | Excluded] = {
     "f4pipe compare results/archives/<old-id>/*.tar.gz results/<new-id> -o "
     "results/compare/old__new": Run(),
     # excluded
+    "python -m venv .venv && . .venv/bin/activate": Excluded(
+        "the test's own venv (the `venv` fixture) is the user's: built once per dependency set"
+    ),
     "nox -s verify": Excluded(
         "the test suite itself (about 20 minutes, and this test is part of it); `nox -l` shows "
         "nox and the noxfile work in the user's environment"
@@ -146,13 +155,13 @@ def normalized(command: str) -> str:
 
 
 def readme_commands() -> list[str]:
-    """Every command line of README.md's ```sh blocks (comment lines dropped), then INLINE."""
-    text = README.read_text()
+    """Every command line of the ```sh blocks of DOCS (comment lines dropped), then INLINE."""
+    text = "\n".join(doc.read_text() for doc in DOCS)
     commands = []
     for block in re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
         commands += [normalized(line) for line in block.splitlines() if normalized(line)]
     for command in INLINE:
-        assert f"`{command}`" in text, f"README no longer names `{command}`"
+        assert f"`{command}`" in text, f"the docs no longer name `{command}`"
         commands.append(normalized(command))
     return commands
 

@@ -59,10 +59,21 @@ class Manifest:
         return len(self.entries)
 
     def get(self, wanted: str) -> KernelEntry:
-        """The entry named `wanted` (symbol, .co name or stem); raises ManifestError."""
+        """The entry `wanted` names: its symbol, .co name or stem, or the end of its stem after
+        an underscore, as the report prints it (`BpreShuffle_256x256`) or as its tile alone
+        (`32x128`) where only one kernel ends so. Raises ManifestError, listing the matches
+        when several kernels end so (`256x256`: BpreShuffle and noBpreShuffle)."""
         for entry in self.entries:
             if entry.matches(wanted):
                 return entry
+        ending = [e for e in self.entries if wanted and e.name.endswith(f"_{wanted}")]
+        if len(ending) == 1:
+            return ending[0]
+        if ending:
+            raise ManifestError(
+                f"kernel {wanted!r} is ambiguous in {self.csv_path}: "
+                f"{', '.join(e.name for e in ending)}; name one of them"
+            )
         names = ", ".join(e.name for e in self.entries[:5])
         raise ManifestError(
             f"no kernel named {wanted!r} in {self.csv_path} "

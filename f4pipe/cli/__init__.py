@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -125,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except F4PipeError as exc:
         print(f"{prefix}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        return output_closed()
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
@@ -142,6 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except Exception:  # the one place a bug becomes exit 3
         return internal_error(prefix, args)
+
+
+def output_closed() -> int:
+    """stdout's reader went away (`f4pipe predict ... | head`): stop quietly with exit 0, as
+    Unix filters do, and point stdout at /dev/null so that the interpreter's last flush cannot
+    complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 # OSErrors that are the environment's doing even when they name no file.

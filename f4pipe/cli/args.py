@@ -96,6 +96,16 @@ def toolchain_from_args(args: argparse.Namespace) -> Toolchain:
     return find_toolchain(getattr(args, "toolchain_bin", None))
 
 
+def code_object_of(path: Path, tmp: Path, args: argparse.Namespace) -> Path:
+    """`path` itself, or, for an .s, the code object it assembles to (in `tmp`, with the
+    toolchain `args` names): every command that reads a kernel takes either."""
+    if path.suffix != ".s":
+        return path
+    from f4pipe.codeobj.assemble import assemble
+
+    return assemble(path, tmp / f"{path.stem}.co", toolchain_from_args(args))
+
+
 # --- running kernels -------------------------------------------------------------------------
 
 #: What `--device auto` means for commands that run on one device.

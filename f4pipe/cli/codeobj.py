@@ -28,6 +28,16 @@ if TYPE_CHECKING:
     from f4pipe.core.schemas import ArtifactKeys
 
 
+#: How `f4pipe toolchain` says where its LLVM came from (Toolchain.found_by).
+HOW_FOUND = {
+    "config": "from the config's toolchain.bin_dir",
+    "rocm": "from ROCm",
+    "path": "found on PATH",
+    "system": "found under /usr/lib",
+    "provisioned": "provisioned by f4pipe from Debian",
+}
+
+
 def _keys(args: argparse.Namespace, toolchain_id: str) -> ArtifactKeys:
     from f4pipe.core.schemas import ArtifactKeys
 
@@ -40,7 +50,8 @@ def cmd_toolchain(args: argparse.Namespace) -> int:
     tc = find_toolchain(args.toolchain_bin, provision=not args.no_provision)
     if args.output:
         write_toolchain_json(tc, Path(args.output))
-    print(f"{tc.toolchain_id} ({tc.vendor}, found by {tc.found_by}) in {tc.bin_dir}")
+    how = HOW_FOUND.get(tc.found_by, tc.found_by)
+    print(f"{tc.toolchain_id} ({tc.vendor}, {how}) in {tc.bin_dir}")
     return EXIT_OK
 
 

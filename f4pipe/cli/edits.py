@@ -68,6 +68,8 @@ def cmd_try(args: argparse.Namespace) -> int:
         print(p.fit.render())
     print(p.diff.render(max_changes=TERMINAL_CHANGES), end="")
     print(f"diff file: {diff_path}")
+    if args.co:
+        print(f"kept:   {p.co_path} (the assembled edit)")
     if p.findings:
         print(f"static checks: {len(p.findings)} finding(s)")
         print(render_findings(p.findings, TERMINAL_FINDINGS))

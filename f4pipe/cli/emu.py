@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.cli.args import add_json_flag
+from f4pipe.cli.args import add_json_flag, add_toolchain_args, code_object_of
 from f4pipe.core.errors import InputError
 
 
@@ -39,11 +40,13 @@ def cmd_hazards(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.code_object is None:
         raise InputError("give a gfx950 code object, or --rules to print the rule table")
-    path = Path(args.code_object)
-    symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
-    if args.kernel:
-        symbols = [s for s in symbols if args.kernel in s]
-    reports = [analyse(Program.load(path, s)) for s in symbols]
+    given = Path(args.code_object)
+    with tempfile.TemporaryDirectory(prefix="f4pipe-hazards-") as tmp:
+        path = code_object_of(given, Path(tmp), args)
+        symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
+        if args.kernel:
+            symbols = [s for s in symbols if args.kernel in s]
+        reports = [analyse(Program.load(path, s)) for s in symbols]
     if args.json:
         print(
             json.dumps(
@@ -76,7 +79,7 @@ def cmd_hazards(args: argparse.Namespace) -> int:
     else:
         for r in reports:
             print(
-                f"{path.name}:{r.symbol}: {r.instructions} reachable instructions, "
+                f"{given.name}:{r.symbol}: {r.instructions} reachable instructions, "
                 f"{len(r.wait_states)} wait-state and {len(r.counters)} counter finding(s)"
             )
             for f in (*r.wait_states, *r.counters):
@@ -96,8 +99,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "on addresses and is checked only when the emulator runs the kernel (f4pipe gemm, try, "
         "verify). Exit 0 none, 1 findings, 2 error.",
     )
-    p.add_argument("code_object", nargs="?", help="a gfx950 code object (.co)")
+    p.add_argument(
+        "code_object", nargs="?", help="a gfx950 code object (.co), or assembly (.s) to assemble"
+    )
     p.add_argument("--kernel", help="only kernels whose symbol contains this")
     add_json_flag(p, "the findings")
     p.add_argument("--rules", action="store_true", help="print the rule table and exit")
+    add_toolchain_args(p)
     p.set_defaults(func=cmd_hazards)

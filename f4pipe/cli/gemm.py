@@ -151,9 +151,13 @@ def print_result(result: GemmResult, device: Device) -> None:
     else:
         print(
             f"{PREFIX} max_abs_err={v.max_abs_err:.6g} max_rel_err={v.max_rel_err:.6f} "
-            f"err_frac={v.err_frac:.4%} (atol={v.atol:.6g}, rtol={v.rtol}) bad={v.bad}"
+            f"err_frac={v.err_frac:.4%}"
         )
-        print(f"{PREFIX} {'PASSED' if v.passed else 'FAILED'}")
+        # the criterion is per element, so the verdict line states it with its count
+        print(
+            f"{PREFIX} {'PASSED' if v.passed else 'FAILED'}: {v.bad} element(s) outside "
+            f"|D - ref| <= atol + rtol*|ref| (atol={v.atol:.6g}, rtol={v.rtol})"
+        )
     if result.races is not None:
         print(f"{PREFIX} races: {result.race_summary}")
     if result.hazards is not None:

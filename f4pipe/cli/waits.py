@@ -9,7 +9,13 @@ import tempfile
 from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.cli.args import add_co_dir, add_json_flag, add_toolchain_args, toolchain_from_args
+from f4pipe.cli.args import (
+    add_co_dir,
+    add_json_flag,
+    add_toolchain_args,
+    code_object_of,
+    toolchain_from_args,
+)
 from f4pipe.core.errors import InputError
 
 
@@ -18,11 +24,7 @@ def _program(args: argparse.Namespace, tmp: Path):
     from f4pipe.codeobj.codeobject import CodeObject
     from f4pipe.codeobj.program import Program
 
-    path = Path(args.kernel_file)
-    if path.suffix == ".s":
-        from f4pipe.codeobj.assemble import assemble
-
-        path = assemble(path, tmp / f"{path.stem}.co", toolchain_from_args(args))
+    path = code_object_of(Path(args.kernel_file), tmp, args)
     symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
     if args.kernel:
         symbols = [s for s in symbols if args.kernel in s]

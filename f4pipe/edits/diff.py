@@ -88,7 +88,7 @@ class EditDiff:
         usage. `max_changes` shortens the instruction part (for the terminal)."""
         out = [
             f"original: {self.original.path} ({self.original.symbol})",
-            f"edited:   {self.edited.path}",
+            f"edited:   {self.edited.source_path or self.edited.path}",
             f"summary:  {self.summary()}",
             "",
             "instructions (aligned by label; + added, - removed, ~ changed, > moved):",

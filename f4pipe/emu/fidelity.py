@@ -1,7 +1,8 @@
 """What the emulator models exactly, models as one legal schedule, checks, or refuses.
 
-One table, shown in the report's "Emulator fidelity" section and mirrored in the README (a
-test keeps the two equal). A verdict from the emulator is worth what this table says."""
+One table, shown in the report's "Emulator fidelity" section and mirrored in the user guide
+(docs/user-guide.md, "What an emulator verdict covers"; a test keeps the two equal). A verdict from
+the emulator is worth what this table says."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ FIDELITY: tuple[tuple[str, str, str], ...] = (
     (
         "cycles, throughput",
         "predicted, not measured",
-        'the cycle model ("Predicted throughput") replays the emulated path; measured times '
+        'the cycle model (docs/model-card.md) replays the emulated path; measured times '
         "come only from gfx950 hardware",
     ),
     (
@@ -78,7 +79,7 @@ FIDELITY: tuple[tuple[str, str, str], ...] = (
 
 
 def fidelity_markdown() -> str:
-    """The table as Markdown (the README's copy must equal this)."""
+    """The table as Markdown (the user guide's copy must equal this)."""
     lines = ["| aspect | how | detail |", "|---|---|---|"]
     lines += [f"| {a} | {h} | {d} |" for a, h, d in FIDELITY]
     return "\n".join(lines)

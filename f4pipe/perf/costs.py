@@ -3,7 +3,7 @@
 What an instruction *is* for timing (unit, counter, MFMA passes, s_nop wait states, s_waitcnt
 limits) comes from the emulator's own decode (f4pipe.arch.effects): this module adds only how
 long things take. Each row names its source; a row marked "assumed" is this model's choice
-where no public source gives the figure, and the README's "Predicted throughput" section lists
+where no public source gives the figure, and docs/model-card.md ("What it models") lists
 those. Sources:
 
 - ISA: AMD Instinct CDNA4 ISA reference guide (MFMA passes: Table 28 and section 7.1.5;

@@ -39,15 +39,15 @@ from f4pipe.perf.predict import Predictor
 
 WITHIN = 0.05  # "within 5 % of the predicted best"
 #: Held back from the calibration, to check the clock the model derives: AMD's Gluon MXFP4 GEMM
-#: tutorial (ROCm/gfx950-gluon-tutorials, kernels/gemm/intra_wave/a4w4/README.md) measured its
-#: two 4-wave kernels on MI355X at 4096x4096x32768 (256x256 tiles: 256 workgroups, every CU
-#: busy) with rocprof, TFLOP/s and MFMA efficiency (MFMA cycles over main-loop cycles,
+#: tutorial (ROCm/gfx950-gluon-tutorials, kernels/gemm/intra_wave/a4w4/README.md) measured its two
+#: 4-wave kernels on MI355X at 4096x4096x32768 (256x256 tiles: 256 workgroups, every CU busy) with
+#: rocprof, TFLOP/s and MFMA efficiency (MFMA cycles over main-loop cycles, the tutorial's
 #: docs/mfma_efficiency.md), and re-measured them at each refresh of its toolchain: (refresh,
-#: kernel, TFLOP/s, efficiency), every refresh its README's table recorded. Together they give
-#: the clock each ran at: TFLOP/s / (efficiency x 16,384 FLOP/clk/CU x 256 CUs). The refreshes
-#: ran on different dies: its CHANGELOG (2026-09-03) finds the same binary 10.1 % apart across
-#: one node's eight MI355X dies at flat MFMA efficiency, "achieved clock, not codegen". Other
-#: kernels than aiter's, so only the clock is comparable, and only as a span.
+#: kernel, TFLOP/s, efficiency), every refresh its README's table recorded. Together they give the
+#: clock each ran at: TFLOP/s / (efficiency x 16,384 FLOP/clk/CU x 256 CUs). The refreshes ran on
+#: different dies: its CHANGELOG (2026-09-03) finds the same binary 10.1 % apart across one node's
+#: eight MI355X dies at flat MFMA efficiency, "achieved clock, not codegen". Other kernels than
+#: aiter's, so only the clock is comparable, and only as a span.
 GLUON_A4W4 = (
     ("2026-07-14 (0643476)", "v0_sliceN", 4920.0, 0.813),
     ("2026-07-14 (0643476)", "v1_sliceMN", 5189.0, 0.939),

@@ -1,5 +1,5 @@
 """Candidate mechanisms of the cycle model, each refitted and judged out of sample as the
-README's "Mechanisms measured" table judges them (`f4research variants
+research/README.md's "Mechanisms measured" table judges them (`f4research variants
 [--variant NAME ...] [--json]`; about a minute per variant once the simulations are cached, so
 it is not part of `nox -s bench`).
 
@@ -149,7 +149,7 @@ class Variant:
     l2_rates: tuple[float, ...] = fit.VMEM_BPC_GRID  # the fit's grid of a CU's L2 rates
 
 
-#: The README's table has the figures of each.
+#: research/README.md's table has the figures of each.
 VARIANTS: dict[str, Variant] = {
     "adopted": Variant("the committed model", fit.predict_design),
     "round_cost_2.5us": Variant("2.5 us per round of workgroups", round_cost(2.5)),
