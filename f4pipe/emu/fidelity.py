@@ -67,7 +67,7 @@ FIDELITY: tuple[tuple[str, str, str], ...] = (
     (
         "cycles, throughput",
         "predicted, not measured",
-        'the cycle model (docs/model-card.md) replays the emulated path; measured times '
+        "the cycle model (docs/model-card.md) replays the emulated path; measured times "
         "come only from gfx950 hardware",
     ),
     (
