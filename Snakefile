@@ -5,9 +5,6 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
-
-
 report: "workflow/report/workflow.rst"
 
 
@@ -17,6 +14,11 @@ include: "workflow/rules/gemm.smk"
 include: "workflow/rules/safety.smk"
 include: "workflow/rules/edits.smk"
 include: "workflow/rules/report.smk"
+
+
+onerror:
+    # each failed job's own one-line error on the console, and exit 2 for bad input
+    sys.exit(failed_job_report(log))
 
 
 rule all:

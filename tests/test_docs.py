@@ -21,9 +21,9 @@ PAGES = sorted(
     ]
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-NAMED = re.compile(r"\b((?:docs|research)/[\w./-]+\.md)(#[\w-]+)?")
-#: Another repository's page, as the text before it says ("ROCm/<repo>, docs/x.md", "their
-#: docs/x.md"): not this repository's to check.
+NAMED = re.compile(r"\b((?:docs|research)/(?:[\w-]+/)*[\w-]+\.md)(#[\w-]+)?")
+#: Another repository's page, as the text before it says ("ROCm/<repo>, docs/<page>.md", "their
+#: docs/<page>.md"): not this repository's to check.
 EXTERNAL = re.compile(r"(\bROCm/[\w.-]+|\btheir|\btutorial's)\b[^.]{0,80}$")
 
 

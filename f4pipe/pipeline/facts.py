@@ -56,9 +56,17 @@ def local_source_files(source: Mapping[str, Any]) -> list[Path]:
 
 
 def aiter_id_fact(source: Mapping[str, Any]) -> dict[str, Any]:
-    """The aiter id a fetch of `source` gives (resolving a branch, hashing a local tree)."""
+    """The aiter id a fetch of `source` gives (resolving a branch, hashing a local tree). A
+    pinned wheel's pin is checked here too (the wheel is downloaded into the cache once): the
+    fetch job's output keeps its path when only the pin changes, and Snakemake clears a job's
+    output before it runs, so a wrong pin found by the fetch would cost the tree an earlier good
+    run fetched. Found here, in a job of its own source's fact, it costs nothing."""
     from f4pipe.fetch import aiter_id_for
+    from f4pipe.fetch.sources import PypiSource, parse_source
+    from f4pipe.fetch.wheel import ensure_wheel
 
+    if isinstance(parse_source(source), PypiSource) and source.get("sha256"):
+        ensure_wheel(source)  # raises ChecksumError on a pin the wheel does not match
     return {AITER_ID: aiter_id_for(source), "source": {k: str(v) for k, v in source.items()}}
 
 

@@ -1,12 +1,18 @@
 # Workflow-side helpers: config validation, the artifact-set paths, and input functions.
 import re
 import shlex
+import sys
 from pathlib import Path
+
+import yaml
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from f4pipe.core.errors import ConfigError
 from f4pipe.edits.spec import parse_edit_specs
+from f4pipe.pipeline.joberrors import report as failed_job_report
+from f4pipe.pipeline.workflowconfig import load as load_config
 from f4pipe.core.fsio import json_text
 from f4pipe.pipeline.facts import (
     AITER_ID,
@@ -40,7 +46,21 @@ from f4pipe.core.layout import (
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.host.matrices import get_matrix, kernels_that_may_run
 
-validate(config, schema="../schemas/config.schema.yaml")
+# config/config.yaml, then --configfile / --config on top (`aiter` replaced whole), checked with
+# one line per mistake (f4pipe.pipeline.workflowconfig); exit 2 as every f4pipe command does.
+SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+try:
+    LOADED = load_config(
+        config, workflow.overwrite_configfiles, yaml.safe_load(SCHEMA.read_text())
+    )
+except ConfigError as exc:
+    sys.stderr.write(f"f4pipe: error: {exc}\n")
+    sys.exit(2)
+config.clear()
+config.update(LOADED)
+validate(
+    config, schema="../schemas/config.schema.yaml"
+)  # Snakemake's: the schema's defaults
 
 RESOURCES = Path(config["resources_dir"])
 RESULTS_ROOT = Path(config["results_dir"])
