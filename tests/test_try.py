@@ -4,6 +4,7 @@ stopped before they run. Edited .s files are made here from co2asm output, never
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +176,22 @@ def test_try_reads_the_edited_and_the_original_code_object_once_each(
     argv = ["try", str(edit), "--co-dir", str(f4gemm_dir), "--device", "emulator"]
     assert main([*argv, "--toolchain-bin", str(toolchain.bin_dir)]) == 0
     assert reads == {"nop.co": 1, f"{KERNEL}.co": 1}
+
+
+def test_the_static_line_reports_what_hazards_finds(
+    tmp_path, base_asm, toolchain, f4gemm_dir, capsys
+):
+    """A main-loop s_waitcnt replaced by s_nop 0: `hazards` finds counter hazards on every path,
+    and `try`'s static line says so instead of "static checks: ok"."""
+    edit = write(
+        tmp_path, "nowait", base_asm.replace("\ts_waitcnt vmcnt(12) lgkmcnt(5)\n", "\ts_nop 0\n", 1)
+    )
+    argv = ["try", str(edit), "--co-dir", str(f4gemm_dir), "--device", "emulator"]
+    assert main([*argv, "--toolchain-bin", str(toolchain.bin_dir)]) == 1
+    (static,) = [
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("static checks")
+    ]
+    assert re.match(
+        r"static checks: descriptor ok; timing over every path: \d+ finding\(s\)", static
+    )
+    assert re.search(r"needs s_waitcnt (vmcnt|lgkmcnt)\(\d+\) or lower", static)

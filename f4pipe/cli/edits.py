@@ -74,7 +74,7 @@ def cmd_try(args: argparse.Namespace) -> int:
         print(f"static checks: {len(p.findings)} finding(s)")
         print(render_findings(p.findings, TERMINAL_FINDINGS))
     else:
-        print("static checks: ok")
+        print(static_line(result, checked=not args.no_hazard_check))
     for run in result.runs:
         print(f"run:    {run.render()}")
     if result.predicted is not None:
@@ -83,6 +83,21 @@ def cmd_try(args: argparse.Namespace) -> int:
         print(f"speed:  {result.predicted_error}")
     print(result.verdict_line())
     return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def static_line(result, checked: bool) -> str:
+    """The static verdict: the descriptor checks and, over every path, the timing analysis
+    `f4pipe hazards` and `waits` run (f4pipe.analysis.hazards), as far as the edit adds to the
+    original's findings."""
+    if not checked:
+        return "static checks: descriptor ok; timing not checked (--no-hazard-check)"
+    found = result.static_hazards
+    if not found:
+        return "static checks: ok (descriptor; timing over every path: nothing the original lacks)"
+    return (
+        f"static checks: descriptor ok; timing over every path: {len(found)} finding(s) the "
+        f"original does not have, first: {found[0]}"
+    )
 
 
 # --- f4pipe asmdiff ----------------------------------------------------------------------------
