@@ -132,7 +132,7 @@ COMMANDS: dict[str, Run | Excluded] = {
         "the test's own venv (the `venv` fixture) is the user's: built once per dependency set"
     ),
     "nox -s verify": Excluded(
-        "the test suite itself (about 20 minutes, and this test is part of it); `nox -l` shows "
+        "the test suite itself (minutes on two cores, and this test is part of it); `nox -l` shows "
         "nox and the noxfile work in the user's environment"
     ),
     "cat /opt/rocm/.info/version": Excluded("needs ROCm"),
