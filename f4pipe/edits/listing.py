@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,15 @@ class KernelListing:
     def source_of(self, line: Line) -> str:
         """`file.s:123` for an instruction when the .s line is known, else its label+index."""
         if self.source_lines is not None and self.source_path is not None:
-            pos = self.lines.index(line)
-            return f"{self.source_path}:{self.source_lines[pos]}"
+            return f"{self.source_path}:{self.source_lines[self._positions[line.addr]]}"
         return line.where
+
+    @cached_property
+    def _positions(self) -> dict[int, int]:
+        """Each instruction's position by address (addresses are unique): a lookup, where
+        `lines.index` compared every earlier Line field by field (3.5 of `try`'s 7.3 s on
+        256x256, 5.7 million comparisons)."""
+        return {line.addr: pos for pos, line in enumerate(self.lines)}
 
 
 def pick_kernel(co: CodeObject, symbol: str | None) -> str:
