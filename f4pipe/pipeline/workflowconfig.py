@@ -69,18 +69,19 @@ def load(
     `--config` values), checked; raises ConfigError."""
     files = [Path(f) for f in configfiles]
     base = read_config_file(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() or not files else {}
-    for path in files:  # Snakemake has read them; read again for a line number on bad YAML
-        read_config_file(path)
+    # Snakemake has read them; read again for a line number on bad YAML, and for which file
+    # set each key
+    given = [(path, read_config_file(path)) for path in files]
     config = merged(base, command_line)
-    check(config, schema, lambda key: origin(key, files))
-    check_source(config["aiter"], origin("aiter", files))
+    check(config, schema, lambda key: origin(key, given))
+    check_source(config["aiter"], origin("aiter", given))
     return config
 
 
-def origin(key: str, files: Sequence[Path]) -> Path:
+def origin(key: str, given: Sequence[tuple[Path, Mapping[str, Any]]]) -> Path:
     """The file a top-level key was set in: the last --configfile that sets it, else the base."""
-    for path in reversed(files):
-        if key in read_config_file(path):
+    for path, data in reversed(given):
+        if key in data:
             return path
     return DEFAULT_CONFIG
 
