@@ -29,6 +29,13 @@ def test_output_into_a_closed_pipe_ends_quietly_with_exit_0(f4gemm_dir):
     )
     os.close(write)
     assert (proc.returncode, proc.stderr) == (0, "")
+    # the same command into an open pipe writes its table: the closed one had output to refuse
+    shown = subprocess.run(
+        [sys.executable, "-m", "f4pipe", "predict", *shape, "--co-dir", str(f4gemm_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0 and "BpreShuffle_32x128" in shown.stdout
 
 
 def test_hazards_takes_assembly_as_waits_and_try_do(tmp_path, toolchain, f4gemm_dir, capsys):
@@ -40,6 +47,15 @@ def test_hazards_takes_assembly_as_waits_and_try_do(tmp_path, toolchain, f4gemm_
     assert main(["hazards", str(asm), *tool]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"k.s:_ZN5aiter41{KERNEL}E: ") and "0 wait-state and 0 counter" in out
+    # the .s is what is checked: without a main-loop wait it has counter findings, exit 1
+    broken = tmp_path / "nowait.s"
+    text = asm.read_text()
+    broken.write_text(text.replace("\ts_waitcnt vmcnt(12) lgkmcnt(5)\n", "\ts_nop 0\n", 1))
+    assert main(["hazards", str(broken), *tool]) == 1
+    assert re.search(
+        r"nowait\.s:\S+: \d+ reachable instructions, 0 wait-state and [1-9]\d* counter",
+        capsys.readouterr().out,
+    )
 
 
 def test_try_prints_no_path_that_is_gone_when_it_ends(tmp_path, base_asm, toolchain, f4gemm_dir):

@@ -31,22 +31,26 @@ def edited(change: Callable[[dict], None]) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def parent_of(config: dict, path: str) -> tuple[dict, str]:
+    """The mapping that holds the dotted `path`'s last key, and that key."""
+    *parents, last = path.split(".")
+    for key in parents:
+        config = config[key]
+    return config, last
+
+
 def set_key(path: str, value: object) -> Callable[[dict], None]:
     def change(config: dict) -> None:
-        *parents, last = path.split(".")
-        for key in parents:
-            config = config[key]
-        config[last] = value
+        parent, last = parent_of(config, path)
+        parent[last] = value
 
     return change
 
 
 def rename_key(old: str, new: str) -> Callable[[dict], None]:
     def change(config: dict) -> None:
-        *parents, last = old.split(".")
-        for key in parents:
-            config = config[key]
-        config[new] = config.pop(last)
+        parent, last = parent_of(config, old)
+        parent[new] = parent.pop(last)
 
     return change
 
@@ -183,6 +187,8 @@ def test_a_configfile_that_sets_aiter_replaces_the_source(earlier_run, f4gemm_di
     local = make_local_aiter(f4gemm_dir, earlier_run / "local-aiter", KERNELS)
     override = earlier_run / "local.yaml"
     override.write_text(yaml.safe_dump({"aiter": {"kind": "local", "path": str(local)}}))
-    proc = run(earlier_run, "-n", "all", "--configfile", str(override))
+    proc = run(earlier_run, "-n", "-p", "all", "--configfile", str(override))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "aiter_id" in proc.stdout
+    # the planned aiter-id job asks for the local source alone, none of the default's pypi keys
+    (planned,) = [line for line in proc.stdout.splitlines() if "f4pipe aiter-id" in line]
+    assert "--source local" in planned and "--package" not in planned and "--sha256" not in planned
