@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from f4pipe.codeobj.assemble import read_target
-from f4pipe.codeobj.codeobject import CodeObject, Symbol
+from f4pipe.codeobj.codeobject import CodeObject, Symbol, gfx_generation
 from f4pipe.codeobj.descriptor import field
 from f4pipe.codeobj.toolchain import Toolchain
 from f4pipe.core.errors import CodeObjectError
@@ -106,6 +106,35 @@ def _check_coverage(co: CodeObject, insns: list[Instruction]) -> None:
         )
 
 
+#: VOP3P op_sel_hi bit of each source: src0, src1 in the second dword (bits 59, 60 of the
+#: instruction), src2 in the first (bit 14); AMDGPU ISA, VOP3P encoding.
+_OP_SEL_HI_BITS = ((1, 27), (1, 28), (0, 14))
+
+
+def sgpr_source_with_op_sel_hi(insn: Instruction, arch: str) -> bool:
+    """True for a GFX12 packed-F32 VOP3P instruction (v_pk_*_f32) whose SGPR-pair source has
+    its op_sel_hi bit set: aiter's gfx1250 nvfp4 kernels hold 256 such `v_pk_mul_f32`, which
+    objdump prints without modifiers and LLVM 22's llvm-mc rejects for gfx1250 ("invalid
+    op_sel operand") in any spelling, while it accepts the same text for gfx950. Carrying the
+    words keeps every byte; the disassembly of both objects stays the same."""
+    mnemonic, _, operands = insn.text.partition(" ")
+    if gfx_generation(arch) < 12 or not re.fullmatch(r"v_pk_\w+_f32", mnemonic):
+        return False
+    if len(insn.words) < 2:
+        return False
+    sources = _register_operands(operands)[1:4]
+    return any(
+        src.startswith("s[") and insn.words[word] >> bit & 1
+        for src, (word, bit) in zip(sources, _OP_SEL_HI_BITS, strict=False)
+    )
+
+
+def _register_operands(operands: str) -> list[str]:
+    """The comma-separated operands before any modifier (`op_sel:[..]`, `neg_lo:[..]`)."""
+    head = re.split(r"\s+(?=[a-z_]+:\[)", operands.strip())[0]
+    return [op.strip() for op in head.split(",")]
+
+
 def branch_target(insn: Instruction) -> int | None:
     """Target address of a SOPP branch: pc + 4 + 4 * simm16 (AMDGPU ISA, SOPP branches)."""
     if not _BRANCHES.match(insn.text):
@@ -114,6 +143,13 @@ def branch_target(insn: Instruction) -> int | None:
     if simm16 & 0x8000:
         simm16 -= 0x10000
     return insn.addr + 4 + 4 * simm16
+
+
+def sgprs_are_granulated(arch: str) -> bool:
+    """True where the descriptor stores an SGPR granule (GFX6-GFX9). From GFX10 on the field is
+    reserved and the hardware allocates every SGPR (AMDGPUUsage, GRANULATED_WAVEFRONT_SGPR_COUNT),
+    so `.amdhsa_next_free_sgpr` changes no byte and objdump's value is kept as printed."""
+    return gfx_generation(arch) < 10
 
 
 def extra_sgprs(arch: str) -> int:
@@ -176,10 +212,16 @@ def descriptor_directives(co: CodeObject, rodata_listing: str) -> dict[str, str]
 
 def _fix_descriptor(co: CodeObject, name: str, lines: list[str]) -> str:
     granulated = field(co.kernel_descriptor(name), "granulated_wavefront_sgpr_count")
+    sgpr_granules = sgprs_are_granulated(co.arch)
+    if not sgpr_granules and granulated:
+        raise CodeObjectError(
+            f"{co.path}: {name}: granulated SGPR count {granulated} is set, but the field is "
+            f"reserved (0) on {co.arch}"
+        )
     out = []
     for line in lines:
         m = _SGPR_LINE.match(line)
-        if m:
+        if m and sgpr_granules:
             nfs = invert_next_free_sgpr(granulated, co.arch)
             out.append(f"{m.group(1)}.amdhsa_next_free_sgpr {nfs}")
             continue
@@ -294,7 +336,7 @@ def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, li
             out.append(f"{sym.name}:")
         if insn.addr in synthesized:
             out.append(f"{synthesized[insn.addr]}:")
-        out.append("\t" + _render(insn, branch_names))
+        out.append("\t" + _render(insn, branch_names, co.arch))
     for sym in by_addr.get(end, []):
         out.append(f"{sym.name}:")
     if end in synthesized:
@@ -370,13 +412,18 @@ def check_reassembles(asm: str, source: Path, toolchain: Toolchain) -> None:
     )
 
 
-def _render(insn: Instruction, branch_names: dict[int, str]) -> str:
+def _render(insn: Instruction, branch_names: dict[int, str], arch: str) -> str:
     """Instruction text with an exact, reassemblable form for branches and unknown words.
 
     What objdump cannot decode, or decodes with an `/*Invalid ...*/` operand (which llvm-mc
-    would either reject or assemble to other bytes), is written as its `.long` words."""
+    would either reject or assemble to other bytes), is written as its `.long` words; so is
+    an encoding the assembler refuses to write (`sgpr_source_with_op_sel_hi`), with its text
+    kept as a comment."""
     if insn.text.startswith(("<unknown>", ".long")) or "/*Invalid" in insn.text:
         return "\n\t".join(f".long 0x{w:08x}" for w in insn.words)
+    if sgpr_source_with_op_sel_hi(insn, arch):
+        words = "\n\t".join(f".long 0x{w:08x}" for w in insn.words)
+        return f"{words} // {insn.text} (op_sel_hi on an SGPR source: llvm-mc rejects the text)"
     target = branch_target(insn)
     if target is not None:
         m = _BRANCHES.match(insn.text)

@@ -31,9 +31,26 @@ EF_AMDGPU_MACH = 0x0FF
 # ELF header ABI version -> code object version (AMDGPUUsage, "ELFABIVERSION_AMDGPU_HSA_V*").
 ABI_TO_CODE_OBJECT_VERSION = {0: 2, 1: 3, 2: 4, 3: 5, 4: 6}
 
-# EF_AMDGPU_MACH_* (AMDGPUUsage, "AMDGPU ELF Header e_flags"), the GFX9 family and neighbours
-# aiter builds for; other values are reported as unsupported rather than guessed.
+# EF_AMDGPU_MACH_* (AMDGPUUsage, "AMDGPU ELF Header e_flags"): every processor the provisioned LLVM
+# (22) lists in `llc -mcpu=help`, each value as llvm-mc writes it into an object for that -mcpu and
+# llvm-readelf names it back (tests/test_codeobject.py checks the table against that LLVM, so an
+# LLVM that adds or renumbers a processor fails a test instead of being guessed). Values LLVM does
+# not write (gfx940/gfx941, retired) are reported as unsupported.
 MACH_NAMES = {
+    0x020: "gfx600",
+    0x021: "gfx601",
+    0x03A: "gfx602",
+    0x022: "gfx700",
+    0x023: "gfx701",
+    0x024: "gfx702",
+    0x025: "gfx703",
+    0x026: "gfx704",
+    0x03B: "gfx705",
+    0x028: "gfx801",
+    0x029: "gfx802",
+    0x02A: "gfx803",
+    0x03C: "gfx805",
+    0x02B: "gfx810",
     0x02C: "gfx900",
     0x02D: "gfx902",
     0x02E: "gfx904",
@@ -42,11 +59,49 @@ MACH_NAMES = {
     0x031: "gfx909",
     0x032: "gfx90c",
     0x03F: "gfx90a",
-    0x040: "gfx940",
-    0x04B: "gfx941",
     0x04C: "gfx942",
     0x04F: "gfx950",
+    0x033: "gfx1010",
+    0x034: "gfx1011",
+    0x035: "gfx1012",
+    0x042: "gfx1013",
+    0x036: "gfx1030",
+    0x037: "gfx1031",
+    0x038: "gfx1032",
+    0x039: "gfx1033",
+    0x03E: "gfx1034",
+    0x03D: "gfx1035",
+    0x045: "gfx1036",
+    0x041: "gfx1100",
+    0x046: "gfx1101",
+    0x047: "gfx1102",
+    0x044: "gfx1103",
+    0x043: "gfx1150",
+    0x04A: "gfx1151",
+    0x055: "gfx1152",
+    0x058: "gfx1153",
+    0x048: "gfx1200",
+    0x04E: "gfx1201",
+    0x049: "gfx1250",
+    0x05A: "gfx1251",
+    0x051: "gfx9-generic",
+    0x05F: "gfx9-4-generic",
+    0x052: "gfx10-1-generic",
+    0x053: "gfx10-3-generic",
+    0x054: "gfx11-generic",
+    0x059: "gfx12-generic",
 }
+
+
+def gfx_generation(arch: str) -> int:
+    """The GFX major version of a processor name (gfx950 -> 9, gfx90a -> 9, gfx1250 -> 12,
+    gfx9-4-generic -> 9): the descriptor's bit fields and the SGPR rule change by generation."""
+    tail = arch.removeprefix("gfx")
+    major = tail.split("-")[0] if "-" in tail else tail[:-2]
+    if not major.isdigit():
+        raise CodeObjectError(f"{arch}: not an AMDGPU processor name (gfxN...)")
+    return int(major)
+
 
 # Target feature bits. Code object v4+: two-bit fields; v3: single "on" bits.
 EF_AMDGPU_FEATURE_XNACK_V4 = 0x300
