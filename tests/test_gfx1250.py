@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from f4pipe.aiter.manifest import manifest_text, parse_manifest_text, read_manifest
+from f4pipe.cli import main
 from f4pipe.codeobj.codeobject import MACH_NAMES, CodeObject, gfx_generation
 from f4pipe.codeobj.equivalence import compare
 from f4pipe.codeobj.toolchain import Toolchain, llc_path
+from f4pipe.core.errors import ManifestError
 from f4pipe.pipeline.roundtrip import roundtrip
 
 #: A wave32 kernel with a descriptor and metadata; its packed-F32 multiply reads an SGPR pair
@@ -160,3 +163,48 @@ def test_changed_text_byte_is_unexplained(tiny: Path, toolchain, tmp_path) -> No
     bad.write_bytes(bytes(data))
     eq = compare(tiny, bad, toolchain)
     assert not eq.equivalent and eq.unexplained >= 1
+
+
+#: An f4gemm-shaped gfx1250 manifest (aiter's column set), listing the kernel this file builds.
+GFX1250_MANIFEST = (
+    "tile_m,tile_n,intype,a_preshuffle,cluster_x,cluster_y,scale,outtype,knl_name,co_name\n"
+    "256,256,mxfp4,1,4,4,1,bf16,f4_tiny,f4_tiny.co\n"
+)
+
+
+def test_manifest_reader_takes_gfx1250_columns_and_writes_them_back(tmp_path) -> None:
+    entries = parse_manifest_text(GFX1250_MANIFEST, tmp_path / "f4gemm.csv")
+    (entry,) = entries
+    assert (entry.tile_m, entry.tile_n, entry.symbol, entry.name) == (
+        256,
+        256,
+        "f4_tiny",
+        "f4_tiny",
+    )
+    assert dict(entry.extra) == {
+        "intype": "mxfp4",
+        "a_preshuffle": "1",
+        "cluster_x": "4",
+        "cluster_y": "4",
+        "scale": "1",
+        "outtype": "bf16",
+    }
+    assert (entry.splitk, entry.bpreshuffle) == (False, True)
+    assert manifest_text(entries) == GFX1250_MANIFEST
+
+
+def test_manifest_header_of_neither_set_names_both(tmp_path) -> None:
+    with pytest.raises(ManifestError, match=r"\(gfx950\) or tile_m,tile_n,intype"):
+        parse_manifest_text("tile_m,tile_n,intype,knl_name,co_name\n", tmp_path / "f4gemm.csv")
+
+
+def test_gfx1250_f4gemm_dir_round_trips_from_its_manifest(tiny: Path, tmp_path, capsys) -> None:
+    f4gemm = tmp_path / "hsa" / "gfx1250" / "f4gemm"
+    f4gemm.mkdir(parents=True)
+    shutil.copy(tiny, f4gemm / "f4_tiny.co")
+    (f4gemm / "f4gemm.csv").write_text(GFX1250_MANIFEST)
+    assert [e.name for e in read_manifest(f4gemm)] == ["f4_tiny"]
+    code = main(["roundtrip", "--co-dir", str(f4gemm), "--out", str(tmp_path / "rt")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "f4_tiny" in out

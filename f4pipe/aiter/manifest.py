@@ -22,7 +22,26 @@ from f4pipe.core.layout import F4GEMM_DIR
 MAX_MANIFEST_BYTES = 16 << 20
 
 MANIFEST_NAME = "f4gemm_bf16_per1x32Fp4.csv"
+#: gfx1250's manifest (aiter hsa/gfx1250/f4gemm/, from 2026-06) has its own name and columns.
+GFX1250_MANIFEST_NAME = "f4gemm.csv"
+MANIFEST_NAMES = (MANIFEST_NAME, GFX1250_MANIFEST_NAME)
 COLUMNS = ("tile_m", "tile_n", "splitk", "bpreshuffle", "knl_name", "co_name")
+#: gfx1250's column set: no splitK or bpreshuffle column; the kernel's input format, A layout,
+#: cluster shape, whether it applies scales, and its output type instead.
+GFX1250_COLUMNS = (
+    "tile_m",
+    "tile_n",
+    "intype",
+    "a_preshuffle",
+    "cluster_x",
+    "cluster_y",
+    "scale",
+    "outtype",
+    "knl_name",
+    "co_name",
+)
+#: The gfx1250 columns with no gfx950 counterpart, kept per entry as they are written.
+GFX1250_EXTRA = ("intype", "a_preshuffle", "cluster_x", "cluster_y", "scale", "outtype")
 
 
 @dataclass(frozen=True)
@@ -35,6 +54,8 @@ class KernelEntry:
     bpreshuffle: bool
     symbol: str  # the mangled kernel symbol (knl_name)
     co_name: str  # the code object's file name
+    #: gfx1250's own columns (GFX1250_EXTRA) as (column, value); empty for gfx950's set.
+    extra: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -116,6 +137,44 @@ def parse_manifest_text(text: str, path: Path) -> list[KernelEntry]:
         raise ManifestError(f"{path}: not a readable CSV: {exc}") from None
 
 
+def _column_set(normalized: list[str], header: list[str], path: Path) -> tuple[str, ...]:
+    """gfx950's column set, or gfx1250's when the header has gfx1250's own columns."""
+    columns = GFX1250_COLUMNS if "intype" in normalized else COLUMNS
+    missing = [c for c in columns if c not in normalized]
+    if missing:
+        raise ManifestError(
+            f"{path}: header {header} lacks column(s) {missing}; expected {','.join(COLUMNS)} "
+            f"(gfx950) or {','.join(GFX1250_COLUMNS)} (gfx1250), any case"
+        )
+    return columns
+
+
+def _entry(cell: dict[str, str], line: int, path: Path) -> KernelEntry:
+    """One row as an entry. A gfx1250 row has no splitK column (aiter ships no split-K kernel
+    for it) and pre-shuffles B in every kernel (`ABpreShuffle` in each name, `a_preshuffle`
+    saying whether A is too), so those two are False and True; its own columns ride along."""
+    tile_m = _parse_tile(cell["tile_m"], "tile_m", line, path)
+    tile_n = _parse_tile(cell["tile_n"], "tile_n", line, path)
+    if "splitk" in cell:
+        splitk = _parse_bool(cell["splitk"], "splitK", line, path)
+        bpreshuffle = _parse_bool(cell["bpreshuffle"], "bpreshuffle", line, path)
+        extra: tuple[tuple[str, str], ...] = ()
+    else:
+        for column in ("a_preshuffle", "scale"):
+            _parse_bool(cell[column], column, line, path)
+        splitk, bpreshuffle = False, True
+        extra = tuple((c, cell[c]) for c in GFX1250_EXTRA)
+    return KernelEntry(
+        tile_m=tile_m,
+        tile_n=tile_n,
+        splitk=splitk,
+        bpreshuffle=bpreshuffle,
+        symbol=cell["knl_name"],
+        co_name=cell["co_name"],
+        extra=extra,
+    )
+
+
 def _parse_rows(reader: Iterator[list[str]], path: Path) -> list[KernelEntry]:
     try:
         header = next(reader)
@@ -124,13 +183,8 @@ def _parse_rows(reader: Iterator[list[str]], path: Path) -> list[KernelEntry]:
             f"{path}: empty manifest (expected header {','.join(COLUMNS)})"
         ) from None
     normalized = [h.strip().lower() for h in header]
-    missing = [c for c in COLUMNS if c not in normalized]
-    if missing:
-        raise ManifestError(
-            f"{path}: header {header} lacks column(s) {missing}; expected {','.join(COLUMNS)} "
-            "(any case)"
-        )
-    index = {c: normalized.index(c) for c in COLUMNS}
+    columns = _column_set(normalized, header, path)
+    index = {c: normalized.index(c) for c in columns}
     entries: list[KernelEntry] = []
     for line, row in enumerate(reader, start=2):
         if not row or all(not cell.strip() for cell in row):
@@ -143,16 +197,7 @@ def _parse_rows(reader: Iterator[list[str]], path: Path) -> list[KernelEntry]:
             raise ManifestError(f"{path}:{line}: co_name {co_name!r} is not a plain .co file name")
         if not cell["knl_name"]:
             raise ManifestError(f"{path}:{line}: empty knl_name")
-        entries.append(
-            KernelEntry(
-                tile_m=_parse_tile(cell["tile_m"], "tile_m", line, path),
-                tile_n=_parse_tile(cell["tile_n"], "tile_n", line, path),
-                splitk=_parse_bool(cell["splitk"], "splitK", line, path),
-                bpreshuffle=_parse_bool(cell["bpreshuffle"], "bpreshuffle", line, path),
-                symbol=cell["knl_name"],
-                co_name=co_name,
-            )
-        )
+        entries.append(_entry(cell, line, path))
     if not entries:
         raise ManifestError(f"{path}: manifest lists no kernels")
     seen: set[str] = set()
@@ -173,16 +218,25 @@ def find_f4gemm_dir(path: str | os.PathLike[str]) -> Path:
     base = Path(path)
     candidates = [base, base / F4GEMM_DIR, base / "gfx950" / F4GEMM_DIR]
     for cand in candidates:
-        if (cand / MANIFEST_NAME).is_file():
+        if any((cand / name).is_file() for name in MANIFEST_NAMES):
             return cand
     if not base.exists():
         raise ManifestError(
             f"{base} does not exist; point --co-dir (or AITER_ASM_DIR) at aiter's f4gemm directory"
         )
     raise ManifestError(
-        f"no {MANIFEST_NAME} in {base}, {base}/f4gemm or {base}/gfx950/f4gemm; "
+        f"no {MANIFEST_NAME} (gfx950) or {GFX1250_MANIFEST_NAME} (gfx1250) in {base}, "
+        f"{base}/f4gemm or {base}/gfx950/f4gemm; "
         "point --co-dir (or AITER_ASM_DIR) at aiter's hsa/gfx950/f4gemm directory"
     )
+
+
+def manifest_path(directory: Path) -> Path:
+    """The manifest CSV of an f4gemm directory: gfx950's name first, then gfx1250's."""
+    for name in MANIFEST_NAMES:
+        if (directory / name).is_file():
+            return directory / name
+    return directory / MANIFEST_NAME
 
 
 def read_manifest(path: str | os.PathLike[str], *, check_files: bool = True) -> Manifest:
@@ -192,7 +246,7 @@ def read_manifest(path: str | os.PathLike[str], *, check_files: bool = True) -> 
     as the seed driver does, rather than surfacing later as a bare load failure.
     """
     directory = find_f4gemm_dir(path)
-    csv_path = directory / MANIFEST_NAME
+    csv_path = manifest_path(directory)
     try:
         text = read_input_text(csv_path, "manifest CSV", MAX_MANIFEST_BYTES)
     except InputError as exc:
@@ -211,9 +265,21 @@ def read_manifest(path: str | os.PathLike[str], *, check_files: bool = True) -> 
 
 def manifest_text(entries: list[KernelEntry] | tuple[KernelEntry, ...]) -> str:
     """Render entries as a manifest CSV (aiter HEAD's header case), e.g. for rebuilt objects."""
+    if entries and all(e.extra for e in entries):
+        return _gfx1250_manifest_text(entries)
     lines = ["tile_M,tile_N,splitK,bpreshuffle,knl_name,co_name"]
     for e in entries:
         lines.append(
             f"{e.tile_m},{e.tile_n},{int(e.splitk)},{int(e.bpreshuffle)},{e.symbol},{e.co_name}"
         )
+    return "\n".join(lines) + "\n"
+
+
+def _gfx1250_manifest_text(entries: list[KernelEntry] | tuple[KernelEntry, ...]) -> str:
+    """gfx1250's column set, in aiter's order."""
+    lines = [",".join(GFX1250_COLUMNS)]
+    for e in entries:
+        extra = dict(e.extra)
+        cells = [str(e.tile_m), str(e.tile_n), *(extra[c] for c in GFX1250_EXTRA)]
+        lines.append(",".join([*cells, e.symbol, e.co_name]))
     return "\n".join(lines) + "\n"
