@@ -12,7 +12,9 @@ What objdump prints is not reassemblable as is; this module is that delta:
   (not every non-`label_` symbol is a kernel); branch targets without a symbol get a synthesized
   local label computed from the branch encoding;
 - `.amdhsa_next_free_sgpr` is inverted from the descriptor's granulated SGPR count with the
-  assembler's extra-SGPR rule (see `invert_next_free_sgpr`);
+  assembler's extra-SGPR rule (see `invert_next_free_sgpr`; GFX10+ stores no granule);
+- an encoding llvm-mc refuses to write from objdump's text (gfx1250's packed-F32 op_sel_hi on
+  an SGPR source, `sgpr_source_with_op_sel_hi`) is carried as its `.long` words;
 - the target id and code object version come from the ELF header and are written into the
   file (`.amdgcn_target`, `.amdhsa_code_object_version`), so the .s assembles with no flags
   beyond the processor, which `assemble` reads back from the file;
@@ -157,7 +159,8 @@ def extra_sgprs(arch: str) -> int:
 
     AMDGPUUsage, "compute_pgm_rsrc1" (GRANULATED_WAVEFRONT_SGPR_COUNT): VCC, FLAT_SCRATCH and
     XNACK_MASK are counted on top of the user's SGPRs. On gfx940+ flat scratch is architected,
-    which always counts 6 (it covers VCC and XNACK_MASK too); f4pipe supports only GFX9 targets.
+    which always counts 6 (it covers VCC and XNACK_MASK too). GFX10+ stores no granule
+    (sgprs_are_granulated); GFX6-GFX8 rules are not implemented.
     """
     if arch.startswith("gfx9"):
         return 6
