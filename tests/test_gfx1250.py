@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from f4pipe.aiter.manifest import manifest_text, parse_manifest_text, read_manifest
+from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, parse_manifest_text, read_manifest
 from f4pipe.cli import main
 from f4pipe.codeobj.codeobject import MACH_NAMES, CodeObject, gfx_generation
 from f4pipe.codeobj.equivalence import compare
 from f4pipe.codeobj.toolchain import Toolchain, llc_path
-from f4pipe.core.errors import ManifestError
+from f4pipe.core.errors import ChecksumError, ManifestError
+from f4pipe.core.fsio import sha256_file
+from f4pipe.fetch import GIT_F4GEMM_PATH, fetch_aiter
 from f4pipe.pipeline.roundtrip import roundtrip
 
 #: A wave32 kernel with a descriptor and metadata; its packed-F32 multiply reads an SGPR pair
@@ -208,3 +210,49 @@ def test_gfx1250_f4gemm_dir_round_trips_from_its_manifest(tiny: Path, tmp_path, 
     out = capsys.readouterr().out
     assert code == 0, out
     assert "f4_tiny" in out
+
+
+def _git(repo: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    return subprocess.run([*cmd, *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_git_source_takes_every_f4gemm_directory_with_kernels(
+    tiny: Path, f4gemm_dir: Path, tmp_path: Path
+) -> None:
+    """aiter's layout at a 2026-08 commit: gfx950's f4gemm/, gfx1250's (kernels, its own
+    manifest) and gfx942's header-only manifest. The fetch keeps gfx950 where it always was,
+    adds gfx1250 under gfx1250/f4gemm/ with a checksum per file, and leaves gfx942 out."""
+    repo = tmp_path / "aiter-src"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    gfx950 = repo / GIT_F4GEMM_PATH
+    gfx950.mkdir(parents=True)
+    entries = [e for e in read_manifest(f4gemm_dir)][:1]
+    (gfx950 / MANIFEST_NAME).write_text(manifest_text(entries))
+    shutil.copyfile(f4gemm_dir / entries[0].co_name, gfx950 / entries[0].co_name)
+    gfx1250 = repo / "hsa" / "gfx1250" / "f4gemm"
+    gfx1250.mkdir(parents=True)
+    (gfx1250 / "f4gemm.csv").write_text(GFX1250_MANIFEST)
+    shutil.copyfile(tiny, gfx1250 / "f4_tiny.co")
+    gfx942 = repo / "hsa" / "gfx942" / "f4gemm"
+    gfx942.mkdir(parents=True)
+    (gfx942 / MANIFEST_NAME).write_text("tile_M,tile_N,splitK,bpreshuffle,knl_name,co_name")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "two architectures")
+
+    result = fetch_aiter({"kind": "git", "url": repo.as_uri(), "rev": "main"}, tmp_path / "res")
+    fetched = result.aiter
+    assert fetched.architectures() == ["gfx950", "gfx1250"]
+    assert sorted(p.name for p in result.f4gemm_dir.iterdir()) == sorted(
+        [MANIFEST_NAME, entries[0].co_name]
+    )
+    record = fetched.verify()
+    assert record["architectures"]["gfx1250"]["files"]["f4_tiny.co"] == {
+        "sha256": sha256_file(tiny),
+        "size": tiny.stat().st_size,
+    }
+    copied = fetched.arch_f4gemm("gfx1250")
+    assert [e.name for e in read_manifest(copied)] == ["f4_tiny"]
+    (copied / "f4_tiny.co").write_bytes(b"\x7fELF changed")
+    with pytest.raises(ChecksumError, match=r"f4_tiny\.co changed after it was fetched"):
+        fetched.verify()

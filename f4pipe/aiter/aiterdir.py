@@ -128,25 +128,10 @@ class AiterDir:
         decide whether to restore it or to discard the fetch.
         """
         record = self.provenance()
+        _verify_files(self.f4gemm, record["files"], self.path)
+        for arch, info in sorted(record.get(OTHER_ARCHITECTURES, {}).items()):
+            _verify_files(self.arch_f4gemm(arch), info["files"], self.path)
         redo = f"restore it, or delete {self.path} and run `f4pipe fetch` again"
-        for name, info in sorted(record["files"].items()):
-            path = self.f4gemm / name
-            if not path.is_file():
-                raise ChecksumError(
-                    f"{path} is missing; {PROVENANCE_JSON} recorded sha256 {info['sha256']}: {redo}"
-                )
-            actual = sha256_file(path)
-            if actual != info["sha256"]:
-                raise ChecksumError(
-                    f"{path} changed after it was fetched: expected sha256 {info['sha256']} "
-                    f"(recorded in {PROVENANCE_JSON}), actual {actual}; {redo}"
-                )
-        extra = sorted(p.name for p in self.f4gemm.iterdir() if p.name not in record["files"])
-        if extra:
-            raise ChecksumError(
-                f"{self.f4gemm} holds file(s) not recorded in {PROVENANCE_JSON}: {extra}; remove "
-                "them (derived files belong under results/)"
-            )
         for rel, info in sorted(record.get("tables", {}).items()):
             path = self.configs / rel
             actual = sha256_file(path) if path.is_file() else None
@@ -156,6 +141,43 @@ class AiterDir:
                     f"{info['sha256']} (recorded in {PROVENANCE_JSON}), actual {actual}; {redo}"
                 )
         return record
+
+    def arch_f4gemm(self, arch: str) -> Path:
+        """An architecture's f4gemm directory: gfx950's is f4gemm/, another's <arch>/f4gemm/."""
+        return self.f4gemm if arch == "gfx950" else self.path / arch / F4GEMM_DIR
+
+    def architectures(self) -> list[str]:
+        """gfx950 and every other architecture the fetch took (provenance `architectures`)."""
+        return ["gfx950", *sorted(self.provenance().get(OTHER_ARCHITECTURES, {}))]
+
+
+#: provenance.json's key for the f4gemm directories of architectures other than gfx950: arch ->
+#: {"f4gemm_dir": where it came from, "files": sha256 + size per name}. Absent when the source
+#: has none, so a gfx950-only fetch writes what it always wrote.
+OTHER_ARCHITECTURES = "architectures"
+
+
+def _verify_files(directory: Path, files: Mapping[str, Any], aiter_path: Path) -> None:
+    """Re-hash the recorded files of one f4gemm directory; refuse unrecorded ones."""
+    redo = f"restore it, or delete {aiter_path} and run `f4pipe fetch` again"
+    for name, info in sorted(files.items()):
+        path = directory / name
+        if not path.is_file():
+            raise ChecksumError(
+                f"{path} is missing; {PROVENANCE_JSON} recorded sha256 {info['sha256']}: {redo}"
+            )
+        actual = sha256_file(path)
+        if actual != info["sha256"]:
+            raise ChecksumError(
+                f"{path} changed after it was fetched: expected sha256 {info['sha256']} "
+                f"(recorded in {PROVENANCE_JSON}), actual {actual}; {redo}"
+            )
+    extra = sorted(p.name for p in directory.iterdir() if p.name not in files)
+    if extra:
+        raise ChecksumError(
+            f"{directory} holds file(s) not recorded in {PROVENANCE_JSON}: {extra}; remove "
+            "them (derived files belong under results/)"
+        )
 
 
 def fetched_under(resources_dir: str | os.PathLike[str]) -> list[AiterDir]:
@@ -214,7 +236,7 @@ def listed_names(src_dir: Path, where: str) -> tuple[Path, list[str]]:
             f"{where}: {MANIFEST_NAME} lists {len(missing)} code object(s) that are not there: "
             f"{', '.join(missing[:5])}{more}; use a source whose f4gemm directory is complete"
         )
-    return manifest.directory, [MANIFEST_NAME, *(e.co_name for e in manifest)]
+    return manifest.directory, [manifest.csv_path.name, *(e.co_name for e in manifest)]
 
 
 def content_digest(files: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Any]) -> str:

@@ -225,8 +225,8 @@ def find_f4gemm_dir(path: str | os.PathLike[str]) -> Path:
             f"{base} does not exist; point --co-dir (or AITER_ASM_DIR) at aiter's f4gemm directory"
         )
     raise ManifestError(
-        f"no {MANIFEST_NAME} (gfx950) or {GFX1250_MANIFEST_NAME} (gfx1250) in {base}, "
-        f"{base}/f4gemm or {base}/gfx950/f4gemm; "
+        f"no {MANIFEST_NAME} in {base}, {base}/f4gemm or {base}/gfx950/f4gemm (nor gfx1250's "
+        f"{GFX1250_MANIFEST_NAME}); "
         "point --co-dir (or AITER_ASM_DIR) at aiter's hsa/gfx950/f4gemm directory"
     )
 

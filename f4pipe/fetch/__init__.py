@@ -101,6 +101,8 @@ __all__ = [
 ]
 
 GIT_F4GEMM_PATH = "hsa/gfx950/f4gemm"
+#: Where aiter keeps every architecture's code objects: hsa/<arch>/f4gemm/.
+GIT_HSA_PATH = "hsa"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,7 +239,7 @@ def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
             "sparse-checkout",
             "set",
             "--no-cone",
-            f"/{GIT_F4GEMM_PATH}/",
+            f"/{GIT_HSA_PATH}/*/{F4GEMM_DIR}/",
             f"/{CONFIGS_PATH}/**/*a4w4*",
         ],
         ["git", "-c", "advice.detachedHead=false", "checkout", "-q", commit],
@@ -281,9 +283,21 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
                 "tables_dir": CONFIGS_PATH,
             }
             where = f"{GIT_F4GEMM_PATH} of commit {commit} of {src.url}"
+            others = other_architectures(repo, f"commit {commit} of {src.url}")
             return fetch_into(
-                resources_dir, aiter_id, f4gemm, provenance, where, repo / CONFIGS_PATH
+                resources_dir, aiter_id, f4gemm, provenance, where, repo / CONFIGS_PATH, others
             )
+
+
+def other_architectures(root: Path, where: str) -> dict[str, tuple[Path, str]]:
+    """arch -> (its f4gemm directory, where it is) for every hsa/<arch>/f4gemm/ below `root`
+    other than gfx950's that holds a code object (gfx942's header-only manifest holds none)."""
+    found: dict[str, tuple[Path, str]] = {}
+    for directory in sorted((root / GIT_HSA_PATH).glob(f"*/{F4GEMM_DIR}")):
+        arch = directory.parent.name
+        if arch != "gfx950" and any(directory.glob("*.co")):
+            found[arch] = (directory, f"{GIT_HSA_PATH}/{arch}/{F4GEMM_DIR} of {where}")
+    return found
 
 
 def _reuse_git(target: Path, commit: str) -> FetchResult:

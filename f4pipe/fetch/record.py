@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe import __version__
-from f4pipe.aiter.aiterdir import PROVENANCE_SCHEMA, AiterDir, content_digest, listed_names
+from f4pipe.aiter.aiterdir import (
+    OTHER_ARCHITECTURES,
+    PROVENANCE_SCHEMA,
+    AiterDir,
+    content_digest,
+    listed_names,
+)
 from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.aiter.tables import copy_tables
 from f4pipe.core.errors import CodeObjectError
@@ -70,6 +76,15 @@ def _copy_f4gemm(
     return files, skipped
 
 
+def _copy_others(others: dict[str, tuple[Path, str]], tmp: Path) -> dict[str, Any]:
+    """Copy each other architecture's f4gemm directory; arch -> where it came from and its files."""
+    out: dict[str, Any] = {}
+    for arch, (src, where) in sorted(others.items()):
+        files, _ = _copy_f4gemm(src, tmp / arch / F4GEMM_DIR, where)
+        out[arch] = {"f4gemm_dir": where, "files": files}
+    return out
+
+
 def _write_provenance(
     aiter_dir: Path,
     aiter_id: str,
@@ -77,7 +92,11 @@ def _write_provenance(
     files: dict,
     skipped: list[str],
     tables: dict[str, dict[str, Any]],
+    arch_record: dict[str, Any],
 ) -> None:
+    """provenance.json; `architectures` only when the fetch took other architectures, so a
+    gfx950-only fetch writes the record it always wrote."""
+    others = {OTHER_ARCHITECTURES: arch_record} if arch_record else {}
     write_json(
         aiter_dir / PROVENANCE_JSON,
         {
@@ -89,6 +108,7 @@ def _write_provenance(
             "skipped": skipped,
             "manifest_header": _manifest_header(aiter_dir / F4GEMM_DIR / MANIFEST_NAME),
             "tables": tables,
+            **others,
             "f4pipe_version": __version__,
             "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
         },
@@ -135,12 +155,16 @@ def fetch_into(
     source: dict[str, Any],
     where: str,
     configs_dir: Path | None,
+    others: dict[str, tuple[Path, str]] | None = None,
 ) -> FetchResult:
     """Copy `src_dir` (an f4gemm directory) and the tuned tables of `configs_dir` (the
-    source's aiter/configs, None when it has none) into resources/aiter/<aiter_id> atomically."""
+    source's aiter/configs, None when it has none) into resources/aiter/<aiter_id> atomically;
+    `others` (arch -> its f4gemm directory and where it is in the source) go to <arch>/f4gemm/,
+    each file hashed as gfx950's are, and are listed in provenance under `architectures`."""
     target = aiter_dir(resources_dir, aiter_id)
     with atomic_dir(target) as tmp:
         files, skipped = _copy_f4gemm(src_dir, tmp / F4GEMM_DIR, where)
         tables = copy_tables(configs_dir, tmp / TUNED_TABLES_DIR)
-        _write_provenance(tmp, aiter_id, source, files, skipped, tables)
+        arch_record = _copy_others(others, tmp) if others else {}
+        _write_provenance(tmp, aiter_id, source, files, skipped, tables, arch_record)
     return fetch_result(target, fetched=True)
