@@ -15,6 +15,7 @@ from f4pipe.cli import main
 from f4pipe.codeobj.codeobject import MACH_NAMES, CodeObject, gfx_generation
 from f4pipe.codeobj.equivalence import compare
 from f4pipe.codeobj.toolchain import Toolchain, llc_path
+from f4pipe.compare.changes import fetch_record_changes
 from f4pipe.core.errors import ChecksumError, ManifestError
 from f4pipe.core.fsio import sha256_file
 from f4pipe.fetch import GIT_F4GEMM_PATH, fetch_aiter
@@ -256,3 +257,24 @@ def test_git_source_takes_every_f4gemm_directory_with_kernels(
     (copied / "f4_tiny.co").write_bytes(b"\x7fELF changed")
     with pytest.raises(ChecksumError, match=r"f4_tiny\.co changed after it was fetched"):
         fetched.verify()
+
+
+def test_compare_names_an_architecture_that_appeared_or_disappeared() -> None:
+    gfx950 = {"source": {"kind": "git"}, "content_sha256": "c", "files": {}, "tables": {}}
+    both = {
+        **gfx950,
+        "architectures": {
+            "gfx1250": {"files": {"f4gemm.csv": {"sha256": "m"}, "a.co": {}, "b.co": {}}}
+        },
+    }
+    appeared = fetch_record_changes(gfx950, both)
+    rows = {r["item"]: (r["A"], r["B"]) for _, r in appeared.iterrows()}
+    assert rows == {
+        "architecture gfx1250": ("absent", "2 code objects"),
+        "gfx1250 manifest f4gemm.csv sha256": ("-", "m"),
+    }
+    gone = fetch_record_changes(both, gfx950)
+    assert ("architecture gfx1250", "2 code objects", "absent") in [
+        (r["item"], r["A"], r["B"]) for _, r in gone.iterrows()
+    ]
+    assert fetch_record_changes(gfx950, gfx950).empty

@@ -211,19 +211,48 @@ def _source_facts(record: dict[str, Any]) -> dict[str, str]:
     for rel, info in sorted((tables or {}).items()):
         out[f"tuned table {rel} sha256"] = info["sha256"]
     out["fetched by f4pipe"] = str(record.get("f4pipe_version", "-"))
+    out.update(_architecture_facts(record))
     return out
+
+
+#: Item prefix of an architecture's f4gemm directory in the source facts.
+ARCHITECTURE_ITEM = "architecture "
+
+
+def _architecture_facts(record: dict[str, Any]) -> dict[str, str]:
+    """Per architecture beside gfx950 (provenance `architectures`), how many code objects it
+    holds and its manifest's digest: an architecture that appeared or disappeared is a row."""
+    out: dict[str, str] = {}
+    for arch, info in sorted(record.get("architectures", {}).items()):
+        files = info.get("files", {})
+        count = sum(name.endswith(".co") for name in files)
+        out[f"{ARCHITECTURE_ITEM}{arch}"] = f"{count} code objects"
+        for name, file in sorted(files.items()):
+            if name.endswith(".csv"):
+                out[f"{arch} manifest {name} sha256"] = file["sha256"]
+    return out
+
+
+def _absent(item: str) -> str:
+    """What a fact missing from one record reads as: an architecture is "absent"."""
+    return "absent" if item.startswith(ARCHITECTURE_ITEM) else "-"
 
 
 def provenance_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
     """What differs between the two fetch records (fetch times aside)."""
-    fa, fb = _source_facts(aiter_fetch(a)), _source_facts(aiter_fetch(b))
+    return fetch_record_changes(aiter_fetch(a), aiter_fetch(b))
+
+
+def fetch_record_changes(ra: dict[str, Any], rb: dict[str, Any]) -> pd.DataFrame:
+    """What differs between two fetch records (provenance.json): item, A, B."""
+    fa, fb = _source_facts(ra), _source_facts(rb)
     if not fa or not fb:
         missing = [label for label, f in (("A", fa), ("B", fb)) if not f]
         return pd.DataFrame(
             [{"item": "aiter fetch record", "A": "", "B": f"not found for {', '.join(missing)}"}]
         )
     rows = [
-        {"item": k, "A": fa.get(k, "-"), "B": fb.get(k, "-")}
+        {"item": k, "A": fa.get(k, _absent(k)), "B": fb.get(k, _absent(k))}
         for k in sorted(fa.keys() | fb.keys())
         if fa.get(k) != fb.get(k)
     ]
