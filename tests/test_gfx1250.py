@@ -278,3 +278,30 @@ def test_compare_names_an_architecture_that_appeared_or_disappeared() -> None:
         (r["item"], r["A"], r["B"]) for _, r in gone.iterrows()
     ]
     assert fetch_record_changes(gfx950, gfx950).empty
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify"],
+        ["splitk"],
+        ["safety"],
+        ["audit-tuned"],
+        ["predict", "-m", "256", "-n", "256", "-k", "256"],
+    ],
+)
+def test_gfx950_only_stages_say_so_for_gfx1250_in_one_line(
+    command: list[str], tiny: Path, tmp_path: Path, capsys
+) -> None:
+    f4gemm = tmp_path / "f4gemm"
+    f4gemm.mkdir()
+    shutil.copy(tiny, f4gemm / "f4_tiny.co")
+    (f4gemm / "f4gemm.csv").write_text(GFX1250_MANIFEST)
+    code = main([command[0], "--co-dir", str(f4gemm), *command[1:]])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert out == [
+        f"f4pipe {command[0]}: gfx950 only: {f4gemm} holds gfx1250 code objects, and the "
+        "emulator, the cycle model and aiter's kernel choice f4pipe reproduces are gfx950's; "
+        "nothing run"
+    ]

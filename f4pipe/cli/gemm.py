@@ -399,12 +399,17 @@ def run_stage_command(args: argparse.Namespace) -> int:
     from f4pipe.core.schemas import TABLE_SCHEMAS
     from f4pipe.devices.opendevice import open_device
     from f4pipe.host.gemm import check_alpha
-    from f4pipe.pipeline.stages import NO_DEVICE_REASON, STAGES, StageSettings
+    from f4pipe.pipeline.stages import NO_DEVICE_REASON, STAGES, StageSettings, gfx950_only
 
     check_alpha(args.alpha)  # before any row: a bad alpha is bad input, not an error row
     cases = tuple(parse_case(s) for s in args.shape) if args.shape else get_matrix(args.matrix)
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
+    other_arch = gfx950_only(args.command, manifest)
+    if other_arch is not None:
+        print(other_arch)
+        write_if_asked(args.output, [], TABLE_SCHEMAS[args.command])
+        return EXIT_OK
     keys = artifact_keys(
         located,
         NO_DEVICE,

@@ -105,8 +105,13 @@ def run_predict(args: argparse.Namespace) -> int:
     from f4pipe.core.fsio import json_text
     from f4pipe.host.kernarg import check_shape
     from f4pipe.perf.predict import Predictor
+    from f4pipe.pipeline.stages import gfx950_only
 
     manifest = read_manifest(co_dir_from(args))
+    other_arch = gfx950_only("predict", manifest)
+    if other_arch is not None:
+        print(other_arch)
+        return EXIT_OK
     predictor = Predictor(manifest)
     wanted = [manifest.get(k) for k in args.kernel or []]
     shapes = _shapes(args)

@@ -57,9 +57,15 @@ def run_safety(args: argparse.Namespace) -> int:
     from f4pipe.cli.locate import locate_co_dir
     from f4pipe.core.schemas import SAFETY
     from f4pipe.pipeline.edgesweep import DEFAULT_ORDERS, sweep
+    from f4pipe.pipeline.stages import gfx950_only
 
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
+    other_arch = gfx950_only("safety", manifest)
+    if other_arch is not None:
+        print(other_arch)
+        write_if_asked(args.output, [], SAFETY)
+        return EXIT_OK
     orders = tuple(args.order) if args.order else DEFAULT_ORDERS
     store = open_store(args.store)
     rows = sweep(
@@ -178,9 +184,15 @@ def run_audit(args: argparse.Namespace) -> int:
     from f4pipe.cli.locate import locate_co_dir
     from f4pipe.core.schemas import AUDIT
     from f4pipe.pipeline.audit import audit_tables, format_finding, retune_candidates, summarize
+    from f4pipe.pipeline.stages import gfx950_only
 
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
+    other_arch = gfx950_only("audit-tuned", manifest)
+    if other_arch is not None:
+        print(other_arch)
+        write_if_asked(args.output, [], AUDIT)
+        return EXIT_OK
     tables = _audit_inputs(args, located)
     if args.shapes or args.shape:
         return run_coverage(args, manifest, tables, located.how)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from f4pipe.aiter.heuristic import DEFAULT_NUM_CU, select_kernel
 from f4pipe.aiter.manifest import KernelEntry, Manifest
+from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.core.device import Device
 from f4pipe.core.errors import ConfigError, DeviceError, EmulatorError, ShapeError
 from f4pipe.core.layout import NO_DEVICE, SEED_A, SEED_B
@@ -413,6 +414,25 @@ def _timed_row(result: GemmResult) -> dict[str, Any]:
     if result.us_is_hardware:
         return {"status": "measured", "tflops": result.tflops, **fields}
     return {"status": SHIM_TIMED, "reason": SHIM_TIME_NOTE, **fields}
+
+
+#: The one architecture the emulator, the cycle model, the edge sweep and the tuned-table
+#: lookup serve: they decode, time and launch gfx950's (MI355X) kernels.
+STAGE_ARCH = "gfx950"
+
+
+def gfx950_only(stage: str, manifest: Manifest) -> str | None:
+    """The one line a gfx950-only stage prints instead of running on a manifest whose code
+    objects are another architecture's (aiter's gfx1250 f4gemm), or None for gfx950's."""
+    archs = sorted({CodeObject.read(manifest.co_path(e)).arch for e in manifest})
+    others = [a for a in archs if a != STAGE_ARCH]
+    if not others:
+        return None
+    return (
+        f"f4pipe {stage}: gfx950 only: {manifest.directory} holds {', '.join(others)} code "
+        "objects, and the emulator, the cycle model and aiter's kernel choice f4pipe "
+        "reproduces are gfx950's; nothing run"
+    )
 
 
 STAGES: dict[str, Callable[..., list[dict[str, Any]]]] = {
