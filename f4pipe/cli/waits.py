@@ -279,6 +279,7 @@ def _entry_to_run(args: argparse.Namespace, program):
 
 
 def cmd_waits(args: argparse.Namespace) -> int:
+    from f4pipe.analysis.hazards import analyse
     from f4pipe.analysis.waits import advise
 
     with tempfile.TemporaryDirectory(prefix="f4pipe-waits-") as tmp:
@@ -291,6 +292,7 @@ def cmd_waits(args: argparse.Namespace) -> int:
             print("\n".join(_explain(program, int(args.explain, 0))))
             return EXIT_OK
         missing, missing_rows = _repairs(program)
+        findings = analyse(program).messages()
         advice = advise(program) if not missing else []
         verified: dict = {}
         predicted: dict = {}
@@ -308,10 +310,13 @@ def cmd_waits(args: argparse.Namespace) -> int:
             predicted = _predicted_savings(entry, co_path, verified)
     if args.json:
         print(
-            json.dumps(_json(program.symbol, missing_rows, advice, verified, predicted), indent=1)
+            json.dumps(
+                _json(program.symbol, findings, missing_rows, advice, verified, predicted),
+                indent=1,
+            )
         )
     else:
-        _print(program.symbol, missing, advice, verified, predicted, args.verify)
+        _print(program.symbol, len(findings), missing, advice, verified, predicted, args.verify)
     return EXIT_FAILED if missing else EXIT_OK
 
 
@@ -328,9 +333,10 @@ def _predicted_savings(entry, co_path: Path, verified: dict) -> dict[int, tuple[
     }
 
 
-def _json(symbol, missing_rows, advice, verified, predicted) -> dict:
+def _json(symbol, findings, missing_rows, advice, verified, predicted) -> dict:
     return {
         "kernel": symbol,
+        "findings": findings,
         "missing": missing_rows,
         "waits": [
             {
@@ -351,10 +357,11 @@ def _json(symbol, missing_rows, advice, verified, predicted) -> dict:
     }
 
 
-def _print(symbol, missing, advice, verified, predicted, verify: bool) -> None:
+def _print(symbol, findings: int, missing, advice, verified, predicted, verify: bool) -> None:
     stricter = [a for a in advice if a.stricter]
     print(
-        f"f4pipe waits: {symbol}: {len(missing)} missing wait(s) or wait state(s); "
+        f"f4pipe waits: {symbol}: {findings} static finding(s) (those of `f4pipe hazards`); "
+        f"{len(missing)} missing wait(s) or wait state(s); "
         f"{len(advice)} s_waitcnt, {len(stricter)} stricter than the registers need"
     )
     for line in missing:
