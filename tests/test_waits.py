@@ -302,3 +302,50 @@ def test_thorough_checks_add_the_seed_and_safety_sweep_shapes(shipped):
     assert (300, 2048, 1024) in shapes and (64, 256, 512) in shapes
     assert {(s.m, s.n, s.k) for s in edge_shapes(entry)} <= shapes
     assert all(c.kernel == entry.name for c in thorough)
+
+
+def test_apply_with_no_manifest_reachable_writes_nothing_unless_static_only(
+    shipped_asm, tmp_path, monkeypatch, capsys
+):
+    """An f4gemm kernel's repair must also run clean on the emulator, which needs the manifest:
+    with none reachable (no --co-dir, no AITER_ASM_DIR, no fetched aiter here) --apply and
+    --loosen stop naming --co-dir; --static-only writes the statically checked repair and
+    says that LDS between waves went unchecked."""
+    monkeypatch.delenv("AITER_ASM_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./resources/aiter to fall back on
+    lines, _ = broken_variants(shipped_asm)["dropped wait"]
+    broken, fixed = tmp_path / "broken.s", tmp_path / "fixed.s"
+    broken.write_text("\n".join(lines) + "\n")
+    for extra in ([], ["--loosen"], ["--loosen", "--static-only"]):
+        assert main(["waits", str(broken), "--apply", *extra, "-o", str(fixed)]) == 2
+        err = capsys.readouterr().err
+        assert "--co-dir" in err and "Traceback" not in err
+        assert not fixed.exists()
+    assert main(["waits", str(broken), "--apply", "--static-only", "-o", str(fixed)]) == 0
+    said = capsys.readouterr().out
+    assert "0 static findings" in said and "emulator runs it clean" not in said
+    assert "LDS visibility between waves was not checked" in said
+    assert fixed.read_text().count("// f4pipe waits: inserted") == 1
+
+
+def test_try_hazards_and_waits_report_the_same_static_findings(
+    shipped_asm, f4gemm_dir, toolchain, tmp_path, capsys
+):
+    """One edited kernel (a scalar wait and an s_nop dropped), as .s and as .co: `hazards`
+    and `waits` list the same findings, and `try` the same ones as new (the original has none)."""
+    from f4pipe.edits.trykernel import try_edit
+
+    lines, _ = broken_variants(shipped_asm)["dropped wait"]
+    nop = first(lines, "s_nop 1")
+    lines = lines[:nop] + lines[nop + 1 :]
+    asm, co = tmp_path / f"{KERNEL}.s", tmp_path / f"{KERNEL}.co"
+    asm.write_text("\n".join(lines) + "\n")
+    tried = try_edit(asm, f4gemm_dir, toolchain, cases=[], out_co=co, baseline=False)
+    expected = tried.static_hazards
+    assert {"hazard [B1.4]", "hazard [lgkmcnt]"} <= {m.split(":")[0] for m in expected}
+    for path in (asm, co):
+        assert main(["hazards", str(path), "--json"]) == 1
+        (report,) = json.loads(capsys.readouterr().out)
+        assert [f["message"] for f in report["findings"]] == expected, path.suffix
+        assert main(["waits", str(path), "--json"]) == 1
+        assert json.loads(capsys.readouterr().out)["findings"] == expected, path.suffix

@@ -177,6 +177,10 @@ class StaticReport:
     def count(self) -> int:
         return len(self.wait_states) + len(self.counters)
 
+    def messages(self) -> list[str]:
+        """Every finding, wait states first: the one list `hazards`, `waits` and `try` show."""
+        return [f.hazard.message for f in (*self.wait_states, *self.counters)]
+
 
 def analyse(program: Program) -> StaticReport:
     """Both static checks of one kernel."""

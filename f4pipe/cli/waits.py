@@ -40,13 +40,20 @@ def _manifest_entry(args: argparse.Namespace, symbol: str):
     """The f4gemm manifest row of `symbol` (needed to launch it), or an InputError."""
     from f4pipe.aiter.manifest import read_manifest
     from f4pipe.cli.locate import locate_co_dir
+    from f4pipe.core.errors import ManifestError
 
-    manifest = read_manifest(locate_co_dir(args.co_dir).co_dir)
+    why = "--verify" if args.verify else "--loosen" if args.loosen else "--apply"
+    why += " runs the kernel on the emulator through the f4gemm host code"
+    try:
+        manifest = read_manifest(locate_co_dir(args.co_dir).co_dir)
+    except ManifestError as e:
+        hint = "" if args.verify or args.loosen else " (or pass --static-only)"
+        raise ManifestError(f"{why}, which needs its manifest{hint}: {e}") from None
     entry = next((e for e in manifest if e.symbol == symbol), None)
     if entry is None:
         raise InputError(
-            f"--verify launches the kernel through the f4gemm host code, and {symbol} is not in "
-            f"the manifest of {manifest.csv_path}: pass --co-dir with its f4gemm directory"
+            f"{why}, and {symbol} is not in the manifest of {manifest.csv_path}: pass --co-dir "
+            "with its f4gemm directory"
         )
     return entry
 
@@ -140,7 +147,7 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     source = Path(args.kernel_file)
     asm = source.read_text() if source.suffix == ".s" else co2asm(co_path, tc)
     fixes = repairs(program)
-    entry = _manifest_entry(args, program.symbol) if args.loosen else _maybe_entry(args, program)
+    entry = _entry_to_run(args, program)
     loosened: dict = {}
     if args.loosen:
         if fixes:
@@ -185,6 +192,8 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     extra = f" and {len(args.case)} --case shape(s)" if args.case else ""
     extra += ", the seed's every-kernel shape and the safety sweep's" if args.thorough else ""
     runs = f"; the emulator runs it clean at try's shapes{extra}" if entry is not None else ""
+    if args.static_only:
+        runs = f"; {STATIC_ONLY_NOTE}"
     print(
         f"f4pipe waits: {len(changes)} change(s) -> {args.output}: 0 static findings{runs}"
         + ("" if changes else " (nothing to change)")
@@ -239,18 +248,43 @@ def _cases(args: argparse.Namespace, entry) -> list:
     return cases + [Case(c.m, c.n, c.k, c.log2_k_split, entry.name) for c in extra]
 
 
-def _maybe_entry(args: argparse.Namespace, program):
-    """The manifest row when the kernel is an f4gemm one the located manifest knows."""
-    try:
-        return _manifest_entry(args, program.symbol)
-    except InputError:  # not in a manifest, or none found: checked statically only
+#: What --static-only leaves unproven, said wherever such a repair is written.
+STATIC_ONLY_NOTE = (
+    "STATIC ONLY (--static-only): LDS visibility between waves was not checked (no emulated "
+    "run); run again with --co-dir to check it"
+)
+
+
+def is_f4gemm_symbol(symbol: str) -> bool:
+    """An f4gemm kernel by its name (plain or Itanium-mangled `aiter::f4gemm_...`): such a
+    kernel shares LDS between waves, which only an emulated launch checks."""
+    return symbol.startswith("f4gemm_") or ("aiter" in symbol and "f4gemm_" in symbol)
+
+
+def _entry_to_run(args: argparse.Namespace, program):
+    """The manifest row an --apply must run on the emulator, or None when it runs nothing:
+    a kernel that is not an f4gemm one (nothing to launch it with), or --static-only. An f4gemm
+    kernel with no manifest reachable is an InputError naming --co-dir: a repair written
+    unchecked would claim what nobody checked."""
+    if args.static_only:
+        if args.loosen:
+            raise InputError(
+                "--loosen relaxes waits only as far as the emulator confirms, so it cannot be "
+                "--static-only: drop --static-only and pass --co-dir with the f4gemm directory"
+            )
         return None
+    if args.loosen or is_f4gemm_symbol(program.symbol):
+        return _manifest_entry(args, program.symbol)
+    return None
 
 
 def cmd_waits(args: argparse.Namespace) -> int:
+    from f4pipe.analysis.hazards import analyse
     from f4pipe.analysis.waits import advise
 
     with tempfile.TemporaryDirectory(prefix="f4pipe-waits-") as tmp:
+        if args.static_only and not args.apply:
+            raise InputError("--static-only qualifies --apply: add --apply -o Y.s")
         program, co_path = _program(args, Path(tmp))
         if args.apply or args.loosen:
             return cmd_apply(args, program, co_path, Path(tmp))
@@ -258,6 +292,7 @@ def cmd_waits(args: argparse.Namespace) -> int:
             print("\n".join(_explain(program, int(args.explain, 0))))
             return EXIT_OK
         missing, missing_rows = _repairs(program)
+        findings = analyse(program).messages()
         advice = advise(program) if not missing else []
         verified: dict = {}
         predicted: dict = {}
@@ -275,10 +310,13 @@ def cmd_waits(args: argparse.Namespace) -> int:
             predicted = _predicted_savings(entry, co_path, verified)
     if args.json:
         print(
-            json.dumps(_json(program.symbol, missing_rows, advice, verified, predicted), indent=1)
+            json.dumps(
+                _json(program.symbol, findings, missing_rows, advice, verified, predicted),
+                indent=1,
+            )
         )
     else:
-        _print(program.symbol, missing, advice, verified, predicted, args.verify)
+        _print(program.symbol, len(findings), missing, advice, verified, predicted, args.verify)
     return EXIT_FAILED if missing else EXIT_OK
 
 
@@ -295,9 +333,10 @@ def _predicted_savings(entry, co_path: Path, verified: dict) -> dict[int, tuple[
     }
 
 
-def _json(symbol, missing_rows, advice, verified, predicted) -> dict:
+def _json(symbol, findings, missing_rows, advice, verified, predicted) -> dict:
     return {
         "kernel": symbol,
+        "findings": findings,
         "missing": missing_rows,
         "waits": [
             {
@@ -318,10 +357,11 @@ def _json(symbol, missing_rows, advice, verified, predicted) -> dict:
     }
 
 
-def _print(symbol, missing, advice, verified, predicted, verify: bool) -> None:
+def _print(symbol, findings: int, missing, advice, verified, predicted, verify: bool) -> None:
     stricter = [a for a in advice if a.stricter]
     print(
-        f"f4pipe waits: {symbol}: {len(missing)} missing wait(s) or wait state(s); "
+        f"f4pipe waits: {symbol}: {findings} static finding(s) (those of `f4pipe hazards`); "
+        f"{len(missing)} missing wait(s) or wait state(s); "
         f"{len(advice)} s_waitcnt, {len(stricter)} stricter than the registers need"
     )
     for line in missing:
@@ -382,14 +422,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write the kernel (-o Y.s) with every missing wait and wait state inserted right "
         "before the instruction that needs it (loosest counts, fewest s_nop; each line "
-        "commented); it must pass the static check, and an f4gemm kernel the emulator too, or "
-        "nothing is written",
+        "commented); it must pass the static check, and an f4gemm kernel the emulator too "
+        "(its manifest: --co-dir), or nothing is written (--static-only: no emulator)",
     )
     p.add_argument(
         "--loosen",
         action="store_true",
         help="with --apply: also relax every wait, one at a time, to the loosest the emulator "
         "confirms (needs the f4gemm manifest: --co-dir)",
+    )
+    p.add_argument(
+        "--static-only",
+        action="store_true",
+        help="with --apply on an f4gemm kernel: write the repair the static check passes "
+        "without running the emulator (no manifest needed); LDS visibility between waves is "
+        "then not checked, and the output says so",
     )
     p.add_argument("-o", "--output", type=Path, help="the .s --apply writes")
     p.add_argument(

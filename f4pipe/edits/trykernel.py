@@ -279,26 +279,36 @@ def run_case(
 
 
 def new_static_hazards(prepared: PreparedEdit) -> list[str]:
-    """Static timing findings of the edit (all paths) that its original does not have, matched
-    by rule and instruction text (an edit moves pcs)."""
+    """Static timing findings of the edit (all paths), in `f4pipe hazards`' order, less those
+    its original has: matched by rule and instruction texts (an edit moves pcs), one original
+    finding cancelling one edit finding, so every finding the edit adds is listed (the same
+    list `hazards` and `waits` show when the original has none)."""
+    from collections import Counter
+
     from f4pipe.analysis.hazards import analyse
     from f4pipe.arch.disasm import format_instruction
     from f4pipe.codeobj.program import Program
 
-    def findings(co: Path) -> dict[tuple[str, str, str], str]:
+    def findings(co: Path) -> list[tuple[tuple[str, str, str], str]]:
         program = Program.load(co, prepared.entry.symbol)
         report = analyse(program)
-        out: dict[tuple[str, str, str], str] = {}
+        out = []
         for f in (*report.wait_states, *report.counters):
             h = f.hazard
             texts = (
                 format_instruction(program.at(pc), {}) for pc in (h.producer_pc, h.consumer_pc)
             )
-            out.setdefault((h.rule, *texts), h.message)
+            out.append(((h.rule, *texts), h.message))
         return out
 
-    original = findings(prepared.original_co)
-    return [msg for key, msg in findings(prepared.co_path).items() if key not in original]
+    original = Counter(key for key, _ in findings(prepared.original_co))
+    new = []
+    for key, message in findings(prepared.co_path):
+        if original[key]:
+            original[key] -= 1
+        else:
+            new.append(message)
+    return new
 
 
 def _original_fails(device: Device, prepared: PreparedEdit, request: GemmRequest) -> bool:
