@@ -16,7 +16,7 @@ from f4pipe.core.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.pipeline.stages import NO_DEVICE_REASON, StageSettings, splitk_stage, verify_stage
 from f4pipe.report import build_report
-from f4pipe.report.render import short_kernel
+from f4pipe.report.render import in_kernel_order, short_kernel
 from f4pipe.report.sections import NOT_MEASURED
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -171,3 +171,21 @@ def test_safety_section_draws_the_kernel_by_edge_class_heatmap(tmp_path):
     table = sec.table.set_index("kernel")
     assert table.loc["BpreShuffle_256x256", EDGE_CLASSES[0]].startswith("race")
     assert table.loc["BpreShuffle_32x128", EDGE_CLASSES[0]] == "safe"
+
+
+def test_kernels_are_listed_in_natural_order(f4gemm_dir):
+    """Tables and the heatmap list tiles by their numbers (32x512, 32x1024, ..., 256x256), not
+    as text, which puts 32x1024 after 256x256."""
+    names = [entry.name for entry in read_manifest(f4gemm_dir).entries]
+    table = pd.DataFrame({"kernel": sorted(names, reverse=True), "m": 0})
+    listed = list(table.sort_values(["m", "kernel"], key=in_kernel_order)["kernel"])
+
+    def variant_and_tile(name: str) -> tuple[str, int, int]:
+        variant, tile = name.rsplit("_", 2)[-2:]
+        m, n = tile.split("x")
+        return variant, int(m), int(n)
+
+    assert listed == sorted(names, key=variant_and_tile)
+    tiles = [short_kernel(name) for name in listed]
+    assert tiles.index("BpreShuffle_32x512") < tiles.index("BpreShuffle_32x1024")
+    assert tiles.index("BpreShuffle_32x1024") < tiles.index("BpreShuffle_256x256")

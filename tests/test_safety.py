@@ -29,6 +29,7 @@ from f4pipe.fetch import extract_wheel_file
 from f4pipe.host.gemm import GemmRequest, run_gemm
 from f4pipe.pipeline.audit import audit_tuned
 from f4pipe.pipeline.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
+from f4pipe.report.render import kernel_order
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 KEYS = ArtifactKeys("test-aiter", "test-toolchain", "emulator")
@@ -341,7 +342,8 @@ def test_report_shows_the_safety_table_and_the_audit(
     sections = {s.key: s for s in report.sections}
     safety = sections["safety"]
     assert safety.state == "info" and "n%32=16: " in safety.verdict
-    assert list(safety.table["kernel"]) == sorted(SUBSET, key=lambda k: PREFIX + k)
+    # natural order: 32x128 before 256x256 (tile numbers compare as numbers)
+    assert list(safety.table["kernel"]) == sorted(SUBSET, key=lambda k: kernel_order(PREFIX + k))
     (repro,) = safety.code.values()
     assert any("--unsafe" in line for line in repro)
     unsafe = sum(r["status"] == "unsafe" for r in audit)

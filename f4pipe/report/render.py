@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,17 @@ class Section:
 
 def short_kernel(kernel: str) -> str:
     return kernel.removeprefix(KERNEL_PREFIX)
+
+
+def kernel_order(kernel: str) -> tuple[str | int, ...]:
+    """Natural order: a tile's numbers compare as numbers, so 32x1024 comes before 256x256
+    and after 32x512, as an engineer reads tile sizes (text order would not)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", kernel))
+
+
+def in_kernel_order(column: pd.Series) -> pd.Series:
+    """A `sort_values(key=...)` key: the kernel column in natural order, others as they are."""
+    return column.map(kernel_order) if column.name == "kernel" else column
 
 
 def shape_label(row: pd.Series | dict[str, Any]) -> str:

@@ -21,7 +21,14 @@ from f4pipe.report.plots import (
     plot_safety_heatmap,
     plot_splitk,
 )
-from f4pipe.report.render import KERNEL_PREFIX, Section, fmt_value, shape_label, short_kernel
+from f4pipe.report.render import (
+    KERNEL_PREFIX,
+    Section,
+    fmt_value,
+    in_kernel_order,
+    shape_label,
+    short_kernel,
+)
 from f4pipe.report.reuse import reuse_section
 
 NOT_MEASURED = "not measured: no gfx950 device"
@@ -33,7 +40,7 @@ def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
     if df is None or not len(df):
         sec.notes.append("roundtrip.parquet is missing: the round-trip stage has not run.")
         return sec
-    df = df.sort_values("kernel")
+    df = df.sort_values("kernel", key=in_kernel_order)
     sec.notes.append(f"kernel names drop the common prefix {KERNEL_PREFIX}")
     n_eq = int(df["equivalent"].sum())
     unexplained = int(df["text_bytes_unexplained"].sum())
@@ -105,7 +112,9 @@ def _side_by_side(df: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
         )
         merged = part if merged is None else merged.merge(part, on=key, how="outer")
     assert merged is not None
-    merged = merged.sort_values(["m", "n", "k", "log2_k_split", "kernel"]).reset_index(drop=True)
+    merged = merged.sort_values(
+        ["m", "n", "k", "log2_k_split", "kernel"], key=in_kernel_order
+    ).reset_index(drop=True)
     merged.insert(1, "shape (MxNxK /split)", [shape_label(r) for _, r in merged.iterrows()])
     merged["kernel"] = merged["kernel"].map(short_kernel)
     reason_cols = [f"{v} reason" for v in variants]
@@ -284,7 +293,7 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
     table = _side_by_side(df, ("us_pred", "tflops_pred", "bound"))
     seed = {(m, n, k, kern): us for m, n, k, kern, us in SEED_MEASURED}
     keyed = df.drop_duplicates(["kernel", "m", "n", "k", "log2_k_split"]).sort_values(
-        ["m", "n", "k", "log2_k_split", "kernel"]
+        ["m", "n", "k", "log2_k_split", "kernel"], key=in_kernel_order
     )
     table["seed measured us (MI355X)"] = [
         seed.get((r.m, r.n, r.k, r.kernel)) if r.log2_k_split == 0 else None
@@ -386,7 +395,9 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
             )
         )
     table = []
-    for kernel, rows in raw.groupby("kernel", sort=True):
+    for kernel, rows in raw.sort_values("kernel", key=in_kernel_order, kind="stable").groupby(
+        "kernel", sort=False
+    ):
         first = rows.iloc[0]
         line: dict[str, Any] = {"kernel": short_kernel(str(kernel))}
         line["store"] = first["store_class"]
@@ -405,7 +416,9 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
             short_kernel(str(kernel)): {
                 edge: _worst_verdict(rows[rows["edge_class"] == edge]) for edge in EDGE_CLASSES
             }
-            for kernel, rows in raw.groupby("kernel", sort=True)
+            for kernel, rows in raw.sort_values(
+                "kernel", key=in_kernel_order, kind="stable"
+            ).groupby("kernel", sort=False)
         }
         cells = pd.DataFrame.from_dict(worst, orient="index")
         sec.plot = plot_safety_heatmap(cells, out_dir / "safety_heatmap.png")
