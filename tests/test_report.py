@@ -16,7 +16,7 @@ from f4pipe.core.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.pipeline.stages import NO_DEVICE_REASON, StageSettings, splitk_stage, verify_stage
 from f4pipe.report import build_report
-from f4pipe.report.render import in_kernel_order, short_kernel
+from f4pipe.report.render import FOLD_ROWS, folded_table, in_kernel_order, short_kernel
 from f4pipe.report.sections import NOT_MEASURED
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -189,3 +189,14 @@ def test_kernels_are_listed_in_natural_order(f4gemm_dir):
     tiles = [short_kernel(name) for name in listed]
     assert tiles.index("BpreShuffle_32x512") < tiles.index("BpreShuffle_32x1024")
     assert tiles.index("BpreShuffle_32x1024") < tiles.index("BpreShuffle_256x256")
+
+
+def test_long_tables_are_folded_and_short_ones_shown():
+    """A table of more rows than the 35 kernels sits under a <details> line; the kernel tables
+    are shown open."""
+    short = pd.DataFrame({"kernel": [f"k{i}" for i in range(FOLD_ROWS)]})
+    long = pd.DataFrame({"kernel": [f"k{i}" for i in range(FOLD_ROWS + 1)]})
+    assert "<details>" not in folded_table(short) and "k39" in folded_table(short)
+    folded = folded_table(long)
+    assert folded.startswith(f"<details><summary>{FOLD_ROWS + 1} rows</summary>")
+    assert "k40" in folded and folded.endswith("</details>")

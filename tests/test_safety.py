@@ -29,7 +29,7 @@ from f4pipe.fetch import extract_wheel_file
 from f4pipe.host.gemm import GemmRequest, run_gemm
 from f4pipe.pipeline.audit import audit_tuned
 from f4pipe.pipeline.edgesweep import edge_shapes, static_store_class, store_evidence, sweep
-from f4pipe.report.render import kernel_order
+from f4pipe.report.render import FOLD_ROWS, kernel_order
 
 PREFIX = "f4gemm_bf16_per1x32Fp4_"
 KEYS = ArtifactKeys("test-aiter", "test-toolchain", "emulator")
@@ -354,3 +354,9 @@ def test_report_shows_the_safety_table_and_the_audit(
     assert sum("aiter recorded: us " in line and "errRatio" in line for line in findings) == unsafe
     html = report.index.read_text()
     assert '<h2 id="safety">' in html and '<h2 id="audit">' in html
+    # the reproducer and the audit's findings are folded: read on demand, not a wall of text
+    (repro_name,) = safety.code
+    assert f"<details><summary>{repro_name} ({len(repro)} lines)</summary><pre>" in html
+    assert html.count("<details>") == len(safety.code) + len(sections["audit"].code) + sum(
+        s.table is not None and len(s.table) > FOLD_ROWS for s in report.sections
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,7 @@ td.detail{white-space:normal;min-width:280px;max-width:480px}
 img{max-width:100%;border:1px solid #d0d7de} h3{font-size:14px}
 pre{background:#f6f8fa;border:1px solid #d0d7de;padding:8px;font-size:12px;overflow-x:auto}
 ul.notes{font-size:12px;color:#57606a}
+summary{cursor:pointer;font-size:13px;margin:6px 0;color:#0969da}
 """
 
 
@@ -140,6 +142,26 @@ def _drop_empty_reasons(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=empty)
 
 
+#: Tables longer than this are folded under a <details> line: the page's first screens stay
+#: the cards, verdicts and plots, and a reader opens the rows they want (the 35 kernels fit).
+FOLD_ROWS = 40
+
+
+def folded_table(df: pd.DataFrame) -> str:
+    if len(df) <= FOLD_ROWS:
+        return html_table(df)
+    return f"<details><summary>{len(df)} rows</summary>{html_table(df)}</details>"
+
+
+def folded_code(name: str, lines: Sequence[str]) -> str:
+    """A reproducer or listing, folded: they run to hundreds of lines and are read on demand."""
+    body = html.escape("\n".join(lines))
+    return (
+        f"<details><summary>{html.escape(name)} ({len(lines)} lines)</summary>"
+        f"<pre>{body}</pre></details>"
+    )
+
+
 def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]) -> str:
     cards = "".join(
         f'<div class="card {s.state}"><b>{html.escape(s.title.split(":")[0])}</b>'
@@ -166,11 +188,9 @@ def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]
             items = "".join(f"<li>{html.escape(n)}</li>" for n in s.notes)
             parts.append(f'<ul class="notes">{items}</ul>')
         if s.table is not None and len(s.table):
-            parts.append(html_table(_drop_empty_reasons(s.table)))
+            parts.append(folded_table(_drop_empty_reasons(s.table)))
         for name, lines in s.code.items():
-            parts.append(
-                f"<h3>{html.escape(name)}</h3><pre>{html.escape(chr(10).join(lines))}</pre>"
-            )
+            parts.append(folded_code(name, lines))
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in prov)
     parts.append(f'<h2 id="provenance">Provenance</h2><table>{rows}</table>')
     parts.append("</body></html>")
