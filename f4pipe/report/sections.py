@@ -358,7 +358,8 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
     if df is None or not len(df):
         sec.notes.append("safety.parquet is missing: the safety sweep has not run.")
         return sec
-    raw = df[df["policy"] == "unsafe"]
+    # natural kernel order once: the table and the heatmap below group in this order
+    raw = df[df["policy"] == "unsafe"].sort_values("kernel", key=in_kernel_order, kind="stable")
     padded = df[df["policy"] == "pad"]
     counts = []
     for edge in EDGE_CLASSES:
@@ -395,9 +396,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
             )
         )
     table = []
-    for kernel, rows in raw.sort_values("kernel", key=in_kernel_order, kind="stable").groupby(
-        "kernel", sort=False
-    ):
+    for kernel, rows in raw.groupby("kernel", sort=False):
         first = rows.iloc[0]
         line: dict[str, Any] = {"kernel": short_kernel(str(kernel))}
         line["store"] = first["store_class"]
@@ -416,9 +415,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
             short_kernel(str(kernel)): {
                 edge: _worst_verdict(rows[rows["edge_class"] == edge]) for edge in EDGE_CLASSES
             }
-            for kernel, rows in raw.sort_values(
-                "kernel", key=in_kernel_order, kind="stable"
-            ).groupby("kernel", sort=False)
+            for kernel, rows in raw.groupby("kernel", sort=False)
         }
         cells = pd.DataFrame.from_dict(worst, orient="index")
         sec.plot = plot_safety_heatmap(cells, out_dir / "safety_heatmap.png")
