@@ -89,6 +89,10 @@ MISTAKES = {
         edited(set_key("aiter.sha256", "not-a-sha256")),
         r"config/config\.yaml: aiter\.sha256: 'not-a-sha256' does not match",
     ),
+    "architectures not a list": (
+        edited(set_key("architectures", "gfx1250")),
+        r"config/config\.yaml: architectures: 'gfx1250' is not all or a list of architectures",
+    ),
     "yaml that does not parse": (
         (REPO / "config" / "config.yaml").read_text() + "device: [auto\n",
         r"config/config\.yaml:\d+: not valid YAML: ",

@@ -9,84 +9,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gfx1250_objects import GFX1250_MANIFEST, KERNEL, build, two_architecture_repo
 
+from f4pipe.aiter.aiterdir import content_digest, content_files, content_id, local_id
 from f4pipe.aiter.manifest import MANIFEST_NAME, manifest_text, parse_manifest_text, read_manifest
 from f4pipe.cli import main
 from f4pipe.codeobj.codeobject import MACH_NAMES, CodeObject, gfx_generation
 from f4pipe.codeobj.equivalence import compare
 from f4pipe.codeobj.toolchain import Toolchain, llc_path
 from f4pipe.compare.changes import fetch_record_changes
-from f4pipe.core.errors import ChecksumError, ManifestError
+from f4pipe.core.errors import ChecksumError, InputError, ManifestError
 from f4pipe.core.fsio import sha256_file
 from f4pipe.fetch import GIT_F4GEMM_PATH, fetch_aiter
+from f4pipe.pipeline.facts import local_source_files
+from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.pipeline.roundtrip import roundtrip
-
-#: A wave32 kernel with a descriptor and metadata; its packed-F32 multiply reads an SGPR pair
-#: with op_sel_hi set (the encoding aiter's nvfp4 kernels hold), given as words because
-#: llvm-mc refuses that text for gfx1250.
-KERNEL = """\
-\t.amdgcn_target "amdgcn-amd-amdhsa--gfx1250"
-\t.amdhsa_code_object_version 5
-\t.text
-\t.globl f4_tiny
-\t.p2align 8
-\t.type f4_tiny,@function
-f4_tiny:
-\ts_load_b64 s[2:3], s[0:1], 0x0
-\tv_mov_b32 v1, 0x3f800000
-\ts_wait_kmcnt 0
-\tv_lshlrev_b32 v0, 2, v0
-\t.long 0xcc280074, 0x18002974
-\tglobal_store_b32 v0, v1, s[2:3]
-\ts_endpgm
-.Lfunc_end0:
-\t.size f4_tiny, .Lfunc_end0-f4_tiny
-\t.rodata
-\t.p2align 6
-\t.amdhsa_kernel f4_tiny
-\t\t.amdhsa_kernarg_size 8
-\t\t.amdhsa_user_sgpr_count 2
-\t\t.amdhsa_user_sgpr_kernarg_segment_ptr 1
-\t\t.amdhsa_next_free_vgpr 118
-\t\t.amdhsa_next_free_sgpr 22
-\t.end_amdhsa_kernel
-\t.amdgpu_metadata
----
-amdhsa.kernels:
-  - .args:
-      - .address_space: global
-        .offset: 0
-        .size: 8
-        .value_kind: global_buffer
-    .group_segment_fixed_size: 0
-    .kernarg_segment_align: 8
-    .kernarg_segment_size: 8
-    .max_flat_workgroup_size: 256
-    .name: f4_tiny
-    .private_segment_fixed_size: 0
-    .sgpr_count: 22
-    .symbol: f4_tiny.kd
-    .vgpr_count: 118
-    .wavefront_size: 32
-amdhsa.target: amdgcn-amd-amdhsa--gfx1250
-amdhsa.version:
-  - 1
-  - 2
-...
-\t.end_amdgpu_metadata
-"""
-
-
-def build(toolchain: Toolchain, asm: str, out: Path) -> Path:
-    """Assemble and link `asm` the way a kernel author would (llvm-mc, then ld.lld -shared)."""
-    src, obj = out.with_suffix(".s"), out.with_suffix(".o")
-    src.write_text(asm)
-    toolchain.run(
-        "llvm-mc",
-        ["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1250", "-filetype=obj", str(src), "-o", str(obj)],
-    )
-    toolchain.run("ld.lld", ["-shared", str(obj), "-o", str(out)])
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -169,12 +106,6 @@ def test_changed_text_byte_is_unexplained(tiny: Path, toolchain, tmp_path) -> No
 
 
 #: An f4gemm-shaped gfx1250 manifest (aiter's column set), listing the kernel this file builds.
-GFX1250_MANIFEST = (
-    "tile_m,tile_n,intype,a_preshuffle,cluster_x,cluster_y,scale,outtype,knl_name,co_name\n"
-    "256,256,mxfp4,1,4,4,1,bf16,f4_tiny,f4_tiny.co\n"
-)
-
-
 def test_manifest_reader_takes_gfx1250_columns_and_writes_them_back(tmp_path) -> None:
     entries = parse_manifest_text(GFX1250_MANIFEST, tmp_path / "f4gemm.csv")
     (entry,) = entries
@@ -213,33 +144,14 @@ def test_gfx1250_f4gemm_dir_round_trips_from_its_manifest(tiny: Path, tmp_path, 
     assert "f4_tiny" in out
 
 
-def _git(repo: Path, *args: str) -> str:
-    cmd = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    return subprocess.run([*cmd, *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
 def test_git_source_takes_every_f4gemm_directory_with_kernels(
     tiny: Path, f4gemm_dir: Path, tmp_path: Path
 ) -> None:
     """aiter's layout at a 2026-08 commit: gfx950's f4gemm/, gfx1250's (kernels, its own
     manifest) and gfx942's header-only manifest. The fetch keeps gfx950 where it always was,
     adds gfx1250 under gfx1250/f4gemm/ with a checksum per file, and leaves gfx942 out."""
-    repo = tmp_path / "aiter-src"
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    gfx950 = repo / GIT_F4GEMM_PATH
-    gfx950.mkdir(parents=True)
     entries = [e for e in read_manifest(f4gemm_dir)][:1]
-    (gfx950 / MANIFEST_NAME).write_text(manifest_text(entries))
-    shutil.copyfile(f4gemm_dir / entries[0].co_name, gfx950 / entries[0].co_name)
-    gfx1250 = repo / "hsa" / "gfx1250" / "f4gemm"
-    gfx1250.mkdir(parents=True)
-    (gfx1250 / "f4gemm.csv").write_text(GFX1250_MANIFEST)
-    shutil.copyfile(tiny, gfx1250 / "f4_tiny.co")
-    gfx942 = repo / "hsa" / "gfx942" / "f4gemm"
-    gfx942.mkdir(parents=True)
-    (gfx942 / MANIFEST_NAME).write_text("tile_M,tile_N,splitK,bpreshuffle,knl_name,co_name")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "two architectures")
+    repo = two_architecture_repo(tmp_path / "aiter-src", f4gemm_dir, entries[0].name, tiny)
 
     result = fetch_aiter({"kind": "git", "url": repo.as_uri(), "rev": "main"}, tmp_path / "res")
     fetched = result.aiter
@@ -257,6 +169,40 @@ def test_git_source_takes_every_f4gemm_directory_with_kernels(
     (copied / "f4_tiny.co").write_bytes(b"\x7fELF changed")
     with pytest.raises(ChecksumError, match=r"f4_tiny\.co changed after it was fetched"):
         fetched.verify()
+
+
+def test_local_source_takes_the_architectures_beside_gfx950_into_its_id(
+    tiny: Path, f4gemm_dir: Path, tmp_path: Path
+) -> None:
+    """A local aiter tree (AITER_ASM_DIR's `<aiter>/hsa`) with gfx1250 beside gfx950: the fetch
+    takes both, the content id and its pin cover gfx1250's bytes, and the same gfx950 files
+    without gfx1250 keep the id they always had."""
+    kernel = read_manifest(f4gemm_dir).entries[0].name
+    tree = two_architecture_repo(tmp_path / "aiter", f4gemm_dir, kernel, tiny)
+    hsa = tree / "hsa"
+    alone = tmp_path / "alone"
+    shutil.copytree(tree / GIT_F4GEMM_PATH, alone)
+
+    both = content_files(hsa)
+    assert list(both.others) == ["gfx1250"]
+    assert content_id(alone) == local_id(content_digest(both.files, both.tables))
+    assert content_id(hsa) != content_id(alone)
+    listed = {p.name for p in local_source_files({"kind": "local", "path": str(hsa)})}
+    assert {"f4_tiny.co", "f4gemm.csv"} <= listed
+
+    result = fetch_aiter({"kind": "local", "path": str(hsa)}, tmp_path / "res")
+    assert result.aiter_id == content_id(hsa)
+    assert result.aiter.architectures() == ["gfx950", "gfx1250"]
+    record = result.aiter.verify()
+    assert record["content_sha256"] == both.digest()
+    assert (result.aiter.arch_f4gemm("gfx1250") / "f4_tiny.co").read_bytes() == tiny.read_bytes()
+
+    pin = both.digest()
+    gfx1250_co = hsa / "gfx1250" / "f4gemm" / "f4_tiny.co"
+    gfx1250_co.write_bytes(gfx1250_co.read_bytes() + b"\0")
+    assert content_id(hsa) != result.aiter_id
+    with pytest.raises(ChecksumError, match=r"changed: gfx1250/f4gemm/f4_tiny\.co: expected"):
+        fetch_aiter({"kind": "local", "path": str(hsa), "sha256": pin}, tmp_path / "res")
 
 
 def test_compare_names_an_architecture_that_appeared_or_disappeared() -> None:
@@ -305,3 +251,48 @@ def test_gfx950_only_stages_say_so_for_gfx1250_in_one_line(
         "emulator, the cycle model and aiter's kernel choice f4pipe reproduces are gfx950's; "
         "nothing run"
     ]
+
+
+def test_architectures_command_round_trips_the_others_and_names_a_bad_choice(
+    tiny: Path, f4gemm_dir: Path, toolchain: Toolchain, tmp_path: Path, capsys
+) -> None:
+    """`f4pipe architectures` (the main job's job) on a fetched aiter that holds gfx1250: its
+    tables under <out>/gfx1250/, the result set reads them, and a choice the fetch lacks or
+    that is no architecture's name is one line, exit 2, with nothing written."""
+    kernel = read_manifest(f4gemm_dir).entries[0].name
+    repo = two_architecture_repo(tmp_path / "aiter-src", f4gemm_dir, kernel, tiny)
+    fetched = fetch_aiter({"kind": "git", "url": repo.as_uri(), "rev": "main"}, tmp_path / "res")
+
+    def architectures(out: Path, *args: str) -> int:
+        aiter = ["--aiter-dir", str(fetched.aiter.path), "-o", str(out)]
+        return main(["architectures", *aiter, "--toolchain-bin", str(toolchain.bin_dir), *args])
+
+    for choice, says in {
+        "gfx1300": "holds no gfx1300 f4gemm directory (it holds gfx950, gfx1250)",
+        "GFX1250": "--architectures: GFX1250 is not an architecture",
+    }.items():
+        out = tmp_path / f"bad-{choice}"
+        assert architectures(out, "--architectures", choice) == 2
+        assert says in capsys.readouterr().err
+        assert not out.exists()
+    assert architectures(tmp_path / "none", "--architectures", "none") == 0
+    assert "no architecture beside gfx950" in capsys.readouterr().out
+
+    results = tmp_path / "set"
+    tc_json = tmp_path / "toolchain.json"
+    assert main(["toolchain", "--toolchain-bin", str(toolchain.bin_dir), "-o", str(tc_json)]) == 0
+    kernels = ["--co-dir", str(fetched.f4gemm_dir), "--toolchain-json", str(tc_json)]
+    assert (
+        main(["kernels", *kernels, "--aiter-id", "git-x", "-o", str(results / "kernels.parquet")])
+        == 0
+    )
+    assert architectures(results / "architectures", "--aiter-id", "git-x") == 0
+    assert "gfx1250: 1 of 1 code objects equivalent" in capsys.readouterr().out
+    rs = ResultSet.load(results)
+    assert list(rs.arch_tables) == ["gfx1250"] and rs.aiter_id == "git-x"
+    assert rs.arch_tables["gfx1250"]["kernels"]["arch"].tolist() == ["gfx1250"]
+    assert rs.arch_tables["gfx1250"]["roundtrip"]["equivalent"].tolist() == [True]
+
+    assert architectures(results / "architectures", "--aiter-id", "git-y") == 0
+    with pytest.raises(InputError, match=r"rows of several aiter_ids \['git-x', 'git-y'\]"):
+        _ = ResultSet.load(results).aiter_id

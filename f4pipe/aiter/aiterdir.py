@@ -36,6 +36,7 @@ from f4pipe.core.fsio import sha256_file
 from f4pipe.core.layout import (
     AITER_RESOURCES_DIR,
     F4GEMM_DIR,
+    PRIMARY_ARCH,
     PROVENANCE_JSON,
     TUNED_TABLES_DIR,
     aiter_dir,
@@ -144,11 +145,11 @@ class AiterDir:
 
     def arch_f4gemm(self, arch: str) -> Path:
         """An architecture's f4gemm directory: gfx950's is f4gemm/, another's <arch>/f4gemm/."""
-        return self.f4gemm if arch == "gfx950" else self.path / arch / F4GEMM_DIR
+        return self.f4gemm if arch == PRIMARY_ARCH else self.path / arch / F4GEMM_DIR
 
     def architectures(self) -> list[str]:
         """gfx950 and every other architecture the fetch took (provenance `architectures`)."""
-        return ["gfx950", *sorted(self.provenance().get(OTHER_ARCHITECTURES, {}))]
+        return [PRIMARY_ARCH, *sorted(self.provenance().get(OTHER_ARCHITECTURES, {}))]
 
 
 #: provenance.json's key for the f4gemm directories of architectures other than gfx950: arch ->
@@ -239,10 +240,33 @@ def listed_names(src_dir: Path, where: str) -> tuple[Path, list[str]]:
     return manifest.directory, [manifest.csv_path.name, *(e.co_name for e in manifest)]
 
 
-def content_digest(files: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Any]) -> str:
-    """sha256 over sorted `name\\tsha256\\n` lines: names the bytes, not where they came from.
-    Tables count as `configs/<path>`, so a directory without tables keeps its digest."""
-    named = {**files, **{f"{TUNED_TABLES_DIR}/{rel}": v for rel, v in tables.items()}}
+def named_content(
+    files: Mapping[str, Mapping[str, Any]],
+    tables: Mapping[str, Any],
+    others: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Every file of an aiter's content by the name its digest gives it: the f4gemm directory's
+    as they are, tables as `configs/<path>`, another architecture's (`others`: arch -> its
+    files) as `<arch>/f4gemm/<name>`."""
+    return {
+        **files,
+        **{f"{TUNED_TABLES_DIR}/{rel}": v for rel, v in tables.items()},
+        **{
+            f"{arch}/{F4GEMM_DIR}/{name}": v
+            for arch, arch_files in (others or {}).items()
+            for name, v in arch_files.items()
+        },
+    }
+
+
+def content_digest(
+    files: Mapping[str, Mapping[str, Any]],
+    tables: Mapping[str, Any],
+    others: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """sha256 over sorted `name\\tsha256\\n` lines of named_content: names the bytes, not where
+    they came from; a directory without tables or other architectures keeps its digest."""
+    named = named_content(files, tables, others)
     lines = "".join(f"{name}\t{named[name]['sha256']}\n" for name in sorted(named))
     return hashlib.sha256(lines.encode()).hexdigest()
 
@@ -252,14 +276,58 @@ def local_id(digest: str) -> str:
     return f"{LOCAL_ID_PREFIX}{digest[:12]}"
 
 
-def content_files(path: str | os.PathLike[str]) -> tuple[Path, FileRecord, FileRecord]:
-    """(the f4gemm directory, sha256 + size of its listed files, the same for its tuned tables)
-    of `path`: the f4gemm directory or either meaning of AITER_ASM_DIR (find_f4gemm_dir)."""
+def other_arch_dirs(hsa_dir: Path) -> dict[str, Path]:
+    """arch -> its f4gemm directory, for every `<hsa_dir>/<arch>/f4gemm/` other than gfx950's
+    that holds a code object (gfx942's header-only manifest holds none): what aiter's tree has
+    beside gfx950's since gfx1250's f4gemm (2026-06)."""
+    found = sorted(hsa_dir.glob(f"*/{F4GEMM_DIR}")) if hsa_dir.is_dir() else []
+    return {
+        d.parent.name: d for d in found if d.parent.name != PRIMARY_ARCH and any(d.glob("*.co"))
+    }
+
+
+def arch_dirs_beside(f4gemm_dir: Path) -> dict[str, Path]:
+    """The other architectures' f4gemm directories beside gfx950's in aiter's layout
+    (`<hsa>/gfx950/f4gemm` and `<hsa>/<arch>/f4gemm`); none for an f4gemm directory elsewhere."""
+    if f4gemm_dir.parent.name != PRIMARY_ARCH:
+        return {}
+    return other_arch_dirs(f4gemm_dir.parent.parent)
+
+
+@dataclass(frozen=True)
+class LocalContent:
+    """What a local source is: its gfx950 f4gemm directory, sha256 + size of the files it lists,
+    the same for its tuned tables, and for each other architecture beside it in an aiter tree
+    (`hsa/<arch>/f4gemm/`) its directory and files."""
+
+    directory: Path
+    files: FileRecord
+    tables: FileRecord
+    others: dict[str, tuple[Path, FileRecord]]
+
+    def named(self) -> dict[str, Any]:
+        """Every file by the name the digest gives it (named_content)."""
+        others = {arch: files for arch, (_, files) in self.others.items()}
+        return named_content(self.files, self.tables, others)
+
+    def digest(self) -> str:
+        others = {arch: files for arch, (_, files) in self.others.items()}
+        return content_digest(self.files, self.tables, others)
+
+
+def content_files(path: str | os.PathLike[str]) -> LocalContent:
+    """The content of `path`: the f4gemm directory or either meaning of AITER_ASM_DIR
+    (find_f4gemm_dir); in aiter's layout (`.../hsa/gfx950/f4gemm`) the other architectures'
+    f4gemm directories beside it too."""
     found = find_f4gemm_dir(path)
     directory, names = listed_names(found, str(found))
     files = {name: _hashed(directory / name) for name in names}
     tables = {rel: _hashed(p) for rel, p in find_tables(configs_beside(directory)).items()}
-    return directory, files, tables
+    others = {}
+    for arch, arch_dir in arch_dirs_beside(directory).items():
+        arch_dir, arch_names = listed_names(arch_dir, str(arch_dir))
+        others[arch] = (arch_dir, {name: _hashed(arch_dir / name) for name in arch_names})
+    return LocalContent(directory, files, tables, others)
 
 
 def _hashed(path: Path) -> dict[str, Any]:
@@ -268,8 +336,7 @@ def _hashed(path: Path) -> dict[str, Any]:
 
 def content_id(path: str | os.PathLike[str]) -> str:
     """The id of an f4gemm directory's content, tables included (`local-<12 hex>`)."""
-    _, files, tables = content_files(path)
-    return local_id(content_digest(files, tables))
+    return local_id(content_files(path).digest())
 
 
 def aiter_id_of(f4gemm_dir: str | os.PathLike[str]) -> str:

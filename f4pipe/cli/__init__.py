@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the loosest correct s_waitcnt at every wait, and the waits and s_nop a kernel lacks",
     ),
     "kernels": ("codeobj", "manifest + code object headers -> kernels.parquet"),
+    "architectures": ("codeobj", "kernels + round trip of every architecture beside gfx950"),
     "gemm": ("gemm", "run one MXFP4 GEMM like the seed driver (verify, time on hardware)"),
     "verify": ("gemm", "check kernels against the CPU reference over a shape matrix"),
     "splitk": ("gemm", "error vs K split count on the splitK kernels"),

@@ -1,8 +1,10 @@
-"""Spine sub-commands: toolchain, co2asm, assemble, roundtrip, kernels, rebuilt-dir, gather."""
+"""Spine sub-commands: toolchain, co2asm, assemble, roundtrip, kernels, architectures,
+rebuilt-dir, gather."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -21,8 +23,8 @@ from f4pipe.cli.args import (
     toolchain_from_args,
 )
 from f4pipe.core.errors import InputError
-from f4pipe.core.fsio import atomic_dir, check_writable, json_text, sha256_file, write_text
-from f4pipe.core.layout import NO_DEVICE, TABLES
+from f4pipe.core.fsio import atomic_dir, check_writable, json_text, write_text
+from f4pipe.core.layout import ARCH_PATTERN, NO_DEVICE, TABLES
 
 if TYPE_CHECKING:
     from f4pipe.core.schemas import ArtifactKeys
@@ -147,42 +149,54 @@ def _print_roundtrip(row: dict, co_path: Path, out_dir: Path) -> None:
 def cmd_kernels(args: argparse.Namespace) -> int:
     """kernels.parquet: the manifest joined with what each code object's header says."""
     from f4pipe.aiter.manifest import read_manifest
-    from f4pipe.codeobj.codeobject import CodeObject
     from f4pipe.codeobj.toolchain import read_toolchain_id
     from f4pipe.core.schemas import KERNELS, write_rows
+    from f4pipe.pipeline.archs import kernel_rows
 
     manifest = read_manifest(args.co_dir)
-    toolchain_id = read_toolchain_id(args.toolchain_json)
-    keys = _keys(args, toolchain_id)
-    rows = []
-    for e in manifest:
-        path = manifest.co_path(e)
-        co = CodeObject.read(path)
-        symbols = {k.name for k in co.kernel_symbols()}
-        if e.symbol not in symbols:
-            raise InputError(
-                f"{path}: has no kernel {e.symbol} (the manifest's knl_name); "
-                f"it has {sorted(symbols)}"
-            )
-        rows.append(
-            {
-                **keys.as_row(),
-                "kernel": e.name,
-                "tile_m": e.tile_m,
-                "tile_n": e.tile_n,
-                "splitk": e.splitk,
-                "bpreshuffle": e.bpreshuffle,
-                "symbol": e.symbol,
-                "co_name": e.co_name,
-                "sha256": sha256_file(path),
-                "size": path.stat().st_size,
-                "arch": co.arch,
-                "code_object_version": co.code_object_version,
-            }
-        )
+    rows = kernel_rows(manifest, _keys(args, read_toolchain_id(args.toolchain_json)))
     write_rows(args.output, rows, KERNELS)
     print(f"{len(rows)} kernels from {manifest.csv_path} -> {args.output}")
     return EXIT_OK
+
+
+def cmd_architectures(args: argparse.Namespace) -> int:
+    """Every other architecture's f4gemm a fetched aiter holds: kernels and round trip."""
+    from f4pipe.aiter.aiterdir import AiterDir
+    from f4pipe.pipeline.archs import chosen_architectures, roundtrip_architectures
+    from f4pipe.pipeline.resultstore import open_store
+
+    aiter = AiterDir(Path(args.aiter_dir))
+    aiter.provenance()  # a directory that is no fetched aiter is named here
+    archs = chosen_architectures(aiter, parse_architectures(args.architectures))
+    tc = toolchain_from_args(args)
+    done = roundtrip_architectures(
+        aiter, archs, args.output, tc, _keys(args, tc.toolchain_id), open_store(args.store),
+        args.workers,
+    )  # fmt: skip
+    if not done:
+        print(f"{aiter.path}: no architecture beside gfx950 to round-trip")
+    for arch, rows in done.items():
+        equivalent = sum(row["equivalent"] for row in rows)
+        print(
+            f"{arch}: {equivalent} of {len(rows)} code objects equivalent -> {args.output}/{arch}"
+        )
+    all_equivalent = all(row["equivalent"] for rows in done.values() for row in rows)
+    return EXIT_OK if all_equivalent or args.record else EXIT_FAILED
+
+
+def parse_architectures(text: str) -> list[str] | None:
+    """--architectures: `all` (None: every one the fetch took), `none`, or a comma list."""
+    if text == "all":
+        return None
+    names = [] if text == "none" else [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in names if not re.fullmatch(ARCH_PATTERN, a)]
+    if bad:
+        raise InputError(
+            f"--architectures: {', '.join(bad)} is not an architecture (gfx...); give all, "
+            "none or a comma list such as gfx1250"
+        )
+    return names
 
 
 def cmd_gather(args: argparse.Namespace) -> int:
@@ -272,6 +286,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_aiter_id(p, required=True)
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_kernels)
+
+    p = subparsers.add_parser(
+        "architectures",
+        help=command_help("architectures"),
+        description="List and round-trip the f4gemm code objects of every architecture beside "
+        "gfx950 that a fetched aiter holds (aiter's gfx1250), into -o DIR/<arch>/: "
+        "kernels.parquet, roundtrip.parquet and roundtrip/. Exit 0 iff all are equivalent.",
+    )
+    p.add_argument("--aiter-dir", required=True, help="a fetched aiter: resources/aiter/<id>")
+    p.add_argument(
+        "--architectures",
+        default="all",
+        help="all (default: every one the fetch took), none, or a comma list such as gfx1250",
+    )
+    p.add_argument("-o", "--output", required=True, help="the result set's architectures/")
+    p.add_argument("--aiter-id", default="unknown", help="artifact key recorded in the tables")
+    add_record(p, "the verdict")
+    add_store(p)
+    add_workers(p)
+    add_toolchain_args(p)
+    p.set_defaults(func=cmd_architectures)
 
     p = subparsers.add_parser("gather", help=command_help("gather"))
     p.add_argument("table", choices=TABLES, help="which table the rows belong to")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from f4pipe.aiter.aiterdir import OTHER_ARCHITECTURES
 from f4pipe.cli import command_help
 from f4pipe.cli.args import add_json_flag
 from f4pipe.core.errors import ConfigError, FetchError
@@ -93,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
             "fetched": result.fetched,
             "source": record["source"],
             "content_sha256": record["content_sha256"],
+            "architectures": {
+                arch: str(result.aiter.arch_f4gemm(arch)) for arch in result.aiter.architectures()
+            },
         }
         print(json_text(out, indent=2))
     else:
@@ -101,4 +105,7 @@ def run(args: argparse.Namespace) -> int:
         tables = record.get("tables", {})
         print(f"{result.aiter_id}\t{result.f4gemm_dir}\t({state}; from {used})")
         print(f"tuned tables: {len(tables)} ({', '.join(sorted(tables)) or 'none in the source'})")
+        for arch, info in sorted(record.get(OTHER_ARCHITECTURES, {}).items()):
+            objects = sum(name.endswith(".co") for name in info["files"])
+            print(f"{arch}: {objects} code objects in {result.aiter.arch_f4gemm(arch)}")
     return 0

@@ -10,9 +10,11 @@ A result set is `results/<aiter-id>/`:
     toolchain.json   config.json   <table>.parquet for each of TABLES
     roundtrip/<kernel>.{s,co,diff.txt}   variants/<variant>/   edits/<edit>.{diff.txt,json}
     report/{index.html,summary.md,*.png}
+    architectures/<arch>/{kernels.parquet,roundtrip.parquet,roundtrip/}  (beside gfx950)
 
 with `archives/`, `store/` and `facts/` beside the result sets, and a fetched aiter is
-`resources/aiter/<aiter-id>/{f4gemm/, configs/, provenance.json}`.
+`resources/aiter/<aiter-id>/{f4gemm/, configs/, provenance.json}` (another architecture's code
+objects in `<arch>/f4gemm/` beside them).
 """
 
 from __future__ import annotations
@@ -61,6 +63,27 @@ def device_fact_file(kind: str) -> str:
 
 #: device_id of rows that no device produced (kernels, roundtrip).
 NO_DEVICE = "none"
+
+# --- architectures ---------------------------------------------------------------------------
+
+#: The architecture every stage serves: its f4gemm/ and its tables sit at the top of a fetched
+#: aiter and of a result set.
+PRIMARY_ARCH = "gfx950"
+#: Each other architecture a fetch took (aiter's gfx1250 f4gemm) is listed and round-tripped
+#: into `<result set>/architectures/<arch>/`: these tables and a roundtrip/ directory. The
+#: stages beyond the round trip launch, time and choose gfx950's kernels only.
+ARCHS_DIR = "architectures"
+ARCH_TABLES: tuple[str, ...] = ("kernels", "roundtrip")
+#: What an architecture's name looks like (a processor LLVM knows).
+ARCH_PATTERN = r"gfx[0-9a-f]+"
+
+
+def arch_table_file(arch: str, name: str) -> str:
+    """A table of another architecture, relative to the result set."""
+    if name not in ARCH_TABLES:
+        raise ValueError(f"no {name!r} table per architecture; one of {', '.join(ARCH_TABLES)}")
+    return f"{ARCHS_DIR}/{arch}/{table_file(name)}"
+
 
 # --- jobs ------------------------------------------------------------------------------------
 

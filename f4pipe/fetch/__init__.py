@@ -48,11 +48,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from f4pipe.aiter.aiterdir import AiterDir, configs_beside, content_digest, content_files, local_id
+from f4pipe.aiter.aiterdir import (
+    OTHER_ARCHITECTURES,
+    AiterDir,
+    configs_beside,
+    content_files,
+    local_id,
+    named_content,
+    other_arch_dirs,
+)
 from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.aiter.tables import CONFIGS_PATH
 from f4pipe.core.errors import ChecksumError, FetchError, ManifestError
-from f4pipe.core.layout import F4GEMM_DIR, PROVENANCE_JSON, TUNED_TABLES_DIR, aiter_dir
+from f4pipe.core.layout import (
+    F4GEMM_DIR,
+    PROVENANCE_JSON,
+    aiter_dir,
+)
 from f4pipe.fetch.process import run_fetch_tool
 from f4pipe.fetch.record import FetchResult, complete_tables, fetch_into, fetch_result, locked
 from f4pipe.fetch.sources import (
@@ -291,13 +303,11 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
 
 def other_architectures(root: Path, where: str) -> dict[str, tuple[Path, str]]:
     """arch -> (its f4gemm directory, where it is) for every hsa/<arch>/f4gemm/ below `root`
-    other than gfx950's that holds a code object (gfx942's header-only manifest holds none)."""
-    found: dict[str, tuple[Path, str]] = {}
-    for directory in sorted((root / GIT_HSA_PATH).glob(f"*/{F4GEMM_DIR}")):
-        arch = directory.parent.name
-        if arch != "gfx950" and any(directory.glob("*.co")):
-            found[arch] = (directory, f"{GIT_HSA_PATH}/{arch}/{F4GEMM_DIR} of {where}")
-    return found
+    other than gfx950's that holds a code object."""
+    return {
+        arch: (directory, f"{GIT_HSA_PATH}/{arch}/{F4GEMM_DIR} of {where}")
+        for arch, directory in other_arch_dirs(root / GIT_HSA_PATH).items()
+    }
 
 
 def _reuse_git(target: Path, commit: str) -> FetchResult:
@@ -311,11 +321,12 @@ def _reuse_git(target: Path, commit: str) -> FetchResult:
 
 
 def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
-    directory, files, tables = content_files(src.path)
-    digest = content_digest(files, tables)
+    content = content_files(src.path)
+    directory, digest = content.directory, content.digest()
     if src.sha256 is not None and src.sha256 != digest:
-        named = {**files, **{f"{TUNED_TABLES_DIR}/{rel}": v for rel, v in tables.items()}}
-        raise ChecksumError(_local_pin_message(src, directory, digest, named, resources_dir))
+        raise ChecksumError(
+            _local_pin_message(src, directory, digest, content.named(), resources_dir)
+        )
     aiter_id = local_id(digest)
     target = aiter_dir(resources_dir, aiter_id)
     with locked(_lock_for(resources_dir, aiter_id)):
@@ -329,12 +340,21 @@ def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
             "f4gemm_dir": str(directory.resolve()),
             "tables_dir": str(configs) if configs is not None else "",
         }
-        result = fetch_into(resources_dir, aiter_id, directory, provenance, str(directory), configs)
+        others = {arch: (d, str(d)) for arch, (d, _) in content.others.items()}
+        result = fetch_into(
+            resources_dir, aiter_id, directory, provenance, str(directory), configs, others
+        )
         copied = AiterDir(target).provenance()["content_sha256"]
         if copied != digest:
             shutil.rmtree(target)
             raise FetchError(f"{directory} changed while it was being copied; fetch again")
         return result
+
+
+def recorded_files(record: dict[str, Any]) -> dict[str, Any]:
+    """A fetch record's files by the names its content digest gives them."""
+    others = {arch: info["files"] for arch, info in record.get(OTHER_ARCHITECTURES, {}).items()}
+    return named_content(record["files"], record.get("tables", {}), others)
 
 
 def _local_pin_message(
@@ -349,10 +369,7 @@ def _local_pin_message(
     pinned = AiterDir.at(resources_dir, local_id(src.sha256))
     if pinned.is_fetched():
         record = pinned.provenance()
-        recorded = {
-            **record["files"],
-            **{f"{TUNED_TABLES_DIR}/{rel}": v for rel, v in record.get("tables", {}).items()},
-        }
+        recorded = recorded_files(record)
         changed = [
             f"{name}: expected sha256 {recorded[name]['sha256'] if name in recorded else None}, "
             f"actual {files[name]['sha256'] if name in files else None}"

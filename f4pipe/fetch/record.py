@@ -103,7 +103,9 @@ def _write_provenance(
             "schema": PROVENANCE_SCHEMA,
             "aiter_id": aiter_id,
             "source": source,
-            "content_sha256": content_digest(files, tables),
+            "content_sha256": content_digest(
+                files, tables, {arch: info["files"] for arch, info in arch_record.items()}
+            ),
             "files": files,
             "skipped": skipped,
             "manifest_header": _manifest_header(aiter_dir / F4GEMM_DIR / MANIFEST_NAME),
@@ -128,7 +130,11 @@ def complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict[
     tables = copy_tables(configs_dir, target / TUNED_TABLES_DIR)
     record.update(
         tables=tables,
-        content_sha256=content_digest(record["files"], tables),
+        content_sha256=content_digest(
+            record["files"],
+            tables,
+            {arch: info["files"] for arch, info in record.get(OTHER_ARCHITECTURES, {}).items()},
+        ),
         manifest_header=_manifest_header(target / F4GEMM_DIR / MANIFEST_NAME),
     )
     record["source"]["tables_dir"] = where

@@ -26,7 +26,7 @@ from f4pipe import __version__
 from f4pipe.codeobj.toolchain import portable
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import atomic_path, read_input_bytes, read_json_file
-from f4pipe.core.layout import TABLES, TOOLCHAIN_JSON, table_file
+from f4pipe.core.layout import TABLES, TOOLCHAIN_JSON, arch_table_file, table_file
 from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 
 SUMS_NAME = "SHA256SUMS"
@@ -50,10 +50,14 @@ def archive_name(aiter_id: str, toolchain_id: str, device_id: str) -> str:
 
 def set_provenance(rs: ResultSet, aiter_provenance: Path | None) -> dict[str, Any]:
     """What produced the set, deterministically (no timestamps of the archiving itself)."""
+    listed = [(table_file(name), rs.table(name)) for name in TABLES]
+    listed += [
+        (arch_table_file(arch, name), df)
+        for arch, arch_tables in rs.arch_tables.items()
+        for name, df in arch_tables.items()
+    ]
     tables = {}
-    for name in TABLES:
-        file_name = table_file(name)
-        df = rs.table(name)
+    for file_name, df in listed:
         if df is not None:
             tables[file_name] = {"rows": len(df)}
             if "status" in df:

@@ -42,8 +42,9 @@ def source_key(source: Mapping[str, Any]) -> str:
 
 def local_source_files(source: Mapping[str, Any]) -> list[Path]:
     """The files a local source's aiter id is made from, listed, not read: its f4gemm
-    directory's and the tuned tables beside it (none for another kind of source)."""
-    from f4pipe.aiter.aiterdir import tuned_tables_of
+    directory's, the other architectures' beside it in aiter's layout, and the tuned tables
+    (none for another kind of source)."""
+    from f4pipe.aiter.aiterdir import arch_dirs_beside, tuned_tables_of
     from f4pipe.aiter.manifest import find_f4gemm_dir
     from f4pipe.fetch.sources import LocalSource, parse_source
 
@@ -51,7 +52,8 @@ def local_source_files(source: Mapping[str, Any]) -> list[Path]:
     if not isinstance(src, LocalSource):
         return []
     directory = find_f4gemm_dir(src.path)
-    files = sorted(path for path in directory.iterdir() if path.is_file())
+    dirs = [directory, *arch_dirs_beside(directory).values()]
+    files = sorted(path for d in dirs for path in d.iterdir() if path.is_file())
     return files + list(tuned_tables_of(directory).values())
 
 

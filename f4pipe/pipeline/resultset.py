@@ -4,8 +4,9 @@ checked against its schema. The report, the archive and compare all read a set t
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ from f4pipe.aiter.aiterdir import AiterDir
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_json_file
 from f4pipe.core.layout import (
+    ARCH_PATTERN,
+    ARCH_TABLES,
+    ARCHS_DIR,
     DEFAULT_RESOURCES_DIR,
     GEMM_STAGES,
     NO_DEVICE,
@@ -35,20 +39,16 @@ class ResultSet:
     directory: Path
     tables: dict[str, pd.DataFrame | None]
     toolchain: dict[str, Any] | None
+    #: Each other architecture's tables (`architectures/<arch>/{kernels,roundtrip}.parquet`),
+    #: by architecture in name order; empty for a gfx950-only set.
+    arch_tables: dict[str, dict[str, pd.DataFrame | None]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> ResultSet:
         directory = Path(directory)
         if not directory.is_dir():
             raise InputError(f"{directory}: not a result-set directory (results/<aiter_id>/)")
-        tables: dict[str, pd.DataFrame | None] = {}
-        for name in TABLES:
-            path = directory / table_file(name)
-            tables[name] = (
-                read_table(path, TABLE_SCHEMAS[name], ADDED_COLUMNS.get(name, ())).to_pandas()
-                if path.is_file()
-                else None
-            )
+        tables = _read_tables(directory, TABLES)
         if tables["kernels"] is None and tables["roundtrip"] is None:
             raise InputError(
                 f"{directory}: has neither kernels.parquet nor roundtrip.parquet; "
@@ -58,17 +58,19 @@ class ResultSet:
         toolchain = read_json_file(tc_path, "toolchain.json") if tc_path.is_file() else None
         if toolchain is not None and not isinstance(toolchain, dict):
             raise InputError(f"{tc_path}: not a toolchain.json (a JSON object)")
-        return cls(directory=directory, tables=tables, toolchain=toolchain)
+        return cls(directory, tables, toolchain, _read_arch_tables(directory))
 
     def table(self, name: str) -> pd.DataFrame | None:
         return self.tables[name]
 
     def _distinct(self, column: str, names: Iterable[str]) -> list[str]:
+        """The values of `column` in the named tables, every architecture's included."""
         values: set[str] = set()
-        for name in names:
-            df = self.tables[name]
-            if df is not None and len(df):
-                values.update(df[column].astype(str))
+        for tables in (self.tables, *self.arch_tables.values()):
+            for name in names:
+                df = tables.get(name)
+                if df is not None and len(df):
+                    values.update(df[column].astype(str))
         return sorted(values)
 
     def _single(self, column: str, names: Sequence[str], fallback: str | None) -> str:
@@ -111,6 +113,31 @@ class ResultSet:
                 continue
             out.append(rel)
         return out
+
+
+def _read_tables(directory: Path, names: Sequence[str]) -> dict[str, pd.DataFrame | None]:
+    """The named tables of a directory, each checked against its schema; a missing one is None."""
+    tables: dict[str, pd.DataFrame | None] = {}
+    for name in names:
+        path = directory / table_file(name)
+        tables[name] = (
+            read_table(path, TABLE_SCHEMAS[name], ADDED_COLUMNS.get(name, ())).to_pandas()
+            if path.is_file()
+            else None
+        )
+    return tables
+
+
+def _read_arch_tables(directory: Path) -> dict[str, dict[str, pd.DataFrame | None]]:
+    """The tables of every `architectures/<arch>/` directory that holds one."""
+    found: dict[str, dict[str, pd.DataFrame | None]] = {}
+    root = directory / ARCHS_DIR
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if re.fullmatch(ARCH_PATTERN, sub.name):
+            tables = _read_tables(sub, ARCH_TABLES)
+            if any(df is not None for df in tables.values()):
+                found[sub.name] = tables
+    return found
 
 
 def find_aiter_provenance(result_dir: Path, aiter_id: str) -> Path | None:

@@ -30,7 +30,7 @@ from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.core.device import Device
 from f4pipe.core.errors import ConfigError, DeviceError, EmulatorError, ShapeError
-from f4pipe.core.layout import NO_DEVICE, SEED_A, SEED_B
+from f4pipe.core.layout import NO_DEVICE, PRIMARY_ARCH, SEED_A, SEED_B
 from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.devices.devinfo import CLOCK_FIELDS, DEVICE_FIELDS, clock_fields
 from f4pipe.host.gemm import (
@@ -418,7 +418,11 @@ def _timed_row(result: GemmResult) -> dict[str, Any]:
 
 #: The one architecture the emulator, the cycle model, the edge sweep and the tuned-table
 #: lookup serve: they decode, time and launch gfx950's (MI355X) kernels.
-STAGE_ARCH = "gfx950"
+STAGE_ARCH = PRIMARY_ARCH
+#: Why: said by each such stage given another architecture's objects, and by the report.
+GFX950_ONLY_REASON = (
+    "the emulator, the cycle model and aiter's kernel choice f4pipe reproduces are gfx950's"
+)
 
 
 def gfx950_only(stage: str, manifest: Manifest) -> str | None:
@@ -430,8 +434,7 @@ def gfx950_only(stage: str, manifest: Manifest) -> str | None:
         return None
     return (
         f"f4pipe {stage}: gfx950 only: {manifest.directory} holds {', '.join(others)} code "
-        "objects, and the emulator, the cycle model and aiter's kernel choice f4pipe "
-        "reproduces are gfx950's; nothing run"
+        f"objects, and {GFX950_ONLY_REASON}; nothing run"
     )
 
 

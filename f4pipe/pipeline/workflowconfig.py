@@ -122,6 +122,8 @@ def describe(error: Any, key: str, schema: dict[str, Any]) -> str:
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return f"{key + '.' if key else ''}{missing}: missing (a required key)"
+    if error.validator in ("anyOf", "oneOf"):  # the schema's title says what it takes
+        return f"{at}{error.instance!r} is not {error.schema.get('title', 'valid here')}"
     if error.validator == "pattern":
         return f"{at}{error.instance!r} does not match {error.validator_value}"
     return f"{at}{error.message}"

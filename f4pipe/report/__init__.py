@@ -25,7 +25,7 @@ from pathlib import Path
 from f4pipe import __version__
 from f4pipe.codeobj.toolchain import portable, portable_path
 from f4pipe.core.fsio import atomic_dir, read_json_file, sha256_file
-from f4pipe.core.layout import REPORT_DIR, TABLES, table_file
+from f4pipe.core.layout import ARCH_TABLES, REPORT_DIR, TABLES, arch_table_file, table_file
 from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 from f4pipe.report import sections
 from f4pipe.report.render import Section, render_html, render_markdown
@@ -71,6 +71,11 @@ def provenance(
         file_name = table_file(name)
         path = rs.directory / file_name
         items.append((file_name, sha256_file(path) if path.is_file() else f"absent ({name})"))
+    for arch in rs.arch_tables:
+        for name in ARCH_TABLES:
+            path = rs.directory / arch_table_file(arch, name)
+            if path.is_file():
+                items.append((arch_table_file(arch, name), sha256_file(path)))
     return items
 
 

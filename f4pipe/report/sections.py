@@ -30,46 +30,9 @@ from f4pipe.report.render import (
     short_kernel,
 )
 from f4pipe.report.reuse import reuse_section
+from f4pipe.report.roundtrip import roundtrip_section
 
 NOT_MEASURED = "not measured: no gfx950 device"
-
-
-def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
-    df = rs.table("roundtrip")
-    sec = Section("roundtrip", "Round-trip: disassemble, reassemble, compare", "not run", "none")
-    if df is None or not len(df):
-        sec.notes.append("roundtrip.parquet is missing: the round-trip stage has not run.")
-        return sec
-    df = df.sort_values("kernel", key=in_kernel_order)
-    sec.notes.append(f"kernel names drop the common prefix {KERNEL_PREFIX}")
-    n_eq = int(df["equivalent"].sum())
-    unexplained = int(df["text_bytes_unexplained"].sum())
-    sec.verdict = (
-        f"{n_eq} of {len(df)} code objects equivalent; "
-        f"{int(df['text_bytes_differing'].sum())} .text bytes differ, "
-        f"{int(df['text_bytes_explained'].sum())} explained, {unexplained} unexplained"
-    )
-    hazards = int(df["hazards"].fillna(0).sum())
-    sec.verdict += f"; {hazards} static timing finding(s) in the rebuilt objects"
-    sec.state = "ok" if n_eq == len(df) and unexplained == 0 and not hazards else "bad"
-    checks = ["header_ok", "descriptor_ok", "text_disasm_ok", "notes_ok", "symbols_ok"]
-    checks.append("sections_ok")
-    table = pd.DataFrame(
-        {
-            "kernel": df["kernel"].map(short_kernel),
-            "equivalent": df["equivalent"],
-            **{c.removesuffix("_ok"): df[c] for c in checks},
-            "bytes differing": df["text_bytes_differing"],
-            "explained": df["text_bytes_explained"],
-            "unexplained": df["text_bytes_unexplained"],
-            "instructions": df["num_instructions"],
-            "hazards": df["hazards"],
-            "size": df["original_size"],
-            "detail": df["detail"],
-        }
-    )
-    sec.table = table.reset_index(drop=True)
-    return sec
 
 
 def _gemm_rows(rs: ResultSet, name: str) -> pd.DataFrame | None:

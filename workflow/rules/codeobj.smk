@@ -145,6 +145,27 @@ else:
             "f4pipe gather roundtrip {input:q} -o {output:q} > {log:q} 2>&1"
 
 
+rule architectures:
+    input:
+        fetched=AITER_DIR,
+        toolchain=TOOLCHAIN,
+    output:
+        directory(ARCHS),
+    log:
+        LOGS / "architectures.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    threads: get_all_cores
+    params:
+        architectures=get_architectures_arg,
+        store=get_store_args,
+    shell:
+        "f4pipe architectures --aiter-dir {input.fetched:q} "
+        "--architectures {params.architectures:q} -o {output:q} --record "
+        "--aiter-id {wildcards.aiter_id:q} {params.store} --workers {threads:q} "
+        "--toolchain-json {input.toolchain:q} > {log:q} 2>&1"
+
+
 rule rebuilt_variant:
     input:
         fetched=AITER_DIR,

@@ -23,6 +23,7 @@ from f4pipe.pipeline.facts import (
 )
 from f4pipe.core.layout import (
     AITER_ID_PATTERN,
+    ARCHS_DIR,
     ARCHIVES_DIR,
     BASE_VARIANTS,
     EDIT_NAME_PATTERN,
@@ -85,6 +86,7 @@ TOOLCHAIN = RESULTS / TOOLCHAIN_JSON
 REPORT = RESULTS / REPORT_DIR
 ROUNDTRIP = RESULTS / ROUNDTRIP_DIR
 VARIANT_DIRS = RESULTS / VARIANTS_DIR
+ARCHS = RESULTS / ARCHS_DIR  # every architecture beside gfx950: kernels + round trip
 ORIGINAL, REBUILT = BASE_VARIANTS
 EDIT_VARIANT = f"{EDIT_VARIANT_PREFIX}{{edit}}"  # variants/edit-<name>/
 EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
@@ -343,6 +345,14 @@ def get_audit_table_args(wildcards):
     return " ".join(args)
 
 
+def get_architectures_arg(wildcards):
+    """config `architectures` as `f4pipe architectures --architectures`: all, none or a list."""
+    chosen = config["architectures"]
+    if chosen == "all":
+        return "all"
+    return ",".join(chosen) or "none"
+
+
 def get_report_inputs(wildcards):
     """Every table and edit the report and the archive are made from (patterns of the
     {aiter_id} wildcard)."""
@@ -351,6 +361,7 @@ def get_report_inputs(wildcards):
         RESULTS / table_file("kernels"),
         RESULTS / table_file("roundtrip"),
         VARIANT_DIRS / REBUILT,
+        ARCHS,
     ]
     outputs += [
         RESULTS / table_file(stage)
