@@ -278,15 +278,20 @@ def is_safe(
     return not violations(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad)
 
 
-def padded_launch(entry: KernelEntry, m: int, n: int, k: int) -> PaddedLaunch:
+def padded_launch(
+    entry: KernelEntry, m: int, n: int, k: int, *, scale_pad: str = "driver", k_pad: str = "none"
+) -> PaddedLaunch:
     """The remedy for `entry` at (M, N, K): run on padded buffers, then slice D[:M, :N]. A K
-    tail is padded with zero A and B columns and E8M0 1.0 scales (f4pipe's own padding)."""
+    tail unsafe under the given padding is padded with zero A and B columns and E8M0 1.0
+    scales (f4pipe's own padding); a safe one keeps the padding asked for."""
     rule = edge_rule(entry)
+    fix_tail = k_tail_violation(entry, m, n, k, scale_pad, k_pad) is not None
     return PaddedLaunch(
         n_kernel=round_up(n, rule.n_multiple),
         d_row_multiple=max(rule.d_row_multiple, D_ROW_ALIGN),
         b_slack_bytes=B_PREFETCH_SLACK if k < rule.min_k else 0,
-        k_pad="zeros" if k_tail(k) else "none",
+        k_pad="zeros" if fix_tail else k_pad,
+        scale_pad="driver" if fix_tail else scale_pad,
     )
 
 
@@ -349,7 +354,7 @@ def refusal(
 ) -> UnsafeShapeError:
     """The error naming the broken rules, their evidence and the ways forward."""
     found = violations(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad)
-    remedy = padded_launch(entry, m, n, k).describe(n)
+    remedy = padded_launch(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad).describe(n)
     return UnsafeShapeError(
         f"{short_name(entry.name)} is unsafe at M={m} N={n} K={k}: "
         + "; ".join(v.message for v in found)

@@ -305,18 +305,16 @@ def edge_layout(entry: KernelEntry, request: GemmRequest) -> tuple[BufferLayout,
         return seed, "", r.scale_pad
     if r.edge_policy == "refuse":
         raise refusal(entry, r.m, r.n, r.k, **pads)
-    pad = padded_launch(entry, r.m, r.n, r.k)
-    k_pad = "zeros" if pad.k_pad == "zeros" else r.k_pad
-    scale_pad = pad.scale_pad if pad.k_pad == "zeros" else r.scale_pad
+    pad = padded_launch(entry, r.m, r.n, r.k, **pads)
     layout = BufferLayout(
         r.m,
         pad.n_kernel,
         r.k,
         pad.d_row_multiple,
         pad.b_slack_bytes,
-        k_stride=k_stride_for(r.k, k_pad),
+        k_stride=k_stride_for(r.k, pad.k_pad),
     )
-    return layout, pad.describe(r.n), scale_pad
+    return layout, pad.describe(r.n), pad.scale_pad
 
 
 def with_zero_rows(op: MxOperand, rows: int) -> MxOperand:
