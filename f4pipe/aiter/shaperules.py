@@ -27,6 +27,8 @@ are proven against the emulator for every kernel by the edge sweep (f4pipe.pipel
   with zeros and the scale padding is finite, or M == 1 (the only row is the tile's last), or
   N == 16 on a BpreShuffle kernel (the only 16-row B group is the tile's last). Uninitialised
   scale padding (arbitrary bytes) can hold 0xFF, the E8M0 NaN, and NaN x 0 is NaN: wrong.
+  noBpreShuffle_256x256 reads B past its end in the last block (the emulator faults) unless
+  the A and B rows are zero-padded in K.
 
 Every violated rule has a remedy that f4pipe can apply on the host ("pad"): run the kernel on
 N' = round_up(N, n_multiple) (B padded with zero rows, D stride N'), D rows round_up(M, tile)
@@ -206,6 +208,13 @@ def k_tail_violation(
         f"K={k} is not a multiple of {K_BLOCK}: the last K block reads {tail} elements past K "
         f"and scale columns {k // 32}..{round_up(k, K_BLOCK) // 32 - 1} (padding)"
     )
+    if not entry.bpreshuffle and k_pad == "none":
+        return Violation(
+            edge,
+            past + f"; noBpreShuffle's B loads are not bounded by B's rows: the last block "
+            f"reads {tail // 2} bytes past the end of B (a fault on the emulator, whatever "
+            "follows B on hardware); pad the A and B rows with zeros to a multiple of 256 in K",
+        )
     if scale_pad == "arbitrary":
         return Violation(
             edge,

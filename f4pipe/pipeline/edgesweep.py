@@ -40,6 +40,9 @@ from f4pipe.aiter.shaperules import (
     EDGE_N_TILE,
     K_PADDINGS,
     SCALE_PADDINGS,
+    STORE_CHUNK32,
+    STORE_FULL_TILE,
+    STORE_UNBOUNDED,
     edge_rule,
     is_safe,
     reproducer,
@@ -522,3 +525,10 @@ def _loop_step(insts, at: int) -> str:
         if prev.name == "s_addk_i32" and prev.dst is not None and prev.dst.index in regs:
             return f"(counter += {prev.imm:#x})"
     return ""
+
+
+def static_store_class(evidence: StoreEvidence) -> str:
+    """The store class the disassembly implies, to hold f4pipe.aiter.shaperules's table against."""
+    if "M" not in evidence.d_bound_fields:
+        return STORE_UNBOUNDED
+    return STORE_CHUNK32 if evidence.n_guards else STORE_FULL_TILE
