@@ -154,3 +154,28 @@ def test_predict_at_k_2176_replays_the_kernels_ceil_k_blocks(f4gemm_dir, manifes
     assert main([*argv, "--kernel", entry.name]) == EXIT_OK
     assert "BpreShuffle_32x128" in capsys.readouterr().out
     assert not violations(entry, 1, 5120, 2176)
+
+
+def test_audit_answers_a_tuned_row_at_k_2176(manifest, tmp_path) -> None:
+    """A tuned row at K = 2176 (such rows exist in aiter's model tables) is audited, not
+    refused: unsafe under the driver's padding at M = 33, with every padding's answer, and
+    emulated with the tail kept (K = 256 + 2176 % 256)."""
+    from conftest import DEFAULT_SOURCE
+
+    from f4pipe.aiter.tuned import read_tuned
+    from f4pipe.fetch import extract_wheel_file
+    from f4pipe.pipeline.audit import audit_tuned
+
+    tuned = extract_wheel_file(DEFAULT_SOURCE, tmp_path / "tuned.csv")
+    df = read_tuned(tuned).drop(columns=["line"])
+    entry = manifest.get(PREFIX + "BpreShuffle_32x128")
+    row = df[df["kernelName"].str.startswith("_ZN")].iloc[[0]].copy()
+    row[["M", "N", "K", "splitK"]] = [33, 256, 2176, 0]
+    row["kernelName"] = entry.symbol
+    small = tmp_path / "k2176.csv"
+    row.to_csv(small, index=False)
+    (audited,) = audit_tuned(small, manifest, KEYS)
+    assert audited["status"] == "unsafe" and audited["edge_classes"] == EDGE_K_TAIL
+    assert "scale padding zeros, K padding none: safe" in audited["reason"]
+    assert "scale padding driver, K padding none: wrong" in audited["reason"]
+    assert audited["emulated"] == "wrong" and audited["emu_k"] == 256 + 2176 % 256
