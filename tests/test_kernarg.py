@@ -77,7 +77,8 @@ def test_pack_rejects_unknown_and_oversized_values():
     ("m", "n", "k", "log2", "match"),
     [
         (512, 1000, 2048, 0, "N % 16"),
-        (512, 1024, 2000, 0, "K % 256"),
+        (512, 1024, 2000, 0, "not a multiple of 64"),
+        (512, 1024, 2176, 1, "not a multiple of 256 has not been examined"),
         (0, 1024, 2048, 0, "positive"),
         (512, 1024, 2048, -1, "out of range"),
         (512, 1024, 256, 9, "divisible by the split count 512"),
@@ -86,6 +87,28 @@ def test_pack_rejects_unknown_and_oversized_values():
 def test_shape_errors(m, n, k, log2, match):
     with pytest.raises(ShapeError, match=match):
         check_shape(m, n, k, log2)
+
+
+def test_k_with_a_tail_is_a_shape_and_its_padding_lays_out_whole_blocks():
+    """K % 256 != 0 is accepted (the K-tail rule judges it); K padding widens the rows only."""
+    check_shape(33, 256, 2176)
+    plain = BufferLayout(m=33, n=256, k=2176)
+    padded = BufferLayout(m=33, n=256, k=2176, k_stride=2304)
+    assert plain.row_k == 2176 and padded.row_k == 2304
+    assert padded.a_nbytes == 256 * 1152 and plain.a_nbytes == 256 * 1088
+    assert plain.scale_a_shape == padded.scale_a_shape == (256, 72)
+    blob = gemm_kernarg(
+        layout=padded,
+        ptr_d=0,
+        ptr_a=0,
+        ptr_b=0,
+        ptr_scale_a=0,
+        ptr_scale_b=0,
+        alpha=1.0,
+        log2_k_split=0,
+    )
+    fields = unpack_kernarg(blob)
+    assert (fields["K"], fields["stride_A0"], fields["stride_B0"]) == (2176, 2304, 2304)
 
 
 def test_buffer_layout_padding():

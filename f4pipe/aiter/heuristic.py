@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.aiter.shaperules import is_safe, violations
+from f4pipe.aiter.shaperules import is_safe, k_tail, violations
 from f4pipe.core.errors import ShapeError
 
 #: Compute units of an MI355X; used when no device reports its own count.
@@ -40,12 +40,14 @@ class Choice:
     idle_cu: int
 
 
-def _splits(entry: KernelEntry, log2_k_split: int) -> tuple[int, ...]:
+def _splits(entry: KernelEntry, log2_k_split: int, k: int | None) -> tuple[int, ...]:
+    """The split counts to weigh; a K with a tail (K % 256 != 0) is not split automatically
+    (f4pipe.host.kernarg.check_shape: such splits are not examined)."""
     if not entry.splitk:
         return (1,)
     if log2_k_split >= 0:
         return (1 << log2_k_split,)
-    return AUTO_SPLITS
+    return (1,) if k is not None and k_tail(k) else AUTO_SPLITS
 
 
 def _efficiency(entry: KernelEntry) -> int:
@@ -84,13 +86,15 @@ def select_kernel(
             continue
         if (entry.tile_m, entry.tile_n) == (128, 512) and n % 512:
             continue  # aiter: this tile may not support N % 512 != 0
-        if not allow_unsafe and not is_safe(entry, m, n, k):
-            found = "; ".join(v.message for v in violations(entry, m, n, k))
+        # The K tail (K % 256 != 0) reads the same padding whichever tile runs: it is judged
+        # at launch with the operands' real padding, so tiles are weighed without it.
+        if not allow_unsafe and not is_safe(entry, m, n, k, scale_pad="zeros"):
+            found = "; ".join(v.message for v in violations(entry, m, n, k, scale_pad="zeros"))
             unsafe.append(f"{entry.name.split('Fp4_', 1)[-1]} ({found})")
             continue
         efficiency = _efficiency(entry)
         tiles = -(-m // entry.tile_m) * -(-n // entry.tile_n)
-        for split in _splits(entry, log2_k_split):
+        for split in _splits(entry, log2_k_split, k):
             tg = tiles * split
             rounds = -(-tg // num_cu)
             idle = rounds * num_cu - tg

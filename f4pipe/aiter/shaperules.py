@@ -17,6 +17,19 @@ are proven against the emulator for every kernel by the edge sweep (f4pipe.pipel
   a single K step, prefetches 128 bytes past the end of B. Rules: N % 256 == 0, D rows
   >= round_up(M, 256) (aiter allocates round_up(M, 32)), K >= 512.
 
+- K % 256 != 0 (K a multiple of 64, f4pipe.host.kernarg.check_shape): every kernel's K loop adds
+  256 to a counter until it is no longer below K (`s_addk_i32 sX, 0x100; s_cmp_lt_i32 sX, sK`),
+  so the last block reads round_up(K, 256) - K elements past K. The A and B loads' num_records
+  are row stride x the tile's valid rows (not K): past K, row r of a tile reads row r + 1's
+  first elements (the last valid row reads 0), and the scale loads read the padding columns
+  K/32 .. round_up(K/32, 8). Those products vanish, and D is right, when the scale padding is
+  E8M0 0 (2^-127 x 2^-127 underflows f32), or the A and B rows are padded to round_up(K, 256)
+  with zeros and the scale padding is finite, or M == 1 (the only row is the tile's last), or
+  N == 16 on a BpreShuffle kernel (the only 16-row B group is the tile's last). Uninitialised
+  scale padding (arbitrary bytes) can hold 0xFF, the E8M0 NaN, and NaN x 0 is NaN: wrong.
+  noBpreShuffle_256x256 reads B past its end in the last block (the emulator faults) unless
+  the A and B rows are zero-padded in K.
+
 Every violated rule has a remedy that f4pipe can apply on the host ("pad"): run the kernel on
 N' = round_up(N, n_multiple) (B padded with zero rows, D stride N'), D rows round_up(M, tile)
 and slack after B, then hand back D[:M, :N]. The same sweep proves it.
@@ -52,7 +65,26 @@ EDGE_N_TILE = "n%tile_n"  # N a multiple of 32 but not of tile_n
 EDGE_M_ROWS = "m%tile_m"  # M not a multiple of tile_m
 EDGE_K_MIN = "k=256"  # the smallest K (a single K step)
 EDGE_K_MULTI = "k>256"  # larger K, every dimension aligned
-EDGE_CLASSES = (EDGE_N_CHUNK, EDGE_N_TILE, EDGE_M_ROWS, EDGE_K_MIN, EDGE_K_MULTI)
+EDGE_K_TAIL_ROW = "k%256,m=1"  # K % 256 != 0 with a single row (the tile's last row)
+EDGE_K_TAIL = "k%256"  # K % 256 != 0 with rows that read the next row past K
+EDGE_CLASSES = (
+    EDGE_N_CHUNK,
+    EDGE_N_TILE,
+    EDGE_M_ROWS,
+    EDGE_K_MIN,
+    EDGE_K_MULTI,
+    EDGE_K_TAIL_ROW,
+    EDGE_K_TAIL,
+)
+#: The K block of every kernel's main loop (its counter's step).
+K_BLOCK = 256
+#: What the scale buffers' padding columns hold: "driver" E8M0 1.0 (0x7F, the C++ driver),
+#: "zeros" (0x00 = 2^-127), "arbitrary" (uninitialised memory: aiter's `torch.empty` pad,
+#: modelled as seeded random bytes).
+SCALE_PADDINGS = ("driver", "zeros", "arbitrary")
+#: The A and B rows' own K padding: "none" (row stride K: past K lies the next row) or
+#: "zeros" (rows padded with zeros to round_up(K, 256), the row stride).
+K_PADDINGS = ("none", "zeros")
 
 
 @dataclass(frozen=True)
@@ -82,6 +114,8 @@ class PaddedLaunch:
     n_kernel: int  # N and D row stride the kernel sees (B padded with zero rows)
     d_row_multiple: int
     b_slack_bytes: int
+    k_pad: str = "none"  # K_PADDINGS: the A and B rows' K padding the remedy uses
+    scale_pad: str = "driver"  # SCALE_PADDINGS: the scale padding the remedy uses
 
     def describe(self, n: int) -> str:
         parts = []
@@ -91,6 +125,11 @@ class PaddedLaunch:
             parts.append(f"D rows rounded up to a multiple of {self.d_row_multiple}")
         if self.b_slack_bytes:
             parts.append(f"{self.b_slack_bytes} zero bytes after B")
+        if self.k_pad == "zeros":
+            parts.append(
+                f"A and B rows padded with zeros to a multiple of {K_BLOCK} in K, scale "
+                f"padding E8M0 {'1.0' if self.scale_pad == 'driver' else self.scale_pad}"
+            )
         return "; ".join(parts) or "no padding needed"
 
 
@@ -142,8 +181,79 @@ def edge_rule(entry: KernelEntry) -> EdgeRule:
     )
 
 
-def violations(entry: KernelEntry, m: int, n: int, k: int | None) -> list[Violation]:
-    """The rules (M, N, K) breaks for `entry`; K None = unknown, checked as the minimum K."""
+def check_paddings(scale_pad: str, k_pad: str) -> None:
+    """Refuse a padding name that is not one of SCALE_PADDINGS / K_PADDINGS."""
+    if scale_pad not in SCALE_PADDINGS:
+        raise ConfigError(f"scale padding {scale_pad!r}: use one of {', '.join(SCALE_PADDINGS)}")
+    if k_pad not in K_PADDINGS:
+        raise ConfigError(f"K padding {k_pad!r}: use one of {', '.join(K_PADDINGS)}")
+
+
+def k_tail(k: int) -> int:
+    """Elements the last K block reads past K (0 when K is a multiple of 256)."""
+    return round_up(k, K_BLOCK) - k
+
+
+def k_tail_violation(
+    entry: KernelEntry, m: int, n: int, k: int, scale_pad: str, k_pad: str
+) -> Violation | None:
+    """The K-tail rule (module docstring): None when the products the last block adds past K
+    are all exactly 0 under this padding, else what goes wrong."""
+    check_paddings(scale_pad, k_pad)
+    tail = k_tail(k)
+    if not tail:
+        return None
+    edge = EDGE_K_TAIL_ROW if m == 1 else EDGE_K_TAIL
+    past = (
+        f"K={k} is not a multiple of {K_BLOCK}: the last K block reads {tail} elements past K "
+        f"and scale columns {k // 32}..{round_up(k, K_BLOCK) // 32 - 1} (padding)"
+    )
+    if not entry.bpreshuffle and k_pad == "none":
+        return Violation(
+            edge,
+            past + f"; noBpreShuffle's B loads are not bounded by B's rows: the last block "
+            f"reads {tail // 2} bytes past the end of B (a fault on the emulator, whatever "
+            "follows B on hardware); pad the A and B rows with zeros to a multiple of 256 in K",
+        )
+    if scale_pad == "arbitrary":
+        return Violation(
+            edge,
+            past + ", here uninitialised: a 0xFF (E8M0 NaN) there makes D NaN even where the "
+            "operands are 0; fill the scale padding with 0x7F (1.0) or 0",
+        )
+    if scale_pad == "zeros" or k_pad == "zeros":
+        return None
+    if m == 1 or (n == 16 and entry.bpreshuffle):
+        return None
+    return Violation(
+        edge,
+        past + f", here E8M0 1.0 times the next row's data of A and B (M={m}): pad the scales "
+        "with 0, or the A and B rows with zeros to a multiple of 256 in K",
+    )
+
+
+def k_tail_answers(entry: KernelEntry, m: int, n: int, k: int) -> str:
+    """The K-tail rule's answer under every padding, in one line (audits, reports)."""
+    answers = [
+        f"scale padding {scale_pad}, K padding {k_pad}: "
+        + ("wrong" if k_tail_violation(entry, m, n, k, scale_pad, k_pad) else "safe")
+        for scale_pad in SCALE_PADDINGS
+        for k_pad in K_PADDINGS
+    ]
+    return f"K={k} (K % 256 = {k % K_BLOCK}) by padding: " + ", ".join(answers)
+
+
+def violations(
+    entry: KernelEntry,
+    m: int,
+    n: int,
+    k: int | None,
+    *,
+    scale_pad: str = "driver",
+    k_pad: str = "none",
+) -> list[Violation]:
+    """The rules (M, N, K) breaks for `entry` with this padding of the K tail (the C++
+    driver's by default); K None = unknown, checked as the minimum K."""
     rule = edge_rule(entry)
     found = []
     if n % rule.n_multiple:
@@ -161,20 +271,36 @@ def violations(entry: KernelEntry, m: int, n: int, k: int | None) -> list[Violat
         found.append(
             Violation(EDGE_K_MIN, f"K={k if k is not None else 'unknown'} is below {rule.min_k}")
         )
-    return found
+    tail = None if k is None else k_tail_violation(entry, m, n, k, scale_pad, k_pad)
+    return found + ([tail] if tail else [])
 
 
-def is_safe(entry: KernelEntry, m: int, n: int, k: int | None) -> bool:
-    return not violations(entry, m, n, k)
+def is_safe(
+    entry: KernelEntry,
+    m: int,
+    n: int,
+    k: int | None,
+    *,
+    scale_pad: str = "driver",
+    k_pad: str = "none",
+) -> bool:
+    return not violations(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad)
 
 
-def padded_launch(entry: KernelEntry, m: int, n: int, k: int) -> PaddedLaunch:
-    """The remedy for `entry` at (M, N, K): run on padded buffers, then slice D[:M, :N]."""
+def padded_launch(
+    entry: KernelEntry, m: int, n: int, k: int, *, scale_pad: str = "driver", k_pad: str = "none"
+) -> PaddedLaunch:
+    """The remedy for `entry` at (M, N, K): run on padded buffers, then slice D[:M, :N]. A K
+    tail unsafe under the given padding is padded with zero A and B columns and E8M0 1.0
+    scales (f4pipe's own padding); a safe one keeps the padding asked for."""
     rule = edge_rule(entry)
+    fix_tail = k_tail_violation(entry, m, n, k, scale_pad, k_pad) is not None
     return PaddedLaunch(
         n_kernel=round_up(n, rule.n_multiple),
         d_row_multiple=max(rule.d_row_multiple, D_ROW_ALIGN),
         b_slack_bytes=B_PREFETCH_SLACK if k < rule.min_k else 0,
+        k_pad="zeros" if fix_tail else k_pad,
+        scale_pad="driver" if fix_tail else scale_pad,
     )
 
 
@@ -184,7 +310,15 @@ def check_policy(policy: str) -> None:
 
 
 def reproducer(
-    kernel: str, m: int, n: int, k: int, *, order: str | None = None, co_dir: str | None = None
+    kernel: str,
+    m: int,
+    n: int,
+    k: int,
+    *,
+    order: str | None = None,
+    co_dir: str | None = None,
+    scale_pad: str = "driver",
+    k_pad: str = "none",
 ) -> str:
     """The `f4pipe gemm` command that runs this kernel and shape unprotected on the emulator
     (exit 1 on a wrong result or a race, 2 on an access outside the buffers)."""
@@ -193,24 +327,48 @@ def reproducer(
         f"f4pipe gemm --device emulator {where} --kernel {kernel} "
         f"-m {m} -n {n} -k {k} --iters 0 --unsafe"
     )
+    if scale_pad != "driver":
+        cmd += f" --scale-padding {scale_pad}"
+    if k_pad != "none":
+        cmd += f" --k-padding {k_pad}"
     if order:
         cmd += f" --workgroup-order {order}"
     return cmd
+
+
+#: The K-tail rule's evidence in the disassembly (every kernel; f4pipe.pipeline.edgesweep.
+#: k_loop_evidence reads it).
+K_TAIL_EVIDENCE = (
+    "the K loop adds 256 to its counter while it is below K, so the last block reads past K; "
+    "the A and B loads are bounded by the tile's rows, not by K"
+)
+
+
+def evidence_for(entry: KernelEntry, found: list[Violation]) -> str:
+    """The disassembly's evidence for the rules broken: the store rule's, the K tail's."""
+    parts = []
+    if any(v.edge_class not in (EDGE_K_TAIL, EDGE_K_TAIL_ROW) for v in found):
+        parts.append(edge_rule(entry).evidence)
+    if any(v.edge_class in (EDGE_K_TAIL, EDGE_K_TAIL_ROW) for v in found):
+        parts.append(K_TAIL_EVIDENCE)
+    return "; ".join(parts)
 
 
 class UnsafeShapeError(ShapeError):
     """A kernel was asked to run a shape its edge rules mark unsafe, without an override."""
 
 
-def refusal(entry: KernelEntry, m: int, n: int, k: int) -> UnsafeShapeError:
+def refusal(
+    entry: KernelEntry, m: int, n: int, k: int, *, scale_pad: str = "driver", k_pad: str = "none"
+) -> UnsafeShapeError:
     """The error naming the broken rules, their evidence and the ways forward."""
-    found = violations(entry, m, n, k)
-    remedy = padded_launch(entry, m, n, k).describe(n)
+    found = violations(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad)
+    remedy = padded_launch(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad).describe(n)
     return UnsafeShapeError(
         f"{short_name(entry.name)} is unsafe at M={m} N={n} K={k}: "
         + "; ".join(v.message for v in found)
-        + f" ({edge_rule(entry).evidence}). Evidence: the shape-edge safety table "
+        + f" ({evidence_for(entry, found)}). Evidence: the shape-edge safety table "
         "(f4pipe safety; results/<aiter_id>/safety.parquet); reproduce with "
-        f"`{reproducer(entry.name, m, n, k)}`. "
+        f"`{reproducer(entry.name, m, n, k, scale_pad=scale_pad, k_pad=k_pad)}`. "
         f"Use --pad-output to run it safely ({remedy}), another kernel, or --unsafe"
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest, read_manifest
+from f4pipe.aiter.shaperules import K_PADDINGS, SCALE_PADDINGS
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_artifact_keys,
@@ -74,8 +75,9 @@ def choose(
     policy = edge_policy(args)
     if args.kernel:
         entry = manifest.get(args.kernel)
-        if policy == "refuse" and not is_safe(entry, args.m, args.n, args.k):
-            raise refusal(entry, args.m, args.n, args.k)
+        pads = {"scale_pad": args.scale_padding, "k_pad": args.k_padding}
+        if policy == "refuse" and not is_safe(entry, args.m, args.n, args.k, **pads):
+            raise refusal(entry, args.m, args.n, args.k, **pads)
         if args.splitk == -1 and entry.splitk:
             choice = select_kernel(
                 [entry],
@@ -209,6 +211,8 @@ def run_gemm_command(args: argparse.Namespace) -> int:
             iters=args.iters,
             edge_policy=policy,
             check_memory=not args.no_memory_check,
+            scale_pad=args.scale_padding,
+            k_pad=args.k_padding,
         )
         ignored = alpha_ignored(manifest.co_path(entry), entry.symbol, args.alpha)
         if not args.json:
@@ -321,7 +325,12 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-m", type=int, default=512, help="rows of A and D (default 512)")
     p.add_argument("-n", type=int, default=1024, help="rows of B, columns of D; N %% 16 == 0")
-    p.add_argument("-k", type=int, default=2048, help="reduction length; K %% 256 == 0")
+    p.add_argument(
+        "-k",
+        type=int,
+        default=2048,
+        help="reduction length; K %% 64 == 0 (K %% 256 != 0: see --scale-padding)",
+    )
     p.add_argument(
         "--kernel", help="kernel by mangled symbol, .co name or stem (default: heuristic)"
     )
@@ -364,6 +373,21 @@ def register_gemm(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run an unsafe kernel/shape pair as asked (to reproduce the safety table: wrong "
         "results, races or faults); exit 1 on a race the emulator records",
+    )
+    edge.add_argument(
+        "--scale-padding",
+        choices=SCALE_PADDINGS,
+        default="driver",
+        help="what the scale buffers' padding holds, read when K %% 256 != 0: driver = E8M0 "
+        "1.0 (the C++ driver), zeros, arbitrary = uninitialised memory (aiter's torch.empty), "
+        "modelled as seeded random bytes (default driver)",
+    )
+    edge.add_argument(
+        "--k-padding",
+        choices=K_PADDINGS,
+        default="none",
+        help="the A and B rows' own K padding: none = row stride K (the last K block reads "
+        "the next row), zeros = rows padded with zeros to a multiple of 256 (default none)",
     )
     emu = p.add_argument_group("emulator")
     emu.add_argument(

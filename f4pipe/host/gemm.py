@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.aiter.shaperules import check_policy, padded_launch, refusal, violations
+from f4pipe.aiter.shaperules import (
+    check_paddings,
+    check_policy,
+    k_tail,
+    padded_launch,
+    refusal,
+    violations,
+)
 from f4pipe.core.device import Device, DeviceBuffer, LaunchReport, measures_throughput
 from f4pipe.core.errors import InputError, ShapeError
 from f4pipe.core.layout import SEED_A, SEED_B
@@ -22,6 +29,7 @@ from f4pipe.core.numerics import (
     SCALE_PAD,
     bf16_bits_to_float,
     pad_scales,
+    padded_scale_shape,
     shuffle_b,
     shuffle_scales,
 )
@@ -73,12 +81,17 @@ class GemmRequest:
     # and reproducers).
     edge_policy: str = "refuse"
     check_memory: bool = True  # refuse a shape whose buffers exceed the available memory
+    # What the K tail reads when K % 256 != 0 (f4pipe.aiter.shaperules.SCALE_PADDINGS and
+    # K_PADDINGS): the scale buffers' padding bytes, and the A and B rows' own K padding.
+    scale_pad: str = "driver"
+    k_pad: str = "none"
     # How to time (f4pipe.host.benchstats): with a protocol, `iters` is ignored and each timed
     # launch is measured on its own (R x N launch times, operand copies rotated when cold).
     protocol: BenchProtocol | None = None
 
     def __post_init__(self) -> None:
         check_alpha(self.alpha)
+        check_paddings(self.scale_pad, self.k_pad)
         for name, seed in (("seed_a", self.seed_a), ("seed_b", self.seed_b)):
             if not 0 <= seed < 1 << 63:
                 raise InputError(f"{name}={seed}: seeds are integers in 0..2^63-1")
@@ -214,20 +227,52 @@ class DeviceOperands:
     scale_b: np.ndarray
 
 
+#: Seeds the "arbitrary" scale padding (uninitialised memory, modelled as random bytes).
+ARBITRARY_PAD_SEED = 0xE8A0
+
+
+def padded_scale_image(scales: np.ndarray, k: int, scale_pad: str, seed: int) -> np.ndarray:
+    """The padded (unshuffled) scale buffer with its padding as `scale_pad` fills it:
+    "driver" 0x7F (1.0), "zeros" 0x00, "arbitrary" seeded random bytes (0xFF = NaN among
+    them), as aiter's torch.empty leaves it."""
+    if scale_pad == "driver":
+        return pad_scales(scales)
+    if scale_pad == "zeros":
+        return pad_scales(scales, fill=0)
+    rows, _ = scales.shape
+    rng = np.random.default_rng((ARBITRARY_PAD_SEED, seed))
+    padded = rng.integers(0, 256, size=padded_scale_shape(rows, k), dtype=np.uint16)
+    padded = padded.astype(np.uint8)
+    padded[: scales.shape[0], : scales.shape[1]] = scales
+    return padded
+
+
+def padded_rows(packed: np.ndarray, rows: int, row_k: int) -> np.ndarray:
+    """[rows, row_k/2] zero bytes with `packed` [r, K/2] in its top-left corner."""
+    image = np.zeros((rows, row_k // 2), dtype=np.uint8)
+    image[: packed.shape[0], : packed.shape[1]] = packed
+    return image
+
+
 def device_images(
-    a: MxOperand, b: MxOperand, layout: BufferLayout, bpreshuffle: bool
+    a: MxOperand,
+    b: MxOperand,
+    layout: BufferLayout,
+    bpreshuffle: bool,
+    scale_pad: str = "driver",
 ) -> DeviceOperands:
-    """Lay operands out as the kernels read them: rows over-allocated (zeros), B pre-shuffled
-    for BpreShuffle kernels (plain for noBpreShuffle), scales padded with 0x7F and shuffled."""
-    a_img = np.zeros((layout.a_rows, layout.k // 2), dtype=np.uint8)
-    a_img[: layout.m] = a.packed
-    b_img = np.zeros((layout.b_rows, layout.k // 2), dtype=np.uint8)
-    b_img[: layout.n] = shuffle_b(b.packed) if bpreshuffle else b.packed
+    """Lay operands out as the kernels read them: rows over-allocated (zeros) and, with a
+    layout.k_stride, K padded with zeros; B pre-shuffled for BpreShuffle kernels (plain for
+    noBpreShuffle); scales padded as `scale_pad` says and shuffled."""
+    a_img = padded_rows(a.packed, layout.a_rows, layout.row_k)
+    b_rows = padded_rows(b.packed, b.rows, layout.row_k)
+    b_img = np.zeros((layout.b_rows, layout.row_k // 2), dtype=np.uint8)
+    b_img[: layout.n] = shuffle_b(b_rows) if bpreshuffle else b_rows
     return DeviceOperands(
         a=a_img,
         b=b_img,
-        scale_a=shuffle_scales(pad_scales(a.scales)),
-        scale_b=shuffle_scales(pad_scales(b.scales)),
+        scale_a=shuffle_scales(padded_scale_image(a.scales, layout.k, scale_pad, a.seed)),
+        scale_b=shuffle_scales(padded_scale_image(b.scales, layout.k, scale_pad, b.seed)),
     )
 
 
@@ -243,20 +288,33 @@ def _upload(
     return buf
 
 
-def edge_layout(entry: KernelEntry, request: GemmRequest) -> tuple[BufferLayout, str]:
-    """The buffers for `request` under its edge policy (f4pipe.aiter.shaperules): the seed layout,
-    or
-    the padded one when the shape is unsafe and the policy is "pad"; "refuse" raises."""
+def k_stride_for(k: int, k_pad: str) -> int:
+    """The A and B row length a K padding lays out (0 = K itself)."""
+    return k + k_tail(k) if k_pad == "zeros" and k_tail(k) else 0
+
+
+def edge_layout(entry: KernelEntry, request: GemmRequest) -> tuple[BufferLayout, str, str]:
+    """The buffers for `request` under its edge policy (f4pipe.aiter.shaperules): the seed
+    layout, or the padded one when the shape is unsafe and the policy is "pad"; "refuse"
+    raises. Returns (layout, what was padded, the scale padding used)."""
     r = request
     check_policy(r.edge_policy)
-    seed = BufferLayout(r.m, r.n, r.k)
-    if r.edge_policy == "unsafe" or not violations(entry, r.m, r.n, r.k):
-        return seed, ""
+    seed = BufferLayout(r.m, r.n, r.k, k_stride=k_stride_for(r.k, r.k_pad))
+    pads = {"scale_pad": r.scale_pad, "k_pad": r.k_pad}
+    if r.edge_policy == "unsafe" or not violations(entry, r.m, r.n, r.k, **pads):
+        return seed, "", r.scale_pad
     if r.edge_policy == "refuse":
-        raise refusal(entry, r.m, r.n, r.k)
-    pad = padded_launch(entry, r.m, r.n, r.k)
-    layout = BufferLayout(r.m, pad.n_kernel, r.k, pad.d_row_multiple, pad.b_slack_bytes)
-    return layout, pad.describe(r.n)
+        raise refusal(entry, r.m, r.n, r.k, **pads)
+    pad = padded_launch(entry, r.m, r.n, r.k, **pads)
+    layout = BufferLayout(
+        r.m,
+        pad.n_kernel,
+        r.k,
+        pad.d_row_multiple,
+        pad.b_slack_bytes,
+        k_stride=k_stride_for(r.k, pad.k_pad),
+    )
+    return layout, pad.describe(r.n), pad.scale_pad
 
 
 def with_zero_rows(op: MxOperand, rows: int) -> MxOperand:
@@ -306,12 +364,12 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         raise InputError("d_prefill is meaningless for a splitK launch: D is zeroed before it")
     if r.iters < 0:
         raise InputError(f"iters={r.iters} must be >= 0")
-    layout, padding = edge_layout(entry, r)
+    layout, padding, scale_pad = edge_layout(entry, r)
     if r.check_memory:
         check_memory(layout, r.verify)
     a = generate_operand(r.m, r.k, r.seed_a, r.distribution)
     b = generate_operand(r.n, r.k, r.seed_b, r.distribution)
-    images = device_images(a, with_zero_rows(b, layout.n), layout, entry.bpreshuffle)
+    images = device_images(a, with_zero_rows(b, layout.n), layout, entry.bpreshuffle, scale_pad)
 
     kernel = device.load(co_path, entry.symbol)
     buffers: list[DeviceBuffer] = []

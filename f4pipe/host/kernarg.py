@@ -73,8 +73,11 @@ KERNARG_BY_NAME: dict[str, KernargField] = {f.name: f for f in KERNARG_FIELDS}
 BLOCK: tuple[int, int, int] = (256, 1, 1)
 #: splitK chunks are rounded up to this many K elements.
 SPLITK_K_ALIGN = 256
-#: The kernel constraints the seed driver enforces.
-K_ALIGN = 256
+#: K's granule, the largest of the operand layouts' own: A rows need K % 32 == 0 (one E8M0
+#: scale per 32 elements; 16-byte loads), the B pre-shuffle K % 64 == 0 (its 16x16-byte tile
+#: spans 32 bytes of K in two halves), and the scale buffer's columns are padded to 8 (256
+#: elements) whatever K is. K % 256 != 0 runs (f4pipe.aiter.shaperules: the K-tail rule).
+K_ALIGN = 64
 N_ALIGN = 16
 MAX_LOG2_K_SPLIT = 16
 #: M, N and K travel in 32-bit kernarg slots; 2^31-1 also keeps them positive as int32.
@@ -122,13 +125,19 @@ def check_shape(m: int, n: int, k: int, log2_k_split: int = 0) -> None:
         )
     if k % K_ALIGN:
         raise ShapeError(
-            f"K={k} is not a multiple of {K_ALIGN} (the kernels require K % 256 == 0); "
-            f"use K={round_up(k, K_ALIGN)}"
+            f"K={k} is not a multiple of {K_ALIGN} (the B pre-shuffle's K tile is 64 elements; "
+            f"A rows and the E8M0 scales need 32); use K={round_up(k, K_ALIGN)}"
         )
     if not 0 <= log2_k_split <= MAX_LOG2_K_SPLIT:
         raise ShapeError(
             f"log2_k_split={log2_k_split} out of range 0..{MAX_LOG2_K_SPLIT} "
             "(use the heuristic for -1)"
+        )
+    if log2_k_split and k % SPLITK_K_ALIGN:
+        raise ShapeError(
+            f"K={k} with log2_k_split={log2_k_split}: a split K that is not a multiple of "
+            f"{SPLITK_K_ALIGN} has not been examined (the chunks are whole 256-element blocks); "
+            "use log2_k_split=0"
         )
     if k % (1 << log2_k_split):
         raise ShapeError(
@@ -156,6 +165,12 @@ class BufferLayout:
     k: int
     d_row_multiple: int = 32
     b_slack_bytes: int = 0
+    k_stride: int = 0  # A and B row length in elements (0 = K; larger = zero K padding)
+
+    @property
+    def row_k(self) -> int:
+        """Elements per A and B row as laid out (stride_A0 = stride_B0)."""
+        return self.k_stride or self.k
 
     @property
     def a_rows(self) -> int:
@@ -167,11 +182,11 @@ class BufferLayout:
 
     @property
     def a_nbytes(self) -> int:
-        return self.a_rows * self.k // 2
+        return self.a_rows * self.row_k // 2
 
     @property
     def b_nbytes(self) -> int:
-        return self.b_rows * self.k // 2 + self.b_slack_bytes
+        return self.b_rows * self.row_k // 2 + self.b_slack_bytes
 
     @property
     def scale_a_shape(self) -> tuple[int, int]:
@@ -256,8 +271,8 @@ def gemm_kernarg(
             "alpha": alpha,
             "beta": 0.0,
             "stride_C0": layout.n,
-            "stride_A0": layout.k,
-            "stride_B0": layout.k,
+            "stride_A0": layout.row_k,
+            "stride_B0": layout.row_k,
             "M": layout.m,
             "N": layout.n,
             "K": layout.k,

@@ -35,6 +35,9 @@ from f4pipe.aiter.shaperules import (
     EDGE_M_ROWS,
     Violation,
     edge_rule,
+    evidence_for,
+    k_tail,
+    k_tail_answers,
     reproducer,
     short_name,
     violations,
@@ -75,6 +78,8 @@ def _emulation_shape(entry: KernelEntry, m: int, n: int, k: int) -> EdgeShape:
     else:
         m_emu = min(m, entry.tile_m)
     k_emu = 256 if EDGE_K_MIN in found else max(rule.min_k, 256)
+    if k_tail(k):  # keep the tail: the last block reads what it reads at the row's K
+        k_emu = max(rule.min_k, 256) + k % 256
     return EdgeShape("audit", m_emu, n, min(k, k_emu))
 
 
@@ -295,11 +300,13 @@ def _check(row: dict[str, Any], entry: KernelEntry) -> list[Violation]:
         problems.append(f"shape rule: {exc}")
     found = violations(entry, m, n, k)
     problems += [v.message for v in found]
+    if k_tail(k) and found:
+        problems.append(k_tail_answers(entry, m, n, k))
     if problems:
         row.update(
             status="unsafe",
             edge_classes=",".join(sorted({v.edge_class for v in found})),
-            reason="; ".join(problems) + (f" ({edge_rule(entry).evidence})" if found else ""),
+            reason="; ".join(problems) + (f" ({evidence_for(entry, found)})" if found else ""),
             finding="breaks the rules above; not emulated",
         )
     return found

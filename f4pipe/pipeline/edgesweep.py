@@ -30,11 +30,16 @@ import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.aiter.shaperules import (
+    D_ROW_ALIGN,
     EDGE_K_MIN,
     EDGE_K_MULTI,
+    EDGE_K_TAIL,
+    EDGE_K_TAIL_ROW,
     EDGE_M_ROWS,
     EDGE_N_CHUNK,
     EDGE_N_TILE,
+    K_PADDINGS,
+    SCALE_PADDINGS,
     STORE_CHUNK32,
     STORE_FULL_TILE,
     STORE_UNBOUNDED,
@@ -64,6 +69,9 @@ DEFAULT_ORDERS = SWEEP_ORDERS
 M_EDGE_RESIDUES = (1, 17, 31, 33)
 K_MULTIPLES = (768, 1024)
 BASE_K = 512
+#: The K-tail classes' K: the largest tail the 64-element granule allows (192 past K, six
+#: padding scale columns) after two whole blocks (noBpreShuffle needs K >= 512).
+TAIL_K = BASE_K + 64
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,22 @@ class EdgeShape:
     m: int
     n: int
     k: int
+    scale_pad: str = "driver"  # what the K tail reads (f4pipe.aiter.shaperules.SCALE_PADDINGS)
+    k_pad: str = "none"  # the A and B rows' own K padding (K_PADDINGS)
+
+
+def k_tail_shapes(entry: KernelEntry) -> list[EdgeShape]:
+    """One shape per K-tail class, the smallest that shows it (M = 1: the tile's only row;
+    M = 2, or 256 where the M rule needs it: a row that reads the next one past K; N = tile_n,
+    K = TAIL_K), under every scale padding and A/B K padding."""
+    rows = edge_rule(entry).d_row_multiple
+    several = 2 if rows == D_ROW_ALIGN else rows  # noBpreShuffle: M % 256 == 0 (its M rule)
+    return [
+        EdgeShape(edge, m, entry.tile_n, TAIL_K, scale_pad, k_pad)
+        for edge, m in ((EDGE_K_TAIL_ROW, 1), (EDGE_K_TAIL, several))
+        for scale_pad in SCALE_PADDINGS
+        for k_pad in K_PADDINGS
+    ]
 
 
 def edge_shapes(entry: KernelEntry) -> list[EdgeShape]:
@@ -89,7 +113,7 @@ def edge_shapes(entry: KernelEntry) -> list[EdgeShape]:
     ]
     shapes.append(EdgeShape(EDGE_K_MIN, tm, 2 * tn, 256))
     shapes += [EdgeShape(EDGE_K_MULTI, tm, tn, k) for k in K_MULTIPLES]
-    return shapes
+    return shapes + k_tail_shapes(entry)
 
 
 @dataclass(frozen=True)
@@ -124,7 +148,15 @@ def run_order(
     if policy == "unsafe":
         prefill = np.full(BufferLayout(m, n, k).d_shape, CANARY, dtype=np.uint16)
     request = GemmRequest(
-        m, n, k, d_prefill=prefill, keep_padded_d=True, verify=False, edge_policy=policy
+        m,
+        n,
+        k,
+        d_prefill=prefill,
+        keep_padded_d=True,
+        verify=False,
+        edge_policy=policy,
+        scale_pad=shape.scale_pad,
+        k_pad=shape.k_pad,
     )
     from f4pipe.emu import LaunchFault
 
@@ -200,7 +232,8 @@ def sweep_kernel(
         todo = list(shapes) if shapes is not None else edge_shapes(entry)
         for shape in track(todo, f"safety {entry.name}"):
             ref = reference_for(shape)
-            predicted_safe = is_safe(entry, shape.m, shape.n, shape.k)
+            pads = {"scale_pad": shape.scale_pad, "k_pad": shape.k_pad}
+            predicted_safe = is_safe(entry, shape.m, shape.n, shape.k, **pads)
             for policy in ("unsafe",) if predicted_safe else ("unsafe", "pad"):
                 outcomes = [
                     run_order(devices[o], entry, co_path, shape, policy, ref) for o in orders
@@ -261,6 +294,8 @@ def _row(
         "n": shape.n,
         "k": shape.k,
         "policy": policy,
+        "scale_pad": shape.scale_pad,
+        "k_pad": shape.k_pad,
         "orders": ",".join(o.order for o in outcomes),
         "verdict": verdict,
         "order_dependent": 0 < len(wrong_orders) < len(outcomes),
@@ -276,8 +311,18 @@ def _row(
         "static_d_bound": evidence.d_bound,
         "static_n_guards": evidence.n_guard_summary,
         "static_n_bounded": evidence.n_bounded,
+        "static_k_loop": evidence.k_loop_summary,
+        "static_load_bound": evidence.load_bound,
         "reproducer": (
-            reproducer(entry.name, shape.m, shape.n, shape.k, order=worst.order)
+            reproducer(
+                entry.name,
+                shape.m,
+                shape.n,
+                shape.k,
+                order=worst.order,
+                scale_pad=shape.scale_pad,
+                k_pad=shape.k_pad,
+            )
             if verdict != "safe" and policy == "unsafe"
             else ""
         ),
@@ -334,6 +379,8 @@ class StoreEvidence:
     d_bound_fields: tuple[str, ...]  # kernarg fields reaching the stores' num_records
     d_bound_constant: bool  # a store's num_records is a constant (no shape bound at all)
     n_guards: tuple[str, ...]  # "pc: instruction" of scalar compares on N in the epilogue
+    k_loop: tuple[str, ...] = ()  # "pc: compare (counter += step)" of the K loop's back edge
+    load_bound_fields: tuple[str, ...] = ()  # kernarg fields reaching the loads' num_records
 
     @property
     def n_bounded(self) -> bool:
@@ -346,6 +393,24 @@ class StoreEvidence:
         if self.d_bound_constant and not self.d_bound_fields:
             return "constant (no M or N bound)"
         return "from " + ", ".join(self.d_bound_fields) if self.d_bound_fields else "none"
+
+    @property
+    def k_loop_summary(self) -> str:
+        """The K loop's back edges (unrolled copies counted): trip count ceil(K / step)."""
+        if not self.k_loop:
+            return "none found"
+        return f"{len(self.k_loop)} back edge(s) on K, first {self.k_loop[0]}"
+
+    @property
+    def load_bound(self) -> str:
+        """Which fields bound the A, B and scale loads as first set up (K among them or
+        not): a bound without K lets the last block read past K within the rows."""
+        fields = ", ".join(self.load_bound_fields) or "none"
+        if "K" not in self.load_bound_fields:
+            return f"from {fields} (not K)"
+        if "log2_k_split" in self.load_bound_fields:
+            return f"from {fields} (K with log2_k_split: the splitK chunk)"
+        return f"from {fields}"
 
     @property
     def n_guard_summary(self) -> str:
@@ -385,7 +450,10 @@ def store_evidence(co_path: Path, symbol: str) -> StoreEvidence:
     first_store = min(store_pcs) if store_pcs else 0
     epilogue = max((p for p in mfma_pcs if p < first_store), default=0)
     guards: list[str] = []
-    for inst in insts:
+    k_loop: list[str] = []
+    load_fields: set[str] = set()
+    load_bases: set[int] = set()
+    for at, inst in enumerate(insts):
         if inst.name == "s_endpgm" and inst.pc > (max(store_pcs) if store_pcs else 0):
             break
         srcs = [taint.get(r, _NONE) for op in inst.srcs for r in _regs(op)]
@@ -399,7 +467,14 @@ def store_evidence(co_path: Path, symbol: str) -> StoreEvidence:
             scc = union
             if "N" in union and epilogue < inst.pc <= max(store_pcs, default=0):
                 guards.append(f"{inst.pc:#x}: {format_instruction(inst, prog.labels)}")
+            if "K" in union:
+                step = _loop_step(insts, at)
+                if step:
+                    k_loop.append(f"{inst.pc:#x}: {format_instruction(inst, prog.labels)} {step}")
             continue
+        if inst.name.startswith("buffer_load") and inst.srcs[2].index not in load_bases:
+            load_bases.add(inst.srcs[2].index)  # the bound as set up, before the loop moves it
+            load_fields.update(taint.get(inst.srcs[2].index + 2, _NONE))
         if inst.name.startswith("buffer_store"):
             stores += 1
             base = inst.srcs[2].index
@@ -425,7 +500,31 @@ def store_evidence(co_path: Path, symbol: str) -> StoreEvidence:
         d_bound_fields=tuple(sorted(fields)),
         d_bound_constant=constant,
         n_guards=tuple(guards),
+        k_loop=tuple(k_loop),
+        load_bound_fields=tuple(sorted(load_fields)),
     )
+
+
+#: How far (instructions) a K-loop compare may sit after its counter's step, and its branch
+#: after it (the kernels interleave MFMAs and the next block's loads between them).
+LOOP_WINDOW = 8
+BRANCH_WINDOW = 400
+
+
+def _loop_step(insts, at: int) -> str:
+    """ "(counter += step)" when the compare at `at` is a loop's back edge: an s_addk_i32 on one
+    of its operands shortly before it, and a conditional branch shortly after (no other compare
+    between)."""
+    cmp = insts[at]
+    regs = {op.index for op in cmp.srcs if op is not None and op.kind == "s"}
+    after = insts[at + 1 : at + 1 + BRANCH_WINDOW]
+    branch = next((i for i in after if i.fmt == "SOPC" or i.name.startswith("s_cbranch")), None)
+    if branch is None or not branch.name.startswith("s_cbranch_scc"):
+        return ""
+    for prev in reversed(insts[max(0, at - LOOP_WINDOW) : at]):
+        if prev.name == "s_addk_i32" and prev.dst is not None and prev.dst.index in regs:
+            return f"(counter += {prev.imm:#x})"
+    return ""
 
 
 def static_store_class(evidence: StoreEvidence) -> str:

@@ -297,10 +297,25 @@ def _worst_verdict(rows: pd.DataFrame) -> str:
     return "" if not len(rows) else max(rows["verdict"], key=VERDICT_RANK.__getitem__)
 
 
+def _padding_cell(rows: pd.DataFrame) -> str:
+    """A K-tail cell: the paddings (scale padding, +0K = A and B rows zero-padded in K) under
+    which the kernel is not safe, each with its verdict."""
+    unsafe = rows[rows["verdict"] != "safe"]
+    if not len(unsafe):
+        return "safe under every padding"
+    pads = [
+        f"{r['scale_pad']}{'+0K' if r['k_pad'] == 'zeros' else ''} {r['verdict']}"
+        for _, r in unsafe.iterrows()
+    ]
+    return "not safe: " + ", ".join(dict.fromkeys(pads))
+
+
 def _safety_cell(rows: pd.DataFrame) -> str:
     """The worst verdict of a kernel x edge class cell, with its first evidence."""
     if not len(rows):
         return "-"
+    if "scale_pad" in rows and rows[["scale_pad", "k_pad"]].drop_duplicates().shape[0] > 1:
+        return _padding_cell(rows)
     worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
     v = str(worst["verdict"])
     if v == "wrong" and worst["bad"]:
