@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -117,3 +118,16 @@ def test_the_lazy_emulator_answers_its_identity_without_loading_the_engine() -> 
     identity, before, after = out.stdout.splitlines()
     assert identity.split()[1:3] == ["False", "None"]
     assert (before, after) == ("False", "True")  # a launch-side call does build it
+
+
+def test_the_command_line_runs_blas_on_one_thread_unless_told_otherwise() -> None:
+    """Loading the command line sets OPENBLAS_NUM_THREADS before numpy loads (spinning BLAS
+    threads cost CPU on two cores), and never overrides a value the user set."""
+    probe = "import os, f4pipe.cli, sys\nprint(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    probe += "print('numpy' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["1", "False"], out.stderr
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["2", "False"], out.stderr
