@@ -89,6 +89,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/roundtrip_floor.py")
     session.run("python", "benchmarks/hazard_overhead.py")
     session.run("python", "benchmarks/stage_cpu.py")
+    session.run("python", "benchmarks/profile_emu.py")
     session.run("python", "benchmarks/cli_startup.py")
     session.run("f4research", "accuracy")
     session.run("f4research", "heldback")

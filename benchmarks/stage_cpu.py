@@ -11,6 +11,7 @@ Run: `nox -s bench` (or `python benchmarks/stage_cpu.py [--stage verify] [--kern
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,8 +34,20 @@ def f4gemm_dir() -> Path:
     return fetch_aiter(PypiSource(), cache_root() / "test-resources").f4gemm_dir
 
 
+#: Row columns that measure the run rather than judge it (dropped from --dump).
+TIMING_COLUMNS = frozenset({"seconds"})
+DUMPED: dict[str, list[dict]] = {}
+
+
+def dumped(stage: str, rows: list[dict]) -> list[dict]:
+    """Keep `rows` minus their timing columns for --dump (the verdicts a speed-up must keep)."""
+    DUMPED[stage] = [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
+    return rows
+
+
 def run_verify(manifest: Manifest, kernels: list[str]) -> str:
-    rows = verify_stage(EmulatorDevice(), manifest, get_matrix("seed"), StageSettings(keys=KEYS))
+    settings = StageSettings(keys=KEYS)
+    rows = dumped("verify", verify_stage(EmulatorDevice(), manifest, get_matrix("seed"), settings))
     slow = sorted(rows, key=lambda r: -(r["seconds"] or 0))[:3]
     worst = ", ".join(f"{r['m']}x{r['n']}x{r['k']} {r['seconds']:.1f}s" for r in slow)
     passed = sum(bool(r["passed"]) for r in rows)
@@ -42,12 +55,14 @@ def run_verify(manifest: Manifest, kernels: list[str]) -> str:
 
 
 def run_splitk(manifest: Manifest, kernels: list[str]) -> str:
-    rows = splitk_stage(EmulatorDevice(), manifest, get_matrix("splitk"), StageSettings(keys=KEYS))
+    settings = StageSettings(keys=KEYS)
+    matrix = get_matrix("splitk")
+    rows = dumped("splitk", splitk_stage(EmulatorDevice(), manifest, matrix, settings))
     return f"{len(rows)} runs, {sum(bool(r['passed']) for r in rows)} passed"
 
 
 def run_safety(manifest: Manifest, kernels: list[str]) -> str:
-    rows = sweep(manifest, KEYS, kernels=kernels or None)
+    rows = dumped("safety", sweep(manifest, KEYS, kernels=kernels or None))
     verdicts: dict[str, int] = {}
     for row in rows:
         verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
@@ -66,6 +81,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stage", action="append", choices=STAGES, help="default: all three")
     parser.add_argument("--kernels", type=int, default=0, help="safety: only the first N kernels")
+    parser.add_argument(
+        "--dump", type=Path, help="write every row (timing columns dropped) here as JSON"
+    )
     args = parser.parse_args()
     manifest = read_manifest(f4gemm_dir())
     kernels = [e.name for e in manifest][: args.kernels] if args.kernels else []
@@ -77,6 +95,8 @@ def main() -> None:
         total += cpu
         print(f"{stage:7s} {cpu:7.1f} CPU s  {summary}", flush=True)
     print(f"{'total':7s} {total:7.1f} CPU s")
+    if args.dump:
+        args.dump.write_text(json.dumps(DUMPED, indent=1, sort_keys=True, default=str) + "\n")
 
 
 if __name__ == "__main__":

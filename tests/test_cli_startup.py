@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -83,8 +84,8 @@ def test_a_run_builds_its_own_command_fully_and_lists_the_rest() -> None:
 
 def test_the_workflow_s_imports_load_no_emulator() -> None:
     """Every Snakemake parse (and every job on a cluster) imports what common.smk imports: the
-    emulator's engine, its MFMA tables and ml_dtypes (about 2 s) stay out; `f4pipe.emu`'s names
-    load on first use."""
+    emulator's engine and its MFMA tables (and ml_dtypes, which only fp4 encoding needs) stay
+    out; `f4pipe.emu`'s names load on first use."""
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
     modules = re.findall(r"^from (f4pipe[\w.]*) import", common, flags=re.M)
     assert "f4pipe.edits.spec" in modules  # a package that also holds the emulator's users
@@ -93,7 +94,7 @@ def test_the_workflow_s_imports_load_no_emulator() -> None:
         + "".join(f"import {m}\n" for m in modules)
         + "print(','.join(m for m in ('ml_dtypes', 'f4pipe.emu.engine') if m in sys.modules))\n"
         + "from f4pipe.emu import EmulatorDevice\n"
-        + "print('ml_dtypes' in sys.modules)\n"
+        + "print('f4pipe.emu.engine' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -117,3 +118,16 @@ def test_the_lazy_emulator_answers_its_identity_without_loading_the_engine() -> 
     identity, before, after = out.stdout.splitlines()
     assert identity.split()[1:3] == ["False", "None"]
     assert (before, after) == ("False", "True")  # a launch-side call does build it
+
+
+def test_the_command_line_runs_blas_on_one_thread_unless_told_otherwise() -> None:
+    """Loading the command line sets OPENBLAS_NUM_THREADS before numpy loads (spinning BLAS
+    threads cost CPU on two cores), and never overrides a value the user set."""
+    probe = "import os, f4pipe.cli, sys\nprint(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    probe += "print('numpy' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["1", "False"], out.stderr
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["2", "False"], out.stderr

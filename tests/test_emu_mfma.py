@@ -149,3 +149,48 @@ def test_float64_fast_path_equals_the_exact_path_bit_for_bit(scale_range) -> Non
                 want = exact_sum(terms, cc).view(np.uint32)
                 assert (fast == want).all(), (trial, cc if np.isscalar(cc) else "regs")
     assert admitted > 0
+
+
+@pytest.mark.parametrize(
+    "a_scales, b_scales",
+    [
+        ((124, 131), (124, 131)),  # the operands' default: both float32 steps far inside
+        ((240, 251), (4, 16)),  # A's step alone overflows float32, the product does not
+        ((238, 245), (4, 16)),  # ... A's step at float32's top, still finite
+        ((1, 8), (245, 252)),  # A's step alone is subnormal
+        ((3, 10), (127, 134)),  # ... A's step at float32's smallest normal
+        ((64, 71), (66, 73)),  # the product down to float32's smallest normal
+        ((180, 187), (180, 186)),  # ... and up to its largest
+        ((120, 135), (0, 255)),  # wide: the exact sum
+    ],
+)
+def test_fp4_mfma_equals_the_exact_path_bit_for_bit(a_scales, b_scales) -> None:
+    """Whatever path fp4_mfma takes (all blocks taken as live, then the zero blocks; scaling
+    in float32 or float64; the exact sum), its bits are the TwoSum path's, signed zeros, scales
+    at float32's edges (a partial times 2^(e-127) near the normal range's ends), NaN scales and
+    zero blocks included."""
+    from f4pipe.emu.ops_mfma import E8M0_VALUE, _fp4_operand, block_terms, exact_sum, fp4_mfma
+
+    rng = np.random.default_rng(a_scales[0] + b_scales[0])
+    n = 6
+    for trial in range(40):
+        regs = rng.integers(0, 2**32, size=(2, 4, n, 64), dtype=np.uint64).astype(np.uint32)
+        regs[:, :, : n // 2, : 16 * (trial % 4)] &= np.uint32(0x88888888)  # only +0 / -0
+        regs[trial % 2, :, n // 2 :, 16 * (trial % 4) :] = 0  # zero blocks
+        ea = rng.integers(*a_scales, size=(n, 4, 16), dtype=np.uint16).astype(np.uint8)
+        eb = rng.integers(*b_scales, size=(n, 4, 16), dtype=np.uint16).astype(np.uint8)
+        (ea if trial % 2 == 0 else eb)[n // 2 :, trial % 4 :] = 0  # 2^-127 on zero blocks
+        c = rng.normal(0, 10.0 ** (trial % 5), size=(n, 16, 16)).astype(np.float32)
+        c *= np.float32(2.0 ** min(int(ea.max()) + int(eb.max()) - 254, 100))  # the products' scale
+        c[:, :4] = 0.0
+        c[:, 4:6] = -0.0
+        a, b = _fp4_operand(regs[0]), _fp4_operand(regs[1])
+        terms = block_terms(a, b, E8M0_VALUE[ea], E8M0_VALUE[eb])
+        for cc in (c.astype(np.float64), 0.0, -0.0):
+            with np.errstate(invalid="ignore", over="ignore"):
+                want = exact_sum(terms, cc).view(np.uint32)
+                got = fp4_mfma(regs[0], regs[1], ea, eb, cc).view(np.uint32)
+            same = (got == want) | (
+                np.isnan(got.view(np.float32)) & np.isnan(want.view(np.float32))
+            )
+            assert same.all(), (trial, cc if np.isscalar(cc) else "regs")

@@ -50,6 +50,44 @@ def test_bf16_round_trip_and_rounding():
     assert bf16_bits_to_float(np.array([0x3F81], dtype=np.uint16)).tolist() == [1.0 + 2.0**-7]
 
 
+def test_decoders_agree_with_ml_dtypes_on_every_code():
+    """The hand conversions (no ml_dtypes import on the launch path) give ml_dtypes' values
+    for all 16 fp4 codes, all 256 E8M0 bytes and all 65536 bf16 patterns, NaNs included."""
+    import ml_dtypes
+
+    fp4 = np.arange(16, dtype=np.uint8)
+    want = fp4.view(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    np.testing.assert_array_equal(fp4_to_float(fp4), want)
+    assert (np.signbit(fp4_to_float(fp4)) == np.signbit(want)).all()  # -0.0 stays negative
+    e8m0 = np.arange(256, dtype=np.uint8)
+    want = e8m0.view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    np.testing.assert_array_equal(e8m0_to_float(e8m0), want)
+    bf16 = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    with np.errstate(invalid="ignore"):  # signalling NaNs widen to quiet ones
+        want = bf16.view(ml_dtypes.bfloat16).astype(np.float64)
+    got = bf16_bits_to_float(bf16)
+    np.testing.assert_array_equal(got, want)
+    assert (np.signbit(got) == np.signbit(want)).all()
+
+
+def test_bf16_encoder_agrees_with_ml_dtypes_on_every_rounding_case():
+    """Every f32 whose top half is any of the 65536 patterns, with every low half that decides
+    RNE differently (0, 1, just below, at and just above the halfway point, all ones): the
+    same bf16 bits as ml_dtypes, NaN inputs, overflow to infinity and ties to even included."""
+    import ml_dtypes
+
+    top = np.arange(65536, dtype=np.uint32) << np.uint32(16)
+    low = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=np.uint32)
+    f32 = (top[:, None] | low[None, :]).reshape(-1).view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = f32.astype(ml_dtypes.bfloat16).view(np.uint16)
+    np.testing.assert_array_equal(float_to_bf16_bits(f32), want)
+    doubles = np.array([1e39, -1e39, 3.0e38, np.inf, -np.nan, 2.0**-140])
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = doubles.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+    np.testing.assert_array_equal(float_to_bf16_bits(doubles), want)
+
+
 def test_pack_low_nibble_is_even_element():
     packed = pack_fp4(np.array([[1, 2, 15, 0]], dtype=np.uint8))
     assert packed.tolist() == [[0x21, 0x0F]]

@@ -16,6 +16,7 @@ to watch (TimingModel.flagged); a kernel with none pays nothing for wait-state c
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from f4pipe.analysis.timing import Hazard, TimingModel
@@ -182,6 +183,33 @@ class StaticReport:
         return [f.hazard.message for f in (*self.wait_states, *self.counters)]
 
 
+#: Programs' wait-state findings by content (program_key): `try` checks the edit and its
+#: original statically and then launches both, and each launch's timing model needs the same
+#: pass, which is the costliest part of the static check. Bounded: a command meets a few dozen.
+_WAIT_STATE_FINDINGS: dict[tuple, tuple[StaticFinding, ...]] = {}
+_MAX_CACHED = 128
+
+
+def program_key(program: Program) -> tuple:
+    """What the findings depend on: the instructions (text, its address and the entry) and the
+    labels their messages print."""
+    text = hashlib.sha256(program.text).digest()
+    labels = tuple(sorted(program.labels.items()))
+    return (program.symbol, program.text_addr, program.entry, text, labels)
+
+
+def cached_wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFinding]:
+    """wait_state_findings(model, cfg), computed once per program content."""
+    key = program_key(model.program)
+    found = _WAIT_STATE_FINDINGS.get(key)
+    if found is None:
+        found = tuple(wait_state_findings(model, cfg))
+        if len(_WAIT_STATE_FINDINGS) >= _MAX_CACHED:
+            _WAIT_STATE_FINDINGS.pop(next(iter(_WAIT_STATE_FINDINGS)))
+        _WAIT_STATE_FINDINGS[key] = found
+    return list(found)
+
+
 def analyse(program: Program) -> StaticReport:
     """Both static checks of one kernel."""
     cfg = build_cfg(program)
@@ -189,15 +217,14 @@ def analyse(program: Program) -> StaticReport:
     return StaticReport(
         program.symbol,
         len(cfg.order),
-        wait_state_findings(model, cfg),
+        cached_wait_state_findings(model, cfg),
         counter_findings(model, cfg),
     )
 
 
 def timing_model(program: Program) -> TimingModel:
-    """The run-time model of `program`, watching the pcs the static wait-state pass flags
-    (the pass fills the model's effects cache, which the run then reuses)."""
+    """The run-time model of `program`, watching the pcs the static wait-state pass flags."""
     model = TimingModel(program, frozenset())
-    findings = wait_state_findings(model, build_cfg(program))
+    findings = cached_wait_state_findings(model, build_cfg(program))
     model.watch(frozenset(f.hazard.consumer_pc for f in findings))
     return model

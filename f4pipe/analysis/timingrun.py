@@ -97,6 +97,9 @@ class TimingRun:
         self.W = W
         self.state = np.zeros(W, np.int64)
         self.uniform: int | None = 0  # every wave in the same abstract state (the common case)
+        # The wave selection the last step advanced, when its waves left it in one state: the
+        # step loop hands the same selection back while that group runs straight-line code.
+        self._held: tuple[np.ndarray, int] | None = None
         base = lds.base
         self.issued = np.full((2, W), base, np.int64)  # [VM | LDS, wave]: next sequence number
         self.retired = np.full((2, W), base, np.int64)  # every op below this has retired
@@ -119,10 +122,17 @@ class TimingRun:
     def before(self, ex, inst, sel, offsets=NO_OFFSETS) -> None:
         """Advance the selected waves' abstract state over `inst` (before it executes)."""
         full = isinstance(sel, slice)
+        held = self._held
+        self._held = None
         if full and self.uniform is not None:
             t = self.model.transition(self.uniform, inst.pc, offsets)
             self.uniform = t.next
             self._apply(ex, inst, sel, t)
+        elif held is not None and held[0] is sel:  # the same waves, still in one state
+            t = self.model.transition(held[1], inst.pc, offsets)
+            self.state[sel] = t.next
+            self._apply(ex, inst, sel, t)
+            self._held = (sel, t.next)
         else:
             if self.uniform is not None:
                 self.state[:] = self.uniform
@@ -133,6 +143,8 @@ class TimingRun:
                 t = self.model.transition(first, inst.pc, offsets)
                 self.state[sel] = t.next
                 self._apply(ex, inst, sel, t)
+                if not full:
+                    self._held = (sel, t.next)
             else:
                 waves = np.arange(self.W)[sel]
                 for sid in np.unique(ids):

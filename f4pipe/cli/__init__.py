@@ -24,6 +24,14 @@ from f4pipe import __version__
 from f4pipe.codeobj.images import shared_images
 from f4pipe.core.errors import F4PipeError
 
+#: BLAS threads for the command's numpy (set before numpy loads; a value the user set wins).
+#: f4pipe's matrix products are the emulator's many tiny MFMA tiles and one reference GEMM per
+#: run, and a pipeline job already spreads its runs over one forked worker per core: extra
+#: OpenBLAS threads only spin, about 10 % more CPU seconds for the same wall time on two cores
+#: (benchmarks/profile_emu.py, docs/performance.md).
+BLAS_THREADS = "1"
+os.environ.setdefault("OPENBLAS_NUM_THREADS", BLAS_THREADS)
+
 #: Every command, in `f4pipe --help` order: the module under f4pipe/cli that registers it
 #: (register(subparsers); the command sets `func(args) -> int`) and its one-line help. A run
 #: imports only its command's module, and each module imports numpy, pandas and pyarrow only

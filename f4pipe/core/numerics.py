@@ -2,10 +2,13 @@
 the B pre-shuffle and the scale padding + shuffle.
 
 Everything that turns logical matrices into the bytes a kernel reads lives here, once: the
-launcher, the emulator's tests, the reference and the reports import it. Conversions go through
-ml_dtypes (float4_e2m1fn, float8_e8m0fnu, bfloat16) rather than hand tables, imported on the
-first conversion: the import takes about 2 CPU-seconds, which a stage job whose rows all come
-from the result store, or a command that only plans, never needs. The shuffles are the seed
+launcher, the emulator's tests, the reference and the reports import it. The conversions every
+launch needs (fp4, E8M0 and bf16 to float; float to bf16) are exact bit arithmetic on numpy
+arrays, because importing ml_dtypes costs about half a CPU-second, as much as a whole `try` on a
+small tile may take. Encoding floats to fp4 (rounding, saturation) goes through ml_dtypes'
+float4_e2m1fn, imported on first use; tests/test_numerics.py holds every hand conversion to
+ml_dtypes' over every input class (all 16 and 256 codes, all 65536 bf16 patterns, every f32
+rounding case). The shuffles are the seed
 README's index maps written as numpy reshape/transpose, so they are whole-array operations (the
 element-wise maps are the tests' oracle).
 """
@@ -13,29 +16,18 @@ element-wise maps are the tests' oracle).
 from __future__ import annotations
 
 from functools import cache
-from typing import NamedTuple
 
 import numpy as np
 
 from f4pipe.core.errors import ShapeError
 
 
-class _MxDtypes(NamedTuple):
-    fp4: np.dtype
-    e8m0: np.dtype
-    bf16: np.dtype
-
-
 @cache
-def _dtypes() -> _MxDtypes:
-    """FP4 e2m1, E8M0 and bfloat16 as numpy dtypes (ml_dtypes, imported here once)."""
+def _fp4_dtype() -> np.dtype:
+    """FP4 e2m1 as a numpy dtype (ml_dtypes, imported here once: only encoding needs it)."""
     import ml_dtypes
 
-    return _MxDtypes(
-        np.dtype(ml_dtypes.float4_e2m1fn),
-        np.dtype(ml_dtypes.float8_e8m0fnu),
-        np.dtype(ml_dtypes.bfloat16),
-    )
+    return np.dtype(ml_dtypes.float4_e2m1fn)
 
 
 #: Elements of K sharing one E8M0 scale (MX block size).
@@ -59,31 +51,48 @@ def round_up(value: int, multiple: int) -> int:
 # --- element conversions -------------------------------------------------------------------
 
 
+#: FP4 e2m1 code (sign bit 3, exponent bits 2:1, mantissa bit 0) -> its value (OCP MX).
+FP4_VALUES = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+)
+#: The bf16 pattern every f32 NaN converts to, by sign (what ml_dtypes gives: a quiet NaN
+#: without payload).
+BF16_NAN = 0x7FC0
+
+
 def fp4_to_float(codes: np.ndarray) -> np.ndarray:
     """FP4 e2m1 codes (uint8, low 4 bits used) -> float64 values."""
-    codes = np.asarray(codes, dtype=np.uint8)
-    return (codes & 0x0F).view(_dtypes().fp4).astype(np.float64)
+    return FP4_VALUES[np.asarray(codes, dtype=np.uint8) & 0x0F]
 
 
 def float_to_fp4(values: np.ndarray) -> np.ndarray:
     """float values -> FP4 e2m1 codes (uint8), rounding to nearest even, saturating at 6."""
-    return np.asarray(values, dtype=np.float32).astype(_dtypes().fp4).view(np.uint8)
+    return np.asarray(values, dtype=np.float32).astype(_fp4_dtype()).view(np.uint8)
 
 
 def e8m0_to_float(codes: np.ndarray) -> np.ndarray:
     """E8M0 scale bytes -> float64: 2^(e-127); 0x00 is 2^-127 and 0xFF is NaN."""
-    return np.asarray(codes, dtype=np.uint8).view(_dtypes().e8m0).astype(np.float64)
+    e = np.asarray(codes, dtype=np.uint8).astype(np.int64)
+    return np.where(e == 0xFF, np.nan, np.ldexp(1.0, e - 127))
 
 
 def bf16_bits_to_float(bits: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns (uint16) -> float64 values (exact)."""
-    return np.asarray(bits, dtype=np.uint16).view(_dtypes().bf16).astype(np.float64)
+    """bf16 bit patterns (uint16) -> float64 values (exact: bf16 is the top half of an f32)."""
+    wide = np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one, as in C
+        return wide.view(np.float32).astype(np.float64)
 
 
 def float_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """float values -> bf16 bit patterns (uint16), round to nearest even from float32 (the
-    kernels convert f32 accumulators; float64 input is rounded to f32 first)."""
-    return np.asarray(values, dtype=np.float32).astype(_dtypes().bf16).view(np.uint16)
+    kernels convert f32 accumulators; float64 input is rounded to f32 first). Overflow rounds
+    to infinity; NaN becomes the quiet NaN BF16_NAN with the input's sign."""
+    with np.errstate(over="ignore", invalid="ignore"):  # a NaN's rounding may wrap: replaced
+        f32 = np.asarray(values, dtype=np.float32)
+        top = f32.view(np.uint32) >> np.uint32(16)
+        rounded = (f32.view(np.uint32) + np.uint32(0x7FFF) + (top & np.uint32(1))) >> np.uint32(16)
+        nan = (top & np.uint32(0x8000)) | np.uint32(BF16_NAN)
+        return np.where(np.isnan(f32), nan, rounded).astype(np.uint16)
 
 
 # --- nibble packing ----------------------------------------------------------------------------

@@ -232,6 +232,8 @@ class Executor:
         """Per-operand (src0, src1, src2, dst) offsets when GPR indexing is on, else None.
 
         Raises when the selected waves disagree (the step loop then splits the group)."""
+        if not self.gpr_idx_active:  # no wave has indexing on: the common case, no array op
+            return None
         en = self.gpr_idx_en[sel]
         if not en.any():
             return None
@@ -250,9 +252,15 @@ class Executor:
         W = self.W
         big = np.iinfo(np.int64).max
         converged = False  # every wave runnable and at the same pc: no selection needed
+        # The group the last step ran stays the lowest-pc group while it runs straight-line
+        # code (no SOPP: only those branch, wait at a barrier or end) below `next_other`, the
+        # lowest pc of every other runnable wave: then it needs no new selection either.
+        held, next_pc, next_other = False, 0, big
         while True:
             if converged:
                 pc, sel, n = int(self.pc[0]), slice(None), W
+            elif held:
+                pc = next_pc
             else:
                 runnable = ~(self.done | self.at_barrier)
                 if not runnable.any():
@@ -271,6 +279,9 @@ class Executor:
                 group = pcs == pc
                 n = int(group.sum())
                 sel = slice(None) if n == W else np.nonzero(group)[0]
+                if n < W:
+                    pcs[group] = big
+                    next_other = int(pcs.min())
             inst = prog.at(pc)
             if self.timing is not None:
                 self._advance_timing(inst, sel)
@@ -279,6 +290,8 @@ class Executor:
             self._execute(inst, sel)
             # Only control flow can split or stop waves; an unconditional branch keeps them.
             converged = n == W and (inst.fmt != "SOPP" or inst.name == "s_branch")
+            next_pc = pc + inst.size
+            held = n < W and inst.fmt != "SOPP" and next_pc < next_other
             self.steps += 1
             self.dynamic_instructions += n
             self.icount[sel] += 1

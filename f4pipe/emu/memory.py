@@ -350,12 +350,13 @@ class GlobalMemory:
 
     def read_dwords(self, addr: np.ndarray, what: str = "load") -> np.ndarray:
         """uint32 at each (int64) address; shape follows `addr`."""
-        out = np.zeros(addr.shape, dtype=np.uint32)
         groups = self._word_groups(addr, what)
         self._note_read([start for _, start, _, _ in groups])
+        if len(groups) == 1 and groups[0][0].all():  # one allocation holds every address
+            _, _, words, idx = groups[0]
+            return words[idx]
+        out = np.zeros(addr.shape, dtype=np.uint32)
         for sel, _, words, idx in groups:
-            if sel.all():
-                return words[idx]
             out[sel] = words[idx]
         return out
 

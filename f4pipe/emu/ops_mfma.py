@@ -34,8 +34,15 @@ _HALFWORDS = np.arange(65536, dtype=np.uint32)
 FP4_QUAD = np.stack(
     [fp4_to_float((_HALFWORDS >> (4 * i)) & 0xF) for i in range(4)], axis=-1
 ).astype(np.float32)
-#: E8M0 byte -> 2^(e-127) (0xFF -> NaN) as float64.
+#: E8M0 byte -> 2^(e-127) (0xFF -> NaN) as float64, and as float32 for the fast path.
 E8M0_VALUE = e8m0_to_float(_BYTES)
+E8M0_VALUE32 = E8M0_VALUE.astype(np.float32)
+#: Scale exponents (E8M0 bytes) for which a nonzero block partial P (a multiple of 2^-2 below
+#: 2^11, so at most 13 significant bits) times 2^(ea-127) and then 2^(eb-127) stays a normal
+#: float32 at both steps (within [2^-126, 2^128)), so both products are exact: each byte in
+#: [F32_SCALE_MIN, F32_SCALE_MAX] and ea + eb in [F32_SCALE_SUM_MIN, F32_SCALE_SUM_MAX].
+F32_SCALE_MIN, F32_SCALE_MAX = 127 - 126 + 2, 127 + 128 - 11
+F32_SCALE_SUM_MIN, F32_SCALE_SUM_MAX = 254 - 126 + 2, 254 + 128 - 11
 
 
 def _fp4_operand(regs: np.ndarray) -> np.ndarray:
@@ -112,8 +119,8 @@ def live_blocks(regs: np.ndarray) -> np.ndarray:
 def exact_in_float64(
     ea: np.ndarray,
     eb: np.ndarray,
-    a_live: np.ndarray,
-    b_live: np.ndarray,
+    a_live: np.ndarray | None,
+    b_live: np.ndarray | None,
     c: np.ndarray | float,
 ) -> bool:
     """True when every partial sum of the products and C is exact in float64, in any order.
@@ -124,14 +131,19 @@ def exact_in_float64(
     and that bound is below 2^(L+53), every sum of any subset is a float64 (53-bit
     significand) exactly, so summing in float64 gives the exact sum and one conversion rounds
     it to f32 as round_sum_to_f32 does. A NaN scale (0xFF, which poisons even a zero block)
-    or a non-finite C never qualify: their propagation stays the exact path's."""
+    or a non-finite C never qualify: their propagation stays the exact path's.
+
+    a_live / b_live None: take every block as live. The bounds then span more scales, so a
+    True still holds for the live blocks alone (L no larger, Emax no smaller) and the caller
+    skips finding the zero blocks; a False is decided again with them."""
     ea_max, eb_max = int(ea.max()), int(eb.max())
     if ea_max == 0xFF or eb_max == 0xFF:
         return False
-    c_max = float(np.abs(c).max()) if isinstance(c, np.ndarray) else abs(c)
+    # max |C| from min and max (no |C| array); both propagate a NaN, which is not finite
+    c_max = max(-float(c.min()), float(c.max())) if isinstance(c, np.ndarray) else abs(c)
     if not math.isfinite(c_max):
         return False
-    if a_live.all() and b_live.all():  # the common case: no zero block
+    if a_live is None or b_live is None or (a_live.all() and b_live.all()):
         low = int(ea.min()) + int(eb.min()) - 254 - 2  # L
         high = ea_max + eb_max - 254  # Emax
     elif not a_live.any() or not b_live.any():
@@ -142,8 +154,26 @@ def exact_in_float64(
         high = int(live_a.max()) + int(live_b.max()) - 254
     if 4608.0 * math.ldexp(1.0, high) + c_max >= math.ldexp(1.0, low + 53):
         return False
-    on_grid = np.ldexp(c, -low)
-    return bool((on_grid == np.rint(on_grid)).all())
+    if not isinstance(c, np.ndarray):
+        on_grid = math.ldexp(c, -low)
+        return on_grid == math.floor(on_grid)
+    on_grid = c * math.ldexp(1.0, -low)  # times a power of two: exact (no overflow: bound)
+    return bool((on_grid == np.trunc(on_grid)).all())
+
+
+def scaled_in_float32(ea: np.ndarray, eb: np.ndarray) -> bool:
+    """True when every nonzero block partial times its two scales, one after the other, is a
+    normal float32 (see F32_SCALE_MIN): scaling in float32 is then exact. `ea` / `eb`: the
+    scale bytes of the live blocks (a zero partial stays zero under any finite scale)."""
+    if not ea.size or not eb.size:
+        return True
+    a_low, a_high, b_low, b_high = int(ea.min()), int(ea.max()), int(eb.min()), int(eb.max())
+    return (
+        min(a_low, b_low) >= F32_SCALE_MIN
+        and max(a_high, b_high) <= F32_SCALE_MAX
+        and a_low + b_low >= F32_SCALE_SUM_MIN
+        and a_high + b_high <= F32_SCALE_SUM_MAX
+    )
 
 
 def block_terms(a: np.ndarray, b: np.ndarray, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
@@ -157,7 +187,7 @@ def float64_sum(terms: np.ndarray, c: np.ndarray | float) -> np.ndarray:
     """The fast path when exact_in_float64 holds: the four block terms and C summed in
     float64 (every partial sum exact, so order does not matter), rounded once to f32."""
     with np.errstate(over="ignore"):  # beyond f32 range: inf, as round_sum_to_f32 gives
-        return (terms.sum(axis=1) + c).astype(np.float32)
+        return (terms.sum(axis=1, dtype=np.float64) + c).astype(np.float32)
 
 
 def exact_sum(terms: np.ndarray, c: np.ndarray | float) -> np.ndarray:
@@ -166,6 +196,34 @@ def exact_sum(terms: np.ndarray, c: np.ndarray | float) -> np.ndarray:
     parts = list(terms.transpose(1, 0, 2, 3))
     parts.append(c if isinstance(c, np.ndarray) else np.full_like(parts[0], c))
     return round_sum_to_f32(parts)
+
+
+def scaled_block_terms32(a: np.ndarray, b: np.ndarray, ea: np.ndarray, eb: np.ndarray):
+    """block_terms in float32, when scaled_in_float32 holds: each partial times its scales
+    in place (two broadcasts of float32 powers of two, each exact), half block_terms' bytes."""
+    partial = np.matmul(a, b.transpose(0, 1, 3, 2))
+    partial *= E8M0_VALUE32[ea][:, :, :, None]
+    partial *= E8M0_VALUE32[eb][:, :, None, :]
+    return partial
+
+
+def fp4_mfma(a_regs: np.ndarray, b_regs: np.ndarray, ea, eb, c) -> np.ndarray:
+    """D = A x B with block scales, plus C, as float32 [n, 16 (i), 16 (j)]. The fast path when
+    exact_in_float64 holds, with every block taken as live first (the zero blocks are found
+    only when that fails); its scaling in float32 when scaled_in_float32 holds for the live
+    blocks; else the exact sum."""
+    a = _fp4_operand(a_regs)  # rows i (src0)
+    b = _fp4_operand(b_regs)  # columns j (src1)
+    live_ea, live_eb = ea, eb
+    fast = exact_in_float64(ea, eb, None, None, c)
+    if not fast:
+        a_live, b_live = live_blocks(a_regs), live_blocks(b_regs)
+        fast = exact_in_float64(ea, eb, a_live, b_live, c)
+        live_ea, live_eb = ea[a_live], eb[b_live]
+    if fast and scaled_in_float32(live_ea, live_eb):
+        return float64_sum(scaled_block_terms32(a, b, ea, eb), c)
+    terms = block_terms(a, b, E8M0_VALUE[ea], E8M0_VALUE[eb])
+    return (float64_sum if fast else exact_sum)(terms, c)
 
 
 def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
@@ -180,14 +238,9 @@ def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
     if not ex.exec_full:
         raise ex.error(inst, sel, "MFMA with a partial EXEC is not modelled")
     a_op, b_op, c_op, s0_op, s1_op = inst.srcs
-    a_regs, b_regs = ex.vregs(a_op, sel), ex.vregs(b_op, sel)
-    a = _fp4_operand(a_regs)  # rows i (src0)
-    b = _fp4_operand(b_regs)  # columns j (src1)
     ea = _scale_bytes(ex, s0_op, sel, (inst.op_sel & 1) + 2 * (inst.op_sel_hi & 1))
     eb = _scale_bytes(ex, s1_op, sel, (inst.op_sel >> 1 & 1) + 2 * (inst.op_sel_hi >> 1 & 1))
-    terms = block_terms(a, b, E8M0_VALUE[ea], E8M0_VALUE[eb])
     c = _accumulator(ex, c_op, sel)
-    fast = exact_in_float64(ea, eb, live_blocks(a_regs), live_blocks(b_regs), c)
-    d = (float64_sum if fast else exact_sum)(terms, c)
+    d = fp4_mfma(ex.vregs(a_op, sel), ex.vregs(b_op, sel), ea, eb, c)
     base = ex.reg_index(inst.dst)
     ex.vgpr[base : base + 4, sel] = matrix_to_acc(d.view(np.uint32))
