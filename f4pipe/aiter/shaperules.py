@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.core.errors import ConfigError, ShapeError
+from f4pipe.core.layout import K_PADDINGS, SCALE_PADDINGS
 from f4pipe.core.numerics import round_up
 
 #: How `run_gemm` treats a shape the rules mark unsafe for the kernel.
@@ -78,13 +79,6 @@ EDGE_CLASSES = (
 )
 #: The K block of every kernel's main loop (its counter's step).
 K_BLOCK = 256
-#: What the scale buffers' padding columns hold: "driver" E8M0 1.0 (0x7F, the C++ driver),
-#: "zeros" (0x00 = 2^-127), "arbitrary" (uninitialised memory: aiter's `torch.empty` pad,
-#: modelled as seeded random bytes).
-SCALE_PADDINGS = ("driver", "zeros", "arbitrary")
-#: The A and B rows' own K padding: "none" (row stride K: past K lies the next row) or
-#: "zeros" (rows padded with zeros to round_up(K, 256), the row stride).
-K_PADDINGS = ("none", "zeros")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest, read_manifest
-from f4pipe.aiter.shaperules import K_PADDINGS, SCALE_PADDINGS
 from f4pipe.cli import EXIT_ERROR, EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_artifact_keys,
@@ -31,7 +30,7 @@ from f4pipe.cli.args import (
 )
 from f4pipe.core.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
 from f4pipe.core.fsio import check_writable, json_text
-from f4pipe.core.layout import GEMM_STAGES, NO_DEVICE
+from f4pipe.core.layout import GEMM_STAGES, K_PADDINGS, NO_DEVICE, SCALE_PADDINGS
 from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 

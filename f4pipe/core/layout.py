@@ -85,6 +85,16 @@ def arch_table_file(arch: str, name: str) -> str:
     return f"{ARCHS_DIR}/{arch}/{table_file(name)}"
 
 
+#: What a K tail (K % 256 != 0) reads, named once for the command line and the rules
+#: (f4pipe.aiter.shaperules). The scale buffers' padding columns: "driver" E8M0 1.0 (0x7F, the
+#: C++ driver), "zeros" (0x00 = 2^-127), "arbitrary" (uninitialised memory: aiter's
+#: `torch.empty` pad, modelled as seeded random bytes).
+SCALE_PADDINGS = ("driver", "zeros", "arbitrary")
+#: The A and B rows' own K padding: "none" (row stride K: past K lies the next row) or
+#: "zeros" (rows padded with zeros to round_up(K, 256), the row stride).
+K_PADDINGS = ("none", "zeros")
+
+
 # --- jobs ------------------------------------------------------------------------------------
 
 #: How the per-kernel stages (verify, splitk, bench, safety) are cut into jobs (config
