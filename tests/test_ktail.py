@@ -1,4 +1,4 @@
-"""K % 256 != 0 (issue 38 item 1): the K-tail rule (f4pipe.aiter.shaperules) against the emulator
+"""K % 256 != 0: the K-tail rule (f4pipe.aiter.shaperules) against the emulator
 at the three shapes the issue names, under every padding, with the instructions that explain
 each verdict; the K-tail sweep classes; `predict` and the cycle model's trace at such a K."""
 

@@ -1,6 +1,7 @@
 # The facts of the source and the machine, fetch, toolchain, manifest and the co2asm round trip.
 
 
+# The first job: a wrong pin or an unreadable source stops the run before any other job writes.
 checkpoint aiter_id:
     input:
         get_local_source_files,
@@ -8,6 +9,7 @@ checkpoint aiter_id:
         AITER_ID_FACT,
     log:
         FACT_LOGS / "aiter_id.log",
+    priority: 100
     conda:
         "../envs/f4pipe.yaml"
     params:
@@ -155,7 +157,7 @@ rule architectures:
         LOGS / "architectures.log",
     conda:
         "../envs/f4pipe.yaml"
-    threads: get_all_cores
+    threads: get_stage_threads
     params:
         architectures=get_architectures_arg,
         store=get_store_args,

@@ -267,6 +267,12 @@ def get_unit_threads(wildcards):
     return 1
 
 
+def get_stage_threads(wildcards):
+    """A job over every kernel of a stage: every core of the run, or one under
+    `jobs_per: kernel` (cluster executors, where --cores need not be given)."""
+    return get_all_cores(wildcards) if PER_VARIANT_JOBS else 1
+
+
 def get_all_cores(wildcards):
     """A job that spreads over every core of the run (`--cores`), read when the job is
     scheduled, never while the Snakefile is parsed. `snakemake --report` gives no --cores and
