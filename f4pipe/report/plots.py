@@ -32,7 +32,7 @@ def plot_splitk(ran: pd.DataFrame | None, path: Path) -> str:
     """Error vs split count per (variant, kernel, shape) beside the seed's MI355X line;
     with no runs (`ran` None) only the seed's line, titled so nobody mistakes it for a result."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(5.2, 4.0), layout="constrained")
     xs = sorted(SEED_SPLITK_ERR_PCT)
     m, n, k = SEED_SPLITK_SHAPE
     ax.plot(
@@ -100,15 +100,26 @@ def plot_bench(table: pd.DataFrame, path: Path) -> str:
 
 
 def plot_predicted(table: pd.DataFrame, path: Path) -> str:
-    """Predicted TFLOP/s per (kernel, shape), with the seed driver's MI355X measurement as a
-    marker where there is one; titled as a prediction."""
+    """Predicted TFLOP/s per (kernel, shape), one bar per variant (original and rebuilt side by
+    side), with the seed driver's MI355X measurement as a marker where there is one; titled as
+    a prediction, and saying so when the variants' bars coincide (same decoded program)."""
     plt = pyplot()
     labels = [f"{r['kernel']}\n{r['shape (MxNxK /split)']}" for _, r in table.iterrows()]
-    col = next((c for c in (f"{v} tflops_pred" for v in BASE_VARIANTS) if c in table), None)
-    fig, ax = plt.subplots(figsize=(11, 4.2), layout="constrained")
+    cols = [c for c in (f"{v} tflops_pred" for v in BASE_VARIANTS) if c in table]
+    fig, ax = plt.subplots(figsize=(5.2, 4.0), layout="constrained")
+    width = 0.8 / max(len(cols), 1)
+    shades = {"original": "tab:gray", "rebuilt": "tab:blue"}
+    for i, col in enumerate(cols):
+        variant = col.split()[0]
+        xs = [j + (i - (len(cols) - 1) / 2) * width for j in range(len(table))]
+        ax.bar(
+            xs,
+            table[col].fillna(0),
+            width,
+            label=f"{variant}, predicted",
+            color=shades.get(variant),
+        )
     xs = list(range(len(table)))
-    if col is not None:
-        ax.bar(xs, table[col].fillna(0), 0.6, label="predicted (cycle model)", color="tab:gray")
     measured = table.get("seed measured us (MI355X)")
     if measured is not None:
         flops = [
@@ -127,10 +138,13 @@ def plot_predicted(table: pd.DataFrame, path: Path) -> str:
                 zorder=3,
                 label="seed driver, measured on MI355X",
             )
-    ax.set_xticks(xs, labels, fontsize=7)
+    ax.set_xticks(xs, labels, fontsize=6)
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("PREDICTED throughput (no gfx950 device: not measured)")
-    ax.legend()
+    title = "PREDICTED throughput (no gfx950 device: not measured)"
+    if len(cols) == 2 and table[cols[0]].equals(table[cols[1]]):
+        title += "\noriginal = rebuilt: the same decoded program, so the same prediction"
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
     return save_figure(fig, path)
 
 
@@ -168,12 +182,17 @@ def short_kernel_label(kernel: str) -> str:
 
 
 #: Colours of the safety heatmap, worst verdict per cell (not run: grey).
+#: Inches per heatmap cell (width, height): at dpi 110 about 50 x 11 px, which the report
+#: shows at about that size (render.TALL_PLOTS).
+HEATMAP_CELL_IN = (0.45, 0.1)
+
 SAFETY_COLOURS = {"safe": "#4caf50", "race": "#ffb300", "wrong": "#e53935", "fault": "#6a1b9a"}
 
 
 def plot_safety_heatmap(cells: pd.DataFrame, path: Path) -> str:
     """Kernel x edge class, each cell coloured by its worst verdict (`cells`: one row per
-    kernel, one column per edge class, verdict names)."""
+    kernel, one column per edge class, verdict names). The figure is sized to the grid (a
+    fixed size per cell), so 35 kernels stay legible instead of shrinking into a strip."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -182,16 +201,22 @@ def plot_safety_heatmap(cells: pd.DataFrame, path: Path) -> str:
     codes = cells.apply(lambda col: col.map(lambda v: verdicts.index(v) if v in verdicts else -1))
     grid = codes.to_numpy(dtype=float, copy=True)
     grid[grid < 0] = float("nan")
-    fig, ax = plt.subplots(figsize=(2 + 1.4 * cells.shape[1], 1 + 0.22 * len(cells)))
-    ax.imshow(grid, cmap=ListedColormap(list(SAFETY_COLOURS.values())), vmin=0, vmax=3)
-    ax.set_xticks(range(cells.shape[1]), list(cells.columns), fontsize=8)
-    ax.set_yticks(range(len(cells)), list(cells.index), fontsize=7)
+    width = 1.9 + HEATMAP_CELL_IN[0] * cells.shape[1]
+    height = 1.0 + HEATMAP_CELL_IN[1] * len(cells)
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    cmap = ListedColormap(list(SAFETY_COLOURS.values()))
+    ax.imshow(grid, cmap=cmap, vmin=0, vmax=3, aspect="auto")
+    ax.set_xticks(range(cells.shape[1]), list(cells.columns), fontsize=7.5, rotation=35, ha="right")
+    ax.set_yticks(range(len(cells)), list(cells.index), fontsize=7.5)
     ax.legend(
         handles=[Patch(color=c, label=v) for v, c in SAFETY_COLOURS.items()],
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1),
-        fontsize=8,
+        loc="lower left",
+        bbox_to_anchor=(0, 1.0),
+        ncol=len(SAFETY_COLOURS),
+        fontsize=7.5,
+        handlelength=1,
+        columnspacing=0.8,
+        frameon=False,
     )
-    ax.set_title("worst verdict per kernel and edge class (emulator)", fontsize=9)
-    fig.tight_layout()
+    ax.set_title("worst verdict per kernel and edge class (emulator)", fontsize=8, pad=16)
     return save_figure(fig, path)

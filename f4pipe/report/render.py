@@ -67,10 +67,15 @@ body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color
 max-width:1320px}
 h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid
 #d0d7de;padding-bottom:4px} .sub{color:#57606a;font-size:13px}
-.glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(240px,1fr));gap:10px;
-margin:16px 0}
-.card{border-radius:6px;padding:10px 12px;font-size:13px;border:1px solid #d0d7de}
-.card b{display:block;font-size:14px;margin-bottom:4px}
+.glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:8px;
+margin:10px 0}
+.card{border-radius:6px;padding:6px 10px;font-size:13px;border:1px solid #d0d7de}
+.glance .card{font-size:11.5px;line-height:1.3;overflow-wrap:anywhere}
+.card b{display:block;font-size:13px;margin-bottom:2px}
+.headline{display:grid;grid-template-columns:1fr auto 1fr;gap:10px;align-items:start;
+margin:8px 0} .headline figure{margin:0;min-width:0} .headline img{width:100%;height:auto}
+.headline img.tall{height:490px;width:auto}
+.headline figcaption{font-size:12px}
 .ok{background:#dafbe1;border-color:#4ac26b}.bad{background:#ffebe9;border-color:#ff8182}
 .none{background:#f6f8fa;border-color:#afb8c1}.info{background:#ddf4ff;border-color:#54aeff}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
@@ -137,8 +142,12 @@ def md_table(df: pd.DataFrame, max_rows: int | None = None) -> str:
 
 
 def _drop_empty_reasons(df: pd.DataFrame) -> pd.DataFrame:
-    """Hide reason columns that say nothing (every run went through)."""
-    empty = [c for c in df.columns if c.endswith("reason") and not df[c].fillna("").any()]
+    """Hide reason and detail columns that say nothing (every run went through)."""
+    empty = [
+        c
+        for c in df.columns
+        if (c.endswith("reason") or c == "detail") and not df[c].fillna("").any()
+    ]
     return df.drop(columns=empty)
 
 
@@ -162,6 +171,29 @@ def folded_code(name: str, lines: Sequence[str]) -> str:
     )
 
 
+#: The sections whose plots lead the page, beside each other under the cards: how fast, is it
+#: safe, splitK error. The first screen at 1400 x 900 px holds them (tests/test_browser.py).
+HEADLINE_PLOTS = ("bench", "safety", "splitk")
+#: Plots shown at (about) their drawn height rather than their column's width: the safety
+#: heatmap is sized to its grid (f4pipe.report.plots.HEATMAP_CELL_IN); scaled to a column it
+#: would shrink its 35 rows of labels below legibility.
+TALL_PLOTS = ("safety",)
+TALL = ' class="tall"'
+
+
+def headline_plots(sections: Sequence[Section]) -> str:
+    """The headline sections' plots in one row, each linked to its section (plots before
+    tables: a reader sees the answers before the rows behind them)."""
+    by_key = {s.key: s for s in sections if s.plot}
+    figures = [
+        f'<figure><a href="#{s.key}"><img{TALL if s.key in TALL_PLOTS else ""} '
+        f'src="{html.escape(s.plot or "")}" '
+        f'alt="{html.escape(s.title)}"></a><figcaption>{html.escape(s.title)}</figcaption></figure>'
+        for s in (by_key[k] for k in HEADLINE_PLOTS if k in by_key)
+    ]
+    return f'<div class="headline">{"".join(figures)}</div>' if figures else ""
+
+
 def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]) -> str:
     cards = "".join(
         f'<div class="card {s.state}"><b>{html.escape(s.title.split(":")[0])}</b>'
@@ -172,9 +204,10 @@ def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
+        f'<h1 id="top">{html.escape(title)}</h1>',
         f'<div class="sub">{html.escape(" · ".join(f"{k}: {v}" for k, v in prov[:4]))}</div>',
         f'<div class="glance">{cards}</div>',
+        headline_plots(sections),
     ]
     for s in sections:
         parts.append(f'<h2 id="{s.key}">{html.escape(s.title)}</h2>')
@@ -182,7 +215,9 @@ def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]
             parts.append(f'<div class="panel">{html.escape(s.verdict)}</div>')
         else:
             parts.append(f'<div class="card {s.state}">{html.escape(s.verdict)}</div>')
-        if s.plot:
+        if s.plot and s.key in HEADLINE_PLOTS:
+            parts.append('<p class="sub">plot: <a href="#top">at the top of the page</a></p>')
+        elif s.plot:
             parts.append(f'<p><img src="{html.escape(s.plot)}" alt="{html.escape(s.title)}"></p>')
         if s.notes:
             items = "".join(f"<li>{html.escape(n)}</li>" for n in s.notes)
@@ -192,7 +227,9 @@ def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]
         for name, lines in s.code.items():
             parts.append(folded_code(name, lines))
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in prov)
-    parts.append(f'<h2 id="provenance">Provenance</h2><table>{rows}</table>')
+    parts.append(
+        f'<h2 id="provenance">Provenance</h2><div class="scroll"><table>{rows}</table></div>'
+    )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
