@@ -380,7 +380,9 @@ def test_audit_rows_carry_what_the_lookup_makes_of_them(f4gemm_dir, tmp_path, ca
     assert len(exact) and set(exact["reached_by_m"]) == {1}
     assert {4, 8} <= set(exact["m"])
     assert (df["reached_by_m"] >= 1).all()
-    assert _lookup_counts(df) == f", key findings of aiter's lookup: {len(exact)} exact-only"
+    assert _lookup_counts(df) == (
+        f", key findings of aiter's lookup on its asm rows: {len(exact)} exact-only"
+    )
     sec = Section("audit", "t", "", "")
     _lookup_view(sec, df)
     (lines,) = sec.code.values()

@@ -200,3 +200,24 @@ def test_long_tables_are_folded_and_short_ones_shown():
     folded = folded_table(long)
     assert folded.startswith(f"<details><summary>{FOLD_ROWS + 1} rows</summary>")
     assert "k40" in folded and folded.endswith("</details>")
+
+
+def test_the_audit_cards_key_findings_are_the_clis_asm_count(f4gemm_dir, tmp_path, capsys):
+    """The audit holds a tuned table's asm rows only, while `audit-tuned --shape` counts aiter's
+    lookup over the whole table (CK rows too: 23 exact-only in the pinned wheel's, 13 of them
+    asm). The card's number is the CLI's asm count, and both say which count it is."""
+    import re
+
+    from f4pipe.core.schemas import AUDIT, read_table
+    from f4pipe.report.sections import _lookup_counts
+
+    out = tmp_path / "audit.parquet"
+    cli_main(["audit-tuned", "--co-dir", str(f4gemm_dir), "--no-emulate", "-o", str(out)])
+    cli_main(["audit-tuned", "--co-dir", str(f4gemm_dir), "--shape", "1,7168,2304"])
+    (line,) = [s for s in capsys.readouterr().out.splitlines() if "key findings:" in s]
+    found = re.search(r"key findings: (\d+) exact-only \(on asm rows.*: (\d+) exact-only\)", line)
+    assert found, line
+    whole, asm = int(found[1]), int(found[2])
+    assert whole > asm > 0  # the wheel's table has CK rows only their own M reaches
+    card = _lookup_counts(read_table(out, AUDIT).to_pandas())
+    assert card == f", key findings of aiter's lookup on its asm rows: {asm} exact-only"

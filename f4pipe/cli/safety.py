@@ -37,6 +37,9 @@ from f4pipe.fetch import extract_wheel_file, fetch_aiter
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from f4pipe.aiter.lookup import KeyFinding
     from f4pipe.cli.locate import Located
     from f4pipe.core.schemas import ArtifactKeys
 
@@ -121,6 +124,23 @@ def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]
     return tables
 
 
+def findings_line(findings: Sequence[KeyFinding]) -> str:
+    """The key findings counted per kind over the whole table, then over its asm rows alone:
+    the audit table (and so the report) holds only the asm rows, f4pipe judges no CK kernel,
+    so the asm counts are the ones the report shows."""
+
+    def counts(found: Sequence[KeyFinding]) -> str:
+        kinds = Counter(f.kind for f in found)
+        return ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none"
+
+    from f4pipe.aiter.tuned import ASM_PREFIX
+
+    if not findings:
+        return "none"
+    asm = [f for f in findings if f.row.kernel_name.startswith(ASM_PREFIX)]
+    return f"{counts(findings)} (on asm rows, which the audit and the report hold: {counts(asm)})"
+
+
 def run_coverage(
     args: argparse.Namespace, manifest: Manifest, tables: dict[str, Path], how: str
 ) -> int:
@@ -146,7 +166,6 @@ def run_coverage(
     ]
     written = write_if_asked(args.output, rows, COVERAGE)
     findings = key_findings(index)
-    kinds = Counter(f.kind for f in findings)
     print(
         f"f4pipe audit-tuned: {len(tables)} table(s) ({', '.join(tables) or 'none'}) with the "
         f"kernels of {how}, looked up as {index.rules.name} does on {args.gfx} with "
@@ -154,10 +173,7 @@ def run_coverage(
     )
     if index.error:
         print(f"f4pipe audit-tuned: aiter would not load these tables: {index.error}")
-    print(
-        "f4pipe audit-tuned: key findings: "
-        + (", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none")
-    )
+    print(f"f4pipe audit-tuned: key findings: {findings_line(findings)}")
     for f in findings if args.findings else []:
         print(f"  {f.kind}: {f.row.where()} M={f.row.m} N={f.row.n} K={f.row.k}: {f.detail}")
         print(f"    reproduce: {f.reproducer}")

@@ -2,7 +2,9 @@
 
 A Case names a shape and split and which kernel(s) run it: None = the tile heuristic's choice,
 "*" = every manifest kernel, "splitk" = every splitK-capable kernel, else one kernel name.
-"seed" is the seed driver's run_tests.sh (51 checks), the verify default of `snakemake --cores
+"seed" is the seed driver's run_tests.sh (51 checks; 50 distinct runs on a 256-CU part, as its
+heuristic pick at M=300 N=2048 K=1024 is also among every kernel's there, and a stage runs each
+once: f4pipe.pipeline.stages.plan_runs), the verify default of `snakemake --cores
 1 all`; "throughput" the seed README's hardware table; "pipeline" the seed's every-kernel check
 plus the seed's heuristic shapes that stay small (M edges 1, 17 and 300 among them), without
 the two largest shapes and splitK; "smoke" small shapes for tests.

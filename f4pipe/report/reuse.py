@@ -20,26 +20,60 @@ from f4pipe.report.render import Section
 REUSABLE_TABLES = ("roundtrip", "verify", "splitk", "safety", "audit")
 
 
+#: The "reused from" of a row that ran in this result set.
+RAN_HERE = "ran here"
+#: Appended to the origin of a row that took a run made in this set for another row.
+SHARED_SUFFIX = ", a run made here"
+
+
 def reuse_counts(rs: ResultSet) -> pd.DataFrame:
     """One line per (table, origin) over the rows the result store keyed (`reuse_key` set):
-    rows, and the store keys they came under."""
+    rows, and the store keys they came under. A row taken from the store under a key that a
+    row of the same table ran under in this set shares that run (the rebuilt variant takes
+    the original's emulated rows, several audit rows one emulated shape): its origin says so,
+    so a first run never reads as one that reused an earlier run."""
     lines = []
     for name in REUSABLE_TABLES:
         df = rs.table(name)
         if df is None or not len(df):
             continue
         keyed = df[df[REUSE_KEY].notna()]
-        origin = keyed[REUSED_FROM].fillna("")
+        ran = keyed[REUSED_FROM].isna()
+        shared = ~ran & keyed[REUSE_KEY].isin(set(keyed.loc[ran, REUSE_KEY]))
+        origin = keyed[REUSED_FROM].fillna("").where(~shared, keyed[REUSED_FROM] + SHARED_SUFFIX)
         for source, rows in keyed.groupby(origin, sort=True):
             lines.append(
                 {
                     "table": name,
                     "rows": len(rows),
-                    "reused from": source or "ran here",
+                    "reused from": source or RAN_HERE,
                     "store keys": int(rows[REUSE_KEY].nunique()),
                 }
             )
     return pd.DataFrame(lines, columns=["table", "rows", "reused from", "store keys"])
+
+
+def reuse_verdict(counts: pd.DataFrame) -> str:
+    """The card's line: rows reused from an earlier run or another set, and apart from them
+    the rows that share a run made in this set."""
+    total = int(counts["rows"].sum())
+    origin = counts["reused from"]
+    shared = int(counts.loc[origin.str.endswith(SHARED_SUFFIX), "rows"].sum())
+    reused = counts[(origin != RAN_HERE) & ~origin.str.endswith(SHARED_SUFFIX)]
+    if not len(reused):
+        verdict = f"none: all {total} rows the result store keys ran in this set"
+    else:
+        origins = ", ".join(sorted(set(reused["reused from"])))
+        verdict = (
+            f"{int(reused['rows'].sum())} of {total} rows the result store keys reused, "
+            f"not run again (from {origins})"
+        )
+    if shared:
+        verdict += (
+            f"; {shared} of them share a run made here with another row of the same key "
+            "(the rebuilt variant takes the original's emulated rows)"
+        )
+    return verdict
 
 
 def reuse_section(rs: ResultSet, out_dir: Path | None) -> Section:
@@ -49,22 +83,21 @@ def reuse_section(rs: ResultSet, out_dir: Path | None) -> Section:
     if not len(counts):
         sec.verdict, sec.state = "no row kept in a result store (config reuse)", "none"
         return sec
-    reused = counts[counts["reused from"] != "ran here"]
-    total = int(counts["rows"].sum())
-    if not len(reused):
-        sec.verdict = f"none: all {total} rows the result store keys ran in this set"
-    else:
-        origins = ", ".join(sorted(set(reused["reused from"])))
-        sec.verdict = (
-            f"{int(reused['rows'].sum())} of {total} rows the result store keys reused, "
-            f"not run again (from {origins})"
-        )
+    sec.verdict = reuse_verdict(counts)
     sec.notes.append(
         "A reused row is the row that a run in the named result set produced for the same "
         "kernel bytes and manifest row, run parameters, device, toolchain and f4pipe (its "
         "`reused_from` and `reuse_key` columns): round trips (with their assembly, rebuilt "
         "object and verdict text), verify, splitk and safety rows, and the emulations of the "
-        "tuned-table audit; bench rows are never reused."
+        "tuned-table audit; bench rows are never reused. A row reused from this set itself "
+        "was produced by an earlier run of it."
+    )
+    sec.notes.append(
+        f"`{SHARED_SUFFIX.lstrip(', ')}`: the row's key is one a row of the same table ran "
+        "under in this set, so it took that run instead of repeating it: on the emulator the "
+        "rebuilt variant executes the original's decoded program and takes its rows "
+        "(`<set>/original`), and audit rows whose reduced emulated shape is the same share one "
+        "emulation. Nothing came from an earlier run."
     )
     sec.table = counts
     return sec

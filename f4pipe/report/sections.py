@@ -465,14 +465,19 @@ def audit_section(rs: ResultSet, out_dir: Path | None) -> Section:
 
 
 def _lookup_counts(t: pd.DataFrame) -> str:
-    """', key findings of aiter's lookup: 3 exact-only' for one table's rows ('' if none)."""
+    """', key findings of aiter's lookup on its asm rows: 3 exact-only' for one table's rows
+    ('' if none). The audit holds a table's asm rows only, while `audit-tuned --shape` counts
+    the whole table, CK rows too: the words say which count this is, the number the CLI prints
+    for asm rows (f4pipe.cli.safety.findings_line)."""
     if "lookup_finding" not in t.columns:
         return ""
     kinds = [k for v in t["lookup_finding"].dropna() for k in str(v).split(",") if k]
     if not kinds:
         return ""
     counts = pd.Series(kinds).value_counts().sort_index()
-    return ", key findings of aiter's lookup: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    return ", key findings of aiter's lookup on its asm rows: " + ", ".join(
+        f"{n} {k}" for k, n in counts.items()
+    )
 
 
 def _lookup_view(sec: Section, df: pd.DataFrame) -> None:
@@ -480,6 +485,11 @@ def _lookup_view(sec: Section, df: pd.DataFrame) -> None:
     if "lookup_finding" not in df.columns:
         return
     found = df[df["lookup_finding"].fillna("") != ""]
+    if len(found):
+        sec.notes.append(
+            "Key findings count the audit's rows, a table's asm rows: `f4pipe audit-tuned "
+            "--shape M,N,K --findings` lists them for the whole table, CK rows included."
+        )
     for name, t in found.groupby("csv", sort=True):
         sec.code[f"Key findings in {name} (aiter's lookup: `f4pipe audit-tuned --shapes`)"] = [
             f"{name}:{r['line']} M={r['m']} N={r['n']} K={r['k']}: {r['lookup_finding']} "
