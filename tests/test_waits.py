@@ -349,3 +349,19 @@ def test_try_hazards_and_waits_report_the_same_static_findings(
         assert [f["message"] for f in report["findings"]] == expected, path.suffix
         assert main(["waits", str(path), "--json"]) == 1
         assert json.loads(capsys.readouterr().out)["findings"] == expected, path.suffix
+
+
+def test_apply_repairs_every_wait_but_the_first_dropped(shipped_asm, f4gemm_dir, tmp_path, capsys):
+    """32x128 with every s_waitcnt but the first dropped: DS reads of bytes the wave's own LDS
+    DMA has not landed get a vmcnt wait (loosest over the static states; the emulator names
+    the pair), the rest as before; the repair runs clean at try's shapes."""
+    waits = [i for i, line in enumerate(shipped_asm) if line.strip().startswith("s_waitcnt")]
+    lines = [line for i, line in enumerate(shipped_asm) if i not in set(waits[1:])]
+    broken, fixed = tmp_path / "broken.s", tmp_path / "fixed.s"
+    broken.write_text("\n".join(lines) + "\n")
+    apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed)]
+    assert main(["waits", str(broken), *apply]) == 0
+    assert "0 static findings; the emulator runs it clean" in capsys.readouterr().out
+    added = [line for line in fixed.read_text().splitlines() if "waits: inserted" in line]
+    dma = [line for line in added if "lds-visibility" in line and "this wave" in line]
+    assert dma and all("vmcnt(" in line for line in dma)

@@ -328,6 +328,36 @@ def barrier_repairs(
     return [Repair(pc, need[pc], 0, tuple(why[pc]), barrier=True) for pc in sorted(need)]
 
 
+def dma_wait_repairs(
+    program: Program, hazards: Iterable[Hazard], to_pc: Callable[[int], int] = int
+) -> list[Repair]:
+    """For each DS access the emulator found touching LDS bytes an LDS DMA of its own wave had
+    not yet written (which bytes is data: M0 and the DS address come from registers the static
+    analysis cannot bound), a wait right before it with the loosest vmcnt that retires that
+    DMA op on every path: the fewest younger ops on vmcnt over every static state reaching the
+    access (the newest outstanding issue of that op, LLVM's SIInsertWaitcnts rule for an LDS
+    DMA the access may alias). `program` ran; `to_pc` maps its pcs to the repaired text's."""
+    cfg = build_cfg(program)
+    model, at = states_by_pc(program, cfg)
+    need: dict[int, int] = {}
+    why: dict[int, list[str]] = {}
+    for h in hazards:
+        if h.advisory or h.across_waves or h.rule not in BARRIER_RULES:
+            continue
+        if "lds_dma" not in model.effects(h.producer_pc).tags:
+            continue
+        younger = [
+            len(vm) - 1 - i
+            for vm in (model.states[sid].vm for sid in at.get(h.consumer_pc, ()))
+            for i, op in enumerate(vm)
+            if op == h.producer_pc
+        ]
+        pc = to_pc(h.consumer_pc)
+        need[pc] = min([need.get(pc, VM_MAX), *younger, *([] if younger else [0])])
+        why.setdefault(pc, []).append(h.message)
+    return [Repair(pc, (need[pc], LGKM_MAX), 0, tuple(why[pc])) for pc in sorted(need)]
+
+
 #: The pc of a wait the repair inserts before `pc` is pc | VIRTUAL (no real pc has the bit).
 VIRTUAL = 1 << 40
 

@@ -206,7 +206,7 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
     emulator finds unordered with another wave's (a dropped barrier: which words two waves
     share is data, so only a run shows it): one round at a time on the repaired kernel, a
     barrier before the first such access the run met, until a run finds none."""
-    from f4pipe.analysis.waits import barrier_repairs
+    from f4pipe.analysis.waits import barrier_repairs, dma_wait_repairs
     from f4pipe.codeobj.program import Program
     from f4pipe.edits.trykernel import open_devices
     from f4pipe.edits.waitcheck import lds_order_hazards
@@ -224,7 +224,9 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
                 break
             ran = Program.load(co, program.symbol)
             to_pc = original_pcs(lines, ran, original, program)
-            fixes = fixes + barrier_repairs(ran, hazards[:1], to_pc.__getitem__)
+            own = dma_wait_repairs(ran, hazards, to_pc.__getitem__)
+            across = [h for h in hazards if h.across_waves]
+            fixes = fixes + (own or barrier_repairs(ran, across[:1], to_pc.__getitem__))
     finally:
         device.close()
     return fixes
