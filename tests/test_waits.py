@@ -351,17 +351,30 @@ def test_try_hazards_and_waits_report_the_same_static_findings(
         assert json.loads(capsys.readouterr().out)["findings"] == expected, path.suffix
 
 
-def test_apply_repairs_every_wait_but_the_first_dropped(shipped_asm, f4gemm_dir, tmp_path, capsys):
-    """32x128 with every s_waitcnt but the first dropped: DS reads of bytes the wave's own LDS
-    DMA has not landed get a vmcnt wait (loosest over the static states; the emulator names
-    the pair), the rest as before; the repair runs clean at try's shapes."""
-    waits = [i for i, line in enumerate(shipped_asm) if line.strip().startswith("s_waitcnt")]
-    lines = [line for i, line in enumerate(shipped_asm) if i not in set(waits[1:])]
+@pytest.mark.parametrize("tile", ["32x128", "BpreShuffle_256x256"])
+def test_apply_repairs_every_wait_but_the_first_dropped(
+    tile, f4gemm_dir, toolchain, tmp_path, capsys
+):
+    """Every s_waitcnt but the first dropped: DS reads of bytes the wave's own LDS DMA has not
+    landed get a vmcnt wait (loosest over the static states; the emulator names the pair); on
+    256x256, where another wave reads what a DMA wrote, a vmcnt wait goes before the barrier
+    between them; the repair runs clean at try's shapes."""
+    from f4pipe.codeobj.co2asm import co2asm
+
+    manifest = read_manifest(f4gemm_dir)
+    asm = co2asm(manifest.co_path(manifest.get(tile)), toolchain).splitlines()
+    waits = [i for i, line in enumerate(asm) if line.strip().startswith("s_waitcnt")]
+    lines = [line for i, line in enumerate(asm) if i not in set(waits[1:])]
     broken, fixed = tmp_path / "broken.s", tmp_path / "fixed.s"
     broken.write_text("\n".join(lines) + "\n")
     apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed)]
     assert main(["waits", str(broken), *apply]) == 0
     assert "0 static findings; the emulator runs it clean" in capsys.readouterr().out
-    added = [line for line in fixed.read_text().splitlines() if "waits: inserted" in line]
-    dma = [line for line in added if "lds-visibility" in line and "this wave" in line]
-    assert dma and all("vmcnt(" in line for line in dma)
+    text = fixed.read_text().splitlines()
+    added = [i for i, line in enumerate(text) if "waits: inserted" in line]
+    dma = [text[i] for i in added if "lds-visibility" in text[i] and "this wave" in text[i]]
+    assert dma and all("vmcnt(" in line and "lgkmcnt" not in line for line in dma)
+    across = [i for i in added if "lds-visibility" in text[i] and "of its workgroup" in text[i]]
+    if tile == "BpreShuffle_256x256":
+        assert across and all(text[i + 1].strip() == "s_barrier" for i in across)
+        assert not any("s_barrier" in text[i] and "inserted" in text[i] for i in added)

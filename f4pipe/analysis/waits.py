@@ -346,16 +346,90 @@ def dma_wait_repairs(
             continue
         if "lds_dma" not in model.effects(h.producer_pc).tags:
             continue
-        younger = [
-            len(vm) - 1 - i
-            for vm in (model.states[sid].vm for sid in at.get(h.consumer_pc, ()))
-            for i, op in enumerate(vm)
-            if op == h.producer_pc
-        ]
         pc = to_pc(h.consumer_pc)
-        need[pc] = min([need.get(pc, VM_MAX), *younger, *([] if younger else [0])])
+        need[pc] = min(
+            need.get(pc, VM_MAX), _loosest_retiring(model, at, h.producer_pc, h.consumer_pc)
+        )
         why.setdefault(pc, []).append(h.message)
     return [Repair(pc, (need[pc], LGKM_MAX), 0, tuple(why[pc])) for pc in sorted(need)]
+
+
+def barrier_wait_repairs(
+    program: Program, hazards: Iterable[Hazard], edited: Program, to_pc: Callable[[int], int] = int
+) -> list[Repair]:
+    """For each LDS access the emulator found unordered with another wave's op although a
+    barrier lies between them: a wait before that barrier (each s_barrier reaching the access
+    with no other barrier between, where the op is outstanding) with the loosest count
+    retiring the op in every static state there: vmcnt for an LDS DMA, lgkmcnt for a DS
+    access. The barrier is there; the wait before it is what is missing (the release LLVM's
+    memory model puts before a workgroup barrier). When the user's `edited` kernel (the text
+    `to_pc` maps into) already retires the op before the access in every state, the wait is
+    there and the barrier after it is what is missing: barrier_repairs, not this. `program`
+    ran (the edit with this session's repairs so far)."""
+    cfg = build_cfg(program)
+    model, at = states_by_pc(program, cfg)
+    edited_model, edited_at = states_by_pc(edited, build_cfg(edited))
+    need: dict[int, list[int]] = {}
+    why: dict[int, list[str]] = {}
+    for h in hazards:
+        if h.advisory or not h.across_waves or h.rule not in BARRIER_RULES:
+            continue
+        queue = _QUEUES.get(model.effects(h.producer_pc).counter)
+        op, access = to_pc(h.producer_pc), to_pc(h.consumer_pc)
+        if queue is None or not _outstanding_at(edited_model, edited_at, queue, op, access):
+            continue
+        for barrier in _barriers_before(program, cfg, h.consumer_pc):
+            if not _outstanding_at(model, at, queue, h.producer_pc, barrier):
+                continue
+            pc = to_pc(barrier)
+            limits = need.setdefault(pc, [VM_MAX, LGKM_MAX])
+            slot = 0 if queue == "vm" else 1
+            limits[slot] = min(
+                limits[slot], _loosest_retiring(model, at, h.producer_pc, barrier, queue)
+            )
+            why.setdefault(pc, []).append(h.message)
+    return [Repair(pc, (need[pc][0], need[pc][1]), 0, tuple(why[pc])) for pc in sorted(need)]
+
+
+#: The state queue an op's counter puts it in (f4pipe.analysis.timing.State).
+_QUEUES = {"vm": "vm", "lds": "lds"}
+
+
+def _barriers_before(program: Program, cfg: Cfg, pc: int) -> set[int]:
+    """The s_barrier instructions from which `pc` is reached with no other barrier between."""
+    names = {inst.pc: inst.name for inst in program.instructions()}
+    found: set[int] = set()
+    seen: set[int] = set()
+    work = list(cfg.pred.get(pc, ()))
+    while work:
+        p = work.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        if names.get(p) == "s_barrier":
+            found.add(p)
+        else:
+            work.extend(cfg.pred.get(p, ()))
+    return found
+
+
+def _outstanding_at(model: LdsModel, at: dict[int, set[int]], queue: str, op: int, pc: int) -> bool:
+    return any(op in getattr(model.states[sid], queue) for sid in at.get(pc, ()))
+
+
+def _loosest_retiring(
+    model: LdsModel, at: dict[int, set[int]], op_pc: int, pc: int, queue: str = "vm"
+) -> int:
+    """The loosest count at `pc` that retires every outstanding issue of `op_pc` (in the state
+    queue `queue`) in every static state reaching `pc` (0 when no state has it outstanding:
+    the run saw what the static states do not)."""
+    younger = [
+        len(q) - 1 - i
+        for q in (getattr(model.states[sid], queue) for sid in at.get(pc, ()))
+        for i, op in enumerate(q)
+        if op == op_pc
+    ]
+    return min(younger, default=0)
 
 
 #: The pc of a wait the repair inserts before `pc` is pc | VIRTUAL (no real pc has the bit).

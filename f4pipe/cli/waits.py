@@ -125,9 +125,11 @@ def _explain(program, pc: int) -> list[str]:
     return lines
 
 
-#: Rounds of emulated runs, each adding at most one s_barrier (before the first unordered LDS
-#: access the run met: ordering it usually orders the ones after it too).
-MAX_BARRIER_ROUNDS = 8
+#: Rounds of emulated runs, each adding the waits its hazards call for or at most one s_barrier
+#: (before the first unordered LDS access the run met: ordering it usually orders the ones after
+#: it too). A run names at most MAX_HAZARDS distinct hazards, so a kernel with every wait
+#: dropped takes several rounds (256x256: six).
+MAX_BARRIER_ROUNDS = 16
 
 
 def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> int:
@@ -206,7 +208,6 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
     emulator finds unordered with another wave's (a dropped barrier: which words two waves
     share is data, so only a run shows it): one round at a time on the repaired kernel, a
     barrier before the first such access the run met, until a run finds none."""
-    from f4pipe.analysis.waits import barrier_repairs, dma_wait_repairs
     from f4pipe.codeobj.program import Program
     from f4pipe.edits.trykernel import open_devices
     from f4pipe.edits.waitcheck import lds_order_hazards
@@ -224,12 +225,23 @@ def _with_barriers(args, entry, asm: str, program, fixes: list, tc, tmp: Path) -
                 break
             ran = Program.load(co, program.symbol)
             to_pc = original_pcs(lines, ran, original, program)
-            own = dma_wait_repairs(ran, hazards, to_pc.__getitem__)
-            across = [h for h in hazards if h.across_waves]
-            fixes = fixes + (own or barrier_repairs(ran, across[:1], to_pc.__getitem__))
+            fixes = fixes + _next_lds_repairs(ran, hazards, program, to_pc.__getitem__)
     finally:
         device.close()
     return fixes
+
+
+def _next_lds_repairs(ran, hazards: list, edited, to_pc) -> list:
+    """One round's repairs, waits before new barriers: vmcnt waits before the wave's own DS
+    accesses of its LDS DMA's bytes, and waits before the barrier another wave's op was not
+    retired at; only when there are none, a new s_barrier before the first access still
+    unordered."""
+    from f4pipe.analysis.waits import barrier_repairs, barrier_wait_repairs, dma_wait_repairs
+
+    waits = dma_wait_repairs(ran, hazards, to_pc) + barrier_wait_repairs(
+        ran, hazards, edited, to_pc
+    )
+    return waits or barrier_repairs(ran, [h for h in hazards if h.across_waves][:1], to_pc)
 
 
 def assemble_text(text: str, path: Path, tc) -> Path:
