@@ -6,12 +6,12 @@ import struct
 
 import pytest
 
+from f4pipe.aiter.shaperules import check_shape
 from f4pipe.core.errors import ShapeError
 from f4pipe.host.kernarg import (
     KERNARG_FIELDS,
     KERNARG_SIZE,
     BufferLayout,
-    check_shape,
     gemm_kernarg,
     launch_geometry,
     pack_kernarg,

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.aiter.shaperules import is_safe, k_tail, violations
+from f4pipe.aiter.shaperules import check_shape, k_tail, short_name, violations
 from f4pipe.core.errors import ShapeError
 
 #: Compute units of an MI355X; used when no device reports its own count.
@@ -42,7 +42,7 @@ class Choice:
 
 def _splits(entry: KernelEntry, log2_k_split: int, k: int | None) -> tuple[int, ...]:
     """The split counts to weigh; a K with a tail (K % 256 != 0) is not split automatically
-    (f4pipe.host.kernarg.check_shape: such splits are not examined)."""
+    (f4pipe.aiter.shaperules.check_shape: such splits are not examined)."""
     if not entry.splitk:
         return (1,)
     if log2_k_split >= 0:
@@ -70,13 +70,13 @@ def select_kernel(
 
     log2_k_split >= 0 asks for that split (> 0 admits only splitK kernels); -1 lets splitK
     kernels try 2/4/8/16 (non-splitK kernels stay candidates with split 1). Kernels unsafe at
-    the shape are skipped unless allow_unsafe. Raises ShapeError when no kernel qualifies,
-    naming the rules that excluded the others.
+    the shape are skipped unless allow_unsafe. Raises ShapeError for a shape no kernel
+    accepts (f4pipe.aiter.shaperules.check_shape, the words every entry point uses) and when
+    no kernel qualifies, naming the rules that excluded the others.
     """
-    if m < 1 or n < 1 or num_cu < 1:
-        raise ShapeError(f"select_kernel needs M, N, num_cu >= 1, got M={m} N={n} num_cu={num_cu}")
-    if log2_k_split < -1:
-        raise ShapeError(f"log2_k_split={log2_k_split}: use -1 (heuristic) or >= 0")
+    check_shape(m, n, k, log2_k_split, auto_split=True)
+    if num_cu < 1:
+        raise ShapeError(f"select_kernel needs num_cu >= 1, got num_cu={num_cu}")
     need_splitk = log2_k_split > 0
     best: Choice | None = None
     best_efficiency = 1
@@ -88,9 +88,9 @@ def select_kernel(
             continue  # aiter: this tile may not support N % 512 != 0
         # The K tail (K % 256 != 0) reads the same padding whichever tile runs: it is judged
         # at launch with the operands' real padding, so tiles are weighed without it.
-        if not allow_unsafe and not is_safe(entry, m, n, k, scale_pad="zeros"):
-            found = "; ".join(v.message for v in violations(entry, m, n, k, scale_pad="zeros"))
-            unsafe.append(f"{entry.name.split('Fp4_', 1)[-1]} ({found})")
+        found = [] if allow_unsafe else violations(entry, m, n, k, scale_pad="zeros")
+        if found:
+            unsafe.append(f"{short_name(entry.name)} ({'; '.join(v.message for v in found)})")
             continue
         efficiency = _efficiency(entry)
         tiles = -(-m // entry.tile_m) * -(-n // entry.tile_n)

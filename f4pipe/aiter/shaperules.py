@@ -17,7 +17,7 @@ are proven against the emulator for every kernel by the edge sweep (f4pipe.pipel
   a single K step, prefetches 128 bytes past the end of B. Rules: N % 256 == 0, D rows
   >= round_up(M, 256) (aiter allocates round_up(M, 32)), K >= 512.
 
-- K % 256 != 0 (K a multiple of 64, f4pipe.host.kernarg.check_shape): every kernel's K loop adds
+- K % 256 != 0 (K a multiple of 64, check_shape below): every kernel's K loop adds
   256 to a counter until it is no longer below K (`s_addk_i32 sX, 0x100; s_cmp_lt_i32 sX, sK`),
   so the last block reads round_up(K, 256) - K elements past K. The A and B loads' num_records
   are row stride x the tile's valid rows (not K): past K, row r of a tile reads row r + 1's
@@ -79,6 +79,20 @@ EDGE_CLASSES = (
 )
 #: The K block of every kernel's main loop (its counter's step).
 K_BLOCK = 256
+
+#: K's granule, the largest of the operand layouts' own: A rows need K % 32 == 0 (one E8M0
+#: scale per 32 elements; 16-byte loads), the B pre-shuffle K % 64 == 0 (its 16x16-byte tile
+#: spans 32 bytes of K in two halves), and the scale buffer's columns are padded to 8 (256
+#: elements) whatever K is. K % 256 != 0 runs (the K-tail rule judges it).
+K_ALIGN = 64
+N_ALIGN = 16
+#: splitK chunks are rounded up to this many K elements.
+SPLITK_K_ALIGN = 256
+MAX_LOG2_K_SPLIT = 16
+#: M, N and K travel in 32-bit kernarg slots; 2^31-1 also keeps them positive as int32.
+MAX_DIM = (1 << 31) - 1
+#: log2_k_split that asks the tile heuristic to choose the split (f4pipe.aiter.heuristic).
+AUTO_SPLIT = -1
 
 
 @dataclass(frozen=True)
@@ -366,3 +380,92 @@ def refusal(
         f"`{reproducer(entry.name, m, n, k, scale_pad=scale_pad, k_pad=k_pad)}`. "
         f"Use --pad-output to run it safely ({remedy}), another kernel, or --unsafe"
     )
+
+
+# --- the one shape check -----------------------------------------------------------------------
+
+
+def check_shape(
+    m: int,
+    n: int,
+    k: int | None,
+    log2_k_split: int = 0,
+    *,
+    entry: KernelEntry | None = None,
+    scale_pad: str = "driver",
+    k_pad: str = "none",
+    edge_policy: str = "refuse",
+    auto_split: bool = False,
+) -> list[Violation]:
+    """The one check of a GEMM shape that every entry point makes (`f4pipe gemm`, `f4pipe
+    predict`, run_gemm, the tile heuristic, the launch geometry), so that a shape is refused
+    with the same words wherever it is given. Raises ShapeError naming the broken rule and
+    what to use instead (ConfigError for a padding or policy name).
+
+    With `entry` (and K known) it also holds the shape against that kernel: its split, then
+    its edge rules. Under edge_policy "refuse" a broken edge rule raises UnsafeShapeError;
+    under "pad" or "unsafe" the violations are returned, for the caller to pad or to run as
+    asked. K None (the heuristic, before a K is given) skips the K rules; auto_split admits
+    log2_k_split -1, the heuristic's "choose the split"."""
+    check_paddings(scale_pad, k_pad)
+    check_policy(edge_policy)
+    _check_dims(m, n, k)
+    _check_split(k, log2_k_split, auto_split)
+    if entry is None or k is None:
+        return []
+    if log2_k_split > 0 and not entry.splitk:
+        raise ShapeError(
+            f"{entry.name} is not a splitK kernel: it cannot split K "
+            f"(log2_k_split={log2_k_split}); use a splitK kernel (BpreShuffle 256x256 or "
+            "128x512) or no split (--splitk 0)"
+        )
+    found = violations(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad)
+    if found and edge_policy == "refuse":
+        raise refusal(entry, m, n, k, scale_pad=scale_pad, k_pad=k_pad)
+    return found
+
+
+def _check_dims(m: int, n: int, k: int | None) -> None:
+    """M, N (and K when known) against the kernarg's range and the operand layouts' granules."""
+    dims = (m, n) if k is None else (m, n, k)
+    given = f"M={m} N={n}" + ("" if k is None else f" K={k}")
+    if min(dims) < 1:
+        raise ShapeError(f"M, N, K must be positive, got {given}")
+    if max(dims) > MAX_DIM:
+        raise ShapeError(
+            f"{given}: each must be at most {MAX_DIM} (the kernarg's M, N, K are "
+            "32-bit and strides are counted in 32-bit registers)"
+        )
+    if n % N_ALIGN:
+        raise ShapeError(
+            f"N={n} is not a multiple of {N_ALIGN} (the kernels require N % 16 == 0); "
+            f"use N={round_up(n, N_ALIGN)}"
+        )
+    if k is not None and k % K_ALIGN:
+        raise ShapeError(
+            f"K={k} is not a multiple of {K_ALIGN} (the B pre-shuffle's K tile is 64 elements; "
+            f"A rows and the E8M0 scales need 32); use K={round_up(k, K_ALIGN)}"
+        )
+
+
+def _check_split(k: int | None, log2_k_split: int, auto_split: bool) -> None:
+    """The split's range, and that K cuts into whole 256-element chunks of equal count."""
+    lowest = AUTO_SPLIT if auto_split else 0
+    if not lowest <= log2_k_split <= MAX_LOG2_K_SPLIT:
+        raise ShapeError(
+            f"log2_k_split={log2_k_split} out of range 0..{MAX_LOG2_K_SPLIT} (-1 asks the tile "
+            "heuristic to choose the split)"
+        )
+    if log2_k_split <= 0 or k is None:
+        return
+    if k % SPLITK_K_ALIGN:
+        raise ShapeError(
+            f"K={k} with log2_k_split={log2_k_split}: a split K that is not a multiple of "
+            f"{SPLITK_K_ALIGN} has not been examined (the chunks are whole 256-element blocks); "
+            "use log2_k_split=0"
+        )
+    if k % (1 << log2_k_split):
+        raise ShapeError(
+            f"K={k} is not divisible by the split count {1 << log2_k_split} "
+            f"(log2_k_split={log2_k_split})"
+        )

@@ -28,7 +28,7 @@ from f4pipe.cli.args import (
     parse_seed,
     write_if_asked,
 )
-from f4pipe.core.errors import ConfigError, HipVersionError, NoDeviceError, ShapeError
+from f4pipe.core.errors import ConfigError, HipVersionError, NoDeviceError
 from f4pipe.core.fsio import check_writable, json_text
 from f4pipe.core.layout import GEMM_STAGES, K_PADDINGS, NO_DEVICE, SCALE_PADDINGS
 from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
@@ -67,16 +67,13 @@ def choose(
     manifest: Manifest, args: argparse.Namespace, num_cu: int
 ) -> tuple[KernelEntry, int, str]:
     """(kernel, log2_k_split, how it was chosen) as the seed driver does; the heuristic only
-    considers kernels that are safe at the shape (or that --pad-output / --unsafe allow)."""
+    considers kernels that are safe at the shape (or that --pad-output / --unsafe allow). A
+    kernel named by --kernel is held against the shape by run_gemm (the one shape check)."""
     from f4pipe.aiter.heuristic import select_kernel
-    from f4pipe.aiter.shaperules import is_safe, refusal
 
     policy = edge_policy(args)
     if args.kernel:
         entry = manifest.get(args.kernel)
-        pads = {"scale_pad": args.scale_padding, "k_pad": args.k_padding}
-        if policy == "refuse" and not is_safe(entry, args.m, args.n, args.k, **pads):
-            raise refusal(entry, args.m, args.n, args.k, **pads)
         if args.splitk == -1 and entry.splitk:
             choice = select_kernel(
                 [entry],
@@ -89,11 +86,6 @@ def choose(
                 allow_unsafe=True,
             )
             return entry, choice.log2_k_split, "--kernel, split by heuristic"
-        if args.splitk > 0 and not entry.splitk:
-            raise ShapeError(
-                f"--splitk {args.splitk}: {entry.name} cannot split K; use a splitK kernel "
-                "(BpreShuffle 256x256 or 128x512) or --splitk 0"
-            )
         return entry, max(args.splitk, 0), "--kernel"
     choice = select_kernel(
         manifest,
@@ -176,18 +168,18 @@ def print_result(result: GemmResult, device: Device) -> None:
 
 
 def run_gemm_command(args: argparse.Namespace) -> int:
+    from f4pipe.aiter.shaperules import check_shape
     from f4pipe.devices.opendevice import open_device
     from f4pipe.host.gemm import GemmRequest, check_alpha, run_gemm
-    from f4pipe.host.kernarg import check_shape
 
     if args.list:
         print_manifest(read_manifest(co_dir_from(args)))
         return EXIT_OK
-    if args.splitk < -1:
-        raise ConfigError(f"--splitk {args.splitk}: use -1 (heuristic) or a log2 split >= 0")
     if args.iters < 0:
         raise ConfigError(f"--iters {args.iters} must be >= 0")
-    check_shape(args.m, args.n, args.k, max(args.splitk, 0))
+    # the shape alone, before a device opens; run_gemm holds it against the kernel's rules
+    pads = {"scale_pad": args.scale_padding, "k_pad": args.k_padding}
+    check_shape(args.m, args.n, args.k, args.splitk, **pads, auto_split=True)
     check_alpha(args.alpha)
     if args.kernel is not None and not args.kernel.strip():
         raise ConfigError("--kernel '': name a kernel (symbol, .co name or stem; see --list)")

@@ -101,12 +101,15 @@ def record(
 
 def run_predict(args: argparse.Namespace) -> int:
     from f4pipe.aiter.manifest import read_manifest
+    from f4pipe.aiter.shaperules import check_shape
     from f4pipe.cli.args import co_dir_from
     from f4pipe.core.fsio import json_text
-    from f4pipe.host.kernarg import check_shape
     from f4pipe.perf.predict import Predictor
     from f4pipe.pipeline.stages import gfx950_only
 
+    shapes = _shapes(args)
+    for m, n, k, _ in shapes:
+        check_shape(m, n, k, args.splitk)  # every shape before the first prediction
     manifest = read_manifest(co_dir_from(args))
     other_arch = gfx950_only("predict", manifest)
     if other_arch is not None:
@@ -114,9 +117,6 @@ def run_predict(args: argparse.Namespace) -> int:
         return EXIT_OK
     predictor = Predictor(manifest)
     wanted = [manifest.get(k) for k in args.kernel or []]
-    shapes = _shapes(args)
-    for m, n, k, _ in shapes:
-        check_shape(m, n, k, args.splitk)
     for m, n, k, kernel in shapes:
         kernels = [manifest.get(kernel)] if kernel else (wanted or None)
         ranked = predictor.rank(m, n, k, args.splitk, kernels, warm=args.warm)

@@ -17,9 +17,10 @@ from f4pipe.arch.decode import Instruction
 from f4pipe.emu import ops_memory, ops_mfma, ops_scalar, ops_vector
 
 if TYPE_CHECKING:
-    from f4pipe.emu.engine import Executor, Sel
+    from f4pipe.emu.state import Sel, WaveState
 
-Handler = Callable[["Executor", Instruction, "Sel"], bool | None]
+#: A handler sees the waves through f4pipe.emu.state.WaveState, never the engine itself.
+Handler = Callable[["WaveState", Instruction, "Sel"], bool | None]
 
 
 def _each(names: tuple[str, ...] | list[str], fn: Handler) -> dict[str, Handler]:

@@ -20,7 +20,7 @@ from f4pipe.core.errors import EmulatorError
 from f4pipe.core.numerics import float_to_bf16_bits
 
 if TYPE_CHECKING:
-    from f4pipe.emu.engine import Executor, Sel
+    from f4pipe.emu.state import Sel, WaveState
 
 U32 = np.uint32
 
@@ -29,7 +29,7 @@ U32 = np.uint32
 
 
 def _lds_index(
-    ex: Executor, inst: Instruction, sel: Sel, byte_addr: np.ndarray, ndw: int
+    ex: WaveState, inst: Instruction, sel: Sel, byte_addr: np.ndarray, ndw: int
 ) -> np.ndarray:
     """Word indices [n, 64, ndw] for LDS byte addresses [n, 64], checked for the active lanes."""
     mask = ex.lane_mask(sel)
@@ -48,16 +48,16 @@ def _lds_index(
     return word[..., None] + np.arange(ndw, dtype=np.int64)
 
 
-def _wg_rows(ex: Executor, sel: Sel) -> np.ndarray:
+def _wg_rows(ex: WaveState, sel: Sel) -> np.ndarray:
     return ex.wg[sel][:, None, None]
 
 
-def _lds_flat(ex: Executor, sel: Sel, widx: np.ndarray) -> np.ndarray:
+def _lds_flat(ex: WaveState, sel: Sel, widx: np.ndarray) -> np.ndarray:
     """Word indices [n, 64, ndw] into the flat view of ex.lds (one gather, not two)."""
     return _wg_rows(ex, sel) * ex.lds.shape[1] + widx
 
 
-def ds_read(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def ds_read(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
     widx = _lds_index(ex, inst, sel, addr, ndw)
@@ -69,7 +69,7 @@ def ds_read(ex: Executor, inst: Instruction, sel: Sel) -> None:
         ex.set_v(base + i, sel, data[..., i])
 
 
-def ds_write(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def ds_write(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
     widx = _lds_index(ex, inst, sel, addr, ndw)
@@ -84,7 +84,7 @@ def ds_write(ex: Executor, inst: Instruction, sel: Sel) -> None:
 # --- buffers -------------------------------------------------------------------------------
 
 
-def buffer_addresses(ex: Executor, inst: Instruction, sel: Sel, ndw: int):
+def buffer_addresses(ex: WaveState, inst: Instruction, sel: Sel, ndw: int):
     """(addresses int64 [n, 64, ndw], in-range-and-active bool [n, 64, ndw])."""
     vaddr, _, srsrc, soffset = inst.srcs
     rs = ex.sgpr[srsrc.index : srsrc.index + 4, sel].astype(np.int64)  # [4, n]
@@ -125,7 +125,7 @@ def buffer_addresses(ex: Executor, inst: Instruction, sel: Sel, ndw: int):
     return addr, ok
 
 
-def buffer_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def buffer_load(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ndw = isa.MUBUF_DWORDS[inst.name]
     addr, ok = buffer_addresses(ex, inst, sel, ndw)
     data = np.zeros(addr.shape, dtype=U32)
@@ -138,7 +138,7 @@ def buffer_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
         ex.set_v(base + i, sel, data[..., i])
 
 
-def _load_to_lds(ex: Executor, inst: Instruction, sel: Sel, data: np.ndarray, ndw: int) -> None:
+def _load_to_lds(ex: WaveState, inst: Instruction, sel: Sel, data: np.ndarray, ndw: int) -> None:
     if ndw == 2:
         raise ex.error(inst, sel, "buffer_load_dwordx2 ... lds does not exist")
     m0 = ex.sgpr[isa.M0, sel].astype(np.int64)
@@ -153,7 +153,7 @@ def _load_to_lds(ex: Executor, inst: Instruction, sel: Sel, data: np.ndarray, nd
     ex.lds[rows[mask], widx[mask]] = data[mask]
 
 
-def buffer_store(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def buffer_store(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     if inst.lds:
         raise ex.error(inst, sel, "buffer stores from LDS are not modelled")
     ndw = isa.MUBUF_DWORDS[inst.name]
@@ -169,7 +169,7 @@ def buffer_store(ex: Executor, inst: Instruction, sel: Sel) -> None:
     )
 
 
-def buffer_atomic_pk_add_bf16(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def buffer_atomic_pk_add_bf16(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """Add two packed bf16 values; each half rounds to nearest even on its own. No return.
 
     A bf16 + bf16 sum computed in f32 and rounded once to bf16 equals the correctly rounded
@@ -207,7 +207,7 @@ def _bf16_pair_to_f32(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _apply_pk_add(
-    ex: Executor, inst: Instruction, sel: Sel, addr: np.ndarray, data: np.ndarray
+    ex: WaveState, inst: Instruction, sel: Sel, addr: np.ndarray, data: np.ndarray
 ) -> None:
     for group, words, idx in ex.memory.dword_views(addr, f"{inst.name} (global memory)"):
         d = data if group.all() else data[group]

@@ -24,7 +24,7 @@ from f4pipe.arch.decode import Instruction, Operand
 from f4pipe.core.numerics import e8m0_to_float, fp4_to_float
 
 if TYPE_CHECKING:
-    from f4pipe.emu.engine import Executor, Sel
+    from f4pipe.emu.state import Sel, WaveState
 
 FP4_FORMAT = 4  # cbsz / blgp value selecting FP4 e2m1
 _BYTES = np.arange(256, dtype=np.uint8)
@@ -92,7 +92,7 @@ def matrix_to_acc(mat: np.ndarray) -> np.ndarray:
     return mat.reshape(n, 4, 4, 16).transpose(2, 0, 1, 3).reshape(4, n, 64)
 
 
-def _scale_bytes(ex: Executor, op: Operand, sel: Sel, byte: int) -> np.ndarray:
+def _scale_bytes(ex: WaveState, op: Operand, sel: Sel, byte: int) -> np.ndarray:
     """[n, 4 (g), 16 (r)] E8M0 bytes: byte `byte` of each lane's scale source."""
     raw = ex.v(op, sel)
     if raw.shape[-1:] == (64,):  # a VGPR: pick the byte through a little-endian byte view
@@ -102,7 +102,7 @@ def _scale_bytes(ex: Executor, op: Operand, sel: Sel, byte: int) -> np.ndarray:
     return ((raw >> np.uint32(8 * byte)) & np.uint32(0xFF)).astype(np.uint8).reshape(-1, 4, 16)
 
 
-def _accumulator(ex: Executor, op: Operand, sel: Sel) -> np.ndarray | float:
+def _accumulator(ex: WaveState, op: Operand, sel: Sel) -> np.ndarray | float:
     """C as float64: [n, 16 (i), 16 (j)] from registers, or one value from a scalar source."""
     if op.kind in ("v", "a"):
         return acc_to_matrix(ex.vregs(op, sel)).view(np.float32).astype(np.float64)
@@ -226,7 +226,7 @@ def fp4_mfma(a_regs: np.ndarray, b_regs: np.ndarray, ea, eb, c) -> np.ndarray:
     return (float64_sum if fast else exact_sum)(terms, c)
 
 
-def v_mfma_scale_16x16x128(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_mfma_scale_16x16x128(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     if inst.cbsz != FP4_FORMAT or inst.blgp != FP4_FORMAT:
         raise ex.error(
             inst,

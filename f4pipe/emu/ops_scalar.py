@@ -15,7 +15,7 @@ from f4pipe.arch import isa
 from f4pipe.arch.decode import Instruction
 
 if TYPE_CHECKING:
-    from f4pipe.emu.engine import Executor, Sel
+    from f4pipe.emu.state import Sel, WaveState
 
 U32 = 0xFFFFFFFF
 
@@ -28,16 +28,16 @@ def _i(x) -> np.ndarray:
     return np.asarray(x, dtype=np.uint32).view(np.int32).astype(np.int64)
 
 
-def _scc(ex: Executor, sel: Sel, cond) -> None:
+def _scc(ex: WaveState, sel: Sel, cond) -> None:
     ex.scc[sel] = np.asarray(cond, dtype=np.uint32)
 
 
-def _dst(ex: Executor, inst: Instruction, sel: Sel, value: np.ndarray) -> None:
+def _dst(ex: WaveState, inst: Instruction, sel: Sel, value: np.ndarray) -> None:
     n = ex.nsel(sel)
     ex.set_s(inst.dst.index, sel, np.broadcast_to(np.asarray(value, dtype=np.int64) & U32, (n,)))
 
 
-def s_addsub_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_addsub_u32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
     c = _u(ex.scc[sel]) if inst.name in ("s_addc_u32", "s_subb_u32") else 0
     if inst.name in ("s_add_u32", "s_addc_u32"):
@@ -50,7 +50,7 @@ def s_addsub_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, np.broadcast_to(carry, (ex.nsel(sel),)))
 
 
-def s_addsub_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_addsub_i32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     a, b = _i(ex.s(inst.srcs[0], sel)), _i(ex.s(inst.srcs[1], sel))
     if inst.name == "s_sub_i32":
         b = -b
@@ -60,26 +60,26 @@ def s_addsub_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, np.broadcast_to(ov, (ex.nsel(sel),)))
 
 
-def s_addk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_addk_i32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     r = _i(ex.sgpr[inst.dst.index, sel]) + inst.imm  # imm: SIMM16 sign-extended (decode.py)
     _dst(ex, inst, sel, r)
     _scc(ex, sel, (r > 0x7FFFFFFF) | (r < -0x80000000))
 
 
-def s_movk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_movk_i32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _dst(ex, inst, sel, np.int64(inst.imm))
 
 
-def s_mulk_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_mulk_i32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _dst(ex, inst, sel, _i(ex.sgpr[inst.dst.index, sel]) * inst.imm)
 
 
-def s_mul_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_mul_i32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
     _dst(ex, inst, sel, (a * b) & U32)  # low 32 bits are sign-agnostic
 
 
-def s_mul_hi_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_mul_hi_u32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     a = np.asarray(ex.s(inst.srcs[0], sel), dtype=np.uint64)
     b = np.asarray(ex.s(inst.srcs[1], sel), dtype=np.uint64)
     _dst(ex, inst, sel, ((a * b) >> np.uint64(32)).astype(np.int64))
@@ -92,14 +92,14 @@ _LOGIC = {
 }
 
 
-def s_logic(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_logic(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     r = _LOGIC[inst.name](_u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel)))
     r = np.broadcast_to(r, (ex.nsel(sel),))
     _dst(ex, inst, sel, r)
     _scc(ex, sel, r != 0)
 
 
-def s_shift(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_shift(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     sh = _u(ex.s(inst.srcs[1], sel)) & 31
     if inst.name == "s_lshl_b32":
         r = (_u(ex.s(inst.srcs[0], sel)) << sh) & U32
@@ -112,7 +112,7 @@ def s_shift(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, r != 0)
 
 
-def s_minmax(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_minmax(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     conv = _i if inst.name.endswith("i32") else _u
     a, b = conv(ex.s(inst.srcs[0], sel)), conv(ex.s(inst.srcs[1], sel))
     pick_a = a < b if "min" in inst.name else a > b
@@ -120,16 +120,16 @@ def s_minmax(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _scc(ex, sel, np.broadcast_to(pick_a, (ex.nsel(sel),)))
 
 
-def s_cselect_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_cselect_b32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     a, b = _u(ex.s(inst.srcs[0], sel)), _u(ex.s(inst.srcs[1], sel))
     _dst(ex, inst, sel, np.where(ex.scc[sel] != 0, a, b))
 
 
-def s_mov_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_mov_b32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _dst(ex, inst, sel, _u(ex.s(inst.srcs[0], sel)))
 
 
-def s_mov_b64(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_mov_b64(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     v = np.broadcast_to(ex.s64(inst.srcs[0], sel), (ex.nsel(sel),))
     d = inst.dst.index
     ex.set_s(d, sel, (v & np.uint64(U32)).astype(np.uint32))
@@ -146,14 +146,14 @@ _CMP = {
 }
 
 
-def s_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_cmp(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _, _, rel, typ = inst.name.split("_")
     conv = _i if typ == "i32" else _u
     r = _CMP[rel](conv(ex.s(inst.srcs[0], sel)), conv(ex.s(inst.srcs[1], sel)))
     _scc(ex, sel, np.broadcast_to(r, (ex.nsel(sel),)))
 
 
-def s_set_gpr_idx_on(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_set_gpr_idx_on(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     idx = _u(ex.s(inst.srcs[0], sel)) & 0xFF
     m0 = _u(ex.sgpr[isa.M0, sel])
     m0 = (m0 & ~0xF0FF) | idx | (inst.imm << 12)
@@ -162,37 +162,37 @@ def s_set_gpr_idx_on(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.gpr_idx_active = True
 
 
-def s_set_gpr_idx_off(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_set_gpr_idx_off(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ex.gpr_idx_en[sel] = False
     ex.gpr_idx_active = bool(ex.gpr_idx_en.any())
 
 
-def s_nothing(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_nothing(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """Values complete at issue; what waiting means is the timing model's (timing.py)."""
 
 
-def s_endpgm(ex: Executor, inst: Instruction, sel: Sel) -> bool:
+def s_endpgm(ex: WaveState, inst: Instruction, sel: Sel) -> bool:
     ex.done[sel] = True
     return True
 
 
-def s_barrier(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_barrier(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ex.at_barrier[sel] = True
 
 
-def s_branch(ex: Executor, inst: Instruction, sel: Sel) -> bool:
+def s_branch(ex: WaveState, inst: Instruction, sel: Sel) -> bool:
     ex.pc[sel] = inst.target
     return True
 
 
-def s_cbranch(ex: Executor, inst: Instruction, sel: Sel) -> bool:
+def s_cbranch(ex: WaveState, inst: Instruction, sel: Sel) -> bool:
     want = 1 if inst.name == "s_cbranch_scc1" else 0
     taken = ex.scc[sel] == want
     ex.pc[sel] = np.where(taken, inst.target, ex.pc[sel] + inst.size)
     return True
 
 
-def s_load(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def s_load(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """s_load_dword*: address = s[base:base+1] + offset, low two bits ignored."""
     base = ex.s64(inst.srcs[0], sel).astype(np.int64)
     n = inst.dst.count

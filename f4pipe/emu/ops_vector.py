@@ -17,35 +17,35 @@ from f4pipe.arch.decode import Instruction
 from f4pipe.core.numerics import float_to_bf16_bits
 
 if TYPE_CHECKING:
-    from f4pipe.emu.engine import Executor, Sel
+    from f4pipe.emu.state import Sel, WaveState
 
 U32 = np.uint32
 NO_INDEX = (0, 0, 0, 0)
 
 
-def _idx(ex: Executor, inst: Instruction, sel: Sel) -> tuple[int, int, int, int]:
+def _idx(ex: WaveState, inst: Instruction, sel: Sel) -> tuple[int, int, int, int]:
     got = ex.gpr_index(inst, sel)
     return NO_INDEX if got is None else got
 
 
-def _srcs(ex: Executor, inst: Instruction, sel: Sel, idx) -> list[np.ndarray]:
+def _srcs(ex: WaveState, inst: Instruction, sel: Sel, idx) -> list[np.ndarray]:
     return [
         ex.v(op, sel, idx[i] if op.kind in ("v", "a") else 0) for i, op in enumerate(inst.srcs[:3])
     ]
 
 
-def _write(ex: Executor, inst: Instruction, sel: Sel, idx, value) -> None:
+def _write(ex: WaveState, inst: Instruction, sel: Sel, idx, value) -> None:
     ex.set_v(ex.reg_index(inst.dst, idx[3]), sel, value)
 
 
-def _no_modifiers(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def _no_modifiers(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     if inst.fmt == "VOP3" and (inst.abs_ or inst.neg or inst.omod or inst.op_sel):
         raise ex.error(
             inst, sel, "VOP3 abs/neg/omod/op_sel modifiers on an integer op are not modelled"
         )
 
 
-def ftz(ex: Executor, bits: np.ndarray) -> np.ndarray:
+def ftz(ex: WaveState, bits: np.ndarray) -> np.ndarray:
     """f32 bit patterns -> float32 values, denormals flushed to signed zero if MODE says so."""
     bits = np.asarray(bits, dtype=np.uint32)
     if ex.flush_denorms:
@@ -53,7 +53,7 @@ def ftz(ex: Executor, bits: np.ndarray) -> np.ndarray:
     return bits.view(np.float32)
 
 
-def f32_out(ex: Executor, values: np.ndarray) -> np.ndarray:
+def f32_out(ex: WaveState, values: np.ndarray) -> np.ndarray:
     """float32 results -> bit patterns, flushing denormal results if MODE says so."""
     bits = np.asarray(values, dtype=np.float32).view(np.uint32)
     if ex.flush_denorms:
@@ -73,7 +73,7 @@ _INT_BINOPS = {
 }
 
 
-def v_int_binop(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_int_binop(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     if inst.clamp:
         raise ex.error(inst, sel, "clamp on an unsigned integer op is not modelled")
@@ -84,7 +84,7 @@ def v_int_binop(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, r)
 
 
-def v_add_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_add_i32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """Signed add, no carry out; with clamp the result saturates to int32."""
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -95,7 +95,7 @@ def v_add_i32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, (r & 0xFFFFFFFF).astype(U32))
 
 
-def v_mul_i32_i24(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_mul_i32_i24(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """Low 32 bits of the product of the sign-extended low 24 bits of both sources."""
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -108,7 +108,7 @@ def v_mul_i32_i24(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, ((s24(a) * s24(b)) & 0xFFFFFFFF).astype(U32))
 
 
-def v_mul_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_mul_u32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
     a, b = _srcs(ex, inst, sel, idx)
@@ -117,7 +117,7 @@ def v_mul_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, r.astype(U32))
 
 
-def v_cndmask_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_cndmask_b32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
     a, b = _srcs(ex, inst, sel, idx)[:2]
@@ -136,7 +136,7 @@ _VCMP = {
 }
 
 
-def v_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_cmp(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
     a, b = _srcs(ex, inst, sel, idx)
@@ -148,7 +148,7 @@ def v_cmp(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.set_mask(inst.sdst.index, sel, r)
 
 
-def v_mul_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_mul_f32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     if inst.fmt == "VOP3" and (inst.abs_ or inst.neg or inst.omod or inst.clamp):
         raise ex.error(inst, sel, "VOP3 modifiers on v_mul_f32 are not modelled")
     idx = _idx(ex, inst, sel)
@@ -158,20 +158,20 @@ def v_mul_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, f32_out(ex, r))
 
 
-def v_mov_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_mov_b32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
     (a,) = _srcs(ex, inst, sel, idx)
     _write(ex, inst, sel, idx, a)
 
 
-def v_accvgpr_move(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_accvgpr_move(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     idx = _idx(ex, inst, sel)
     (a,) = _srcs(ex, inst, sel, idx)
     _write(ex, inst, sel, idx, a)
 
 
-def v_readfirstlane_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_readfirstlane_b32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     idx = _idx(ex, inst, sel)
     op = inst.srcs[0]
     a = np.broadcast_to(ex.v(op, sel, idx[0] if op.kind in ("v", "a") else 0), (ex.nsel(sel), 64))
@@ -180,7 +180,7 @@ def v_readfirstlane_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     ex.set_s(inst.dst.index, sel, a[np.arange(a.shape[0]), first])
 
 
-def v_cvt_f32_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_cvt_f32_u32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
     (a,) = _srcs(ex, inst, sel, idx)
@@ -190,7 +190,7 @@ def v_cvt_f32_u32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     )
 
 
-def v_cvt_u32_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_cvt_u32_f32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """Truncate toward zero, saturate to [0, 2^32-1], NaN -> 0."""
     _no_modifiers(ex, inst, sel)
     idx = _idx(ex, inst, sel)
@@ -200,7 +200,7 @@ def v_cvt_u32_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, x.astype(np.uint64).astype(U32))
 
 
-def v_rcp_iflag_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_rcp_iflag_f32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """1/x in f32. Hardware is accurate to 1 ulp; the kernels use it only inside an integer
     division sequence that corrects the estimate, so the correctly rounded value is used."""
     _no_modifiers(ex, inst, sel)
@@ -211,7 +211,7 @@ def v_rcp_iflag_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, f32_out(ex, r))
 
 
-def v_cvt_pk_bf16_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_cvt_pk_bf16_f32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """d.lo = bf16(s0), d.hi = bf16(s1), round to nearest even."""
     _no_modifiers(ex, inst, sel)
     if inst.clamp:
@@ -223,7 +223,7 @@ def v_cvt_pk_bf16_f32(ex: Executor, inst: Instruction, sel: Sel) -> None:
     _write(ex, inst, sel, idx, lo | (hi << U32(16)))
 
 
-def v_permlane16_swap_b32(ex: Executor, inst: Instruction, sel: Sel) -> None:
+def v_permlane16_swap_b32(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     """Per 32-lane half: swap vsrc lanes 0..15 with vdst lanes 16..31 (docs/reference/gfx950.md)."""
     if ex.gpr_index(inst, sel) is not None:
         raise ex.error(inst, sel, "v_permlane16_swap_b32 under GPR indexing is not modelled")

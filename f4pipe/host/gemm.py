@@ -14,14 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.aiter.shaperules import (
-    check_paddings,
-    check_policy,
-    k_tail,
-    padded_launch,
-    refusal,
-    violations,
-)
+from f4pipe.aiter.shaperules import check_paddings, check_shape, k_tail, padded_launch
 from f4pipe.core.device import Device, DeviceBuffer, LaunchReport, measures_throughput
 from f4pipe.core.errors import InputError, ShapeError
 from f4pipe.core.layout import SEED_A, SEED_B
@@ -294,17 +287,19 @@ def k_stride_for(k: int, k_pad: str) -> int:
 
 
 def edge_layout(entry: KernelEntry, request: GemmRequest) -> tuple[BufferLayout, str, str]:
-    """The buffers for `request` under its edge policy (f4pipe.aiter.shaperules): the seed
-    layout, or the padded one when the shape is unsafe and the policy is "pad"; "refuse"
-    raises. Returns (layout, what was padded, the scale padding used)."""
+    """The buffers for `request` under its edge policy: the seed layout, or the padded one
+    when the shape is unsafe and the policy is "pad". The shape is held against `entry` by
+    the one shape check (f4pipe.aiter.shaperules.check_shape), which raises for a bad shape
+    and, under "refuse", for an unsafe one. Returns (layout, what was padded, the scale
+    padding used)."""
     r = request
-    check_policy(r.edge_policy)
-    seed = BufferLayout(r.m, r.n, r.k, k_stride=k_stride_for(r.k, r.k_pad))
     pads = {"scale_pad": r.scale_pad, "k_pad": r.k_pad}
-    if r.edge_policy == "unsafe" or not violations(entry, r.m, r.n, r.k, **pads):
+    found = check_shape(
+        r.m, r.n, r.k, r.log2_k_split, entry=entry, edge_policy=r.edge_policy, **pads
+    )
+    seed = BufferLayout(r.m, r.n, r.k, k_stride=k_stride_for(r.k, r.k_pad))
+    if r.edge_policy == "unsafe" or not found:
         return seed, "", r.scale_pad
-    if r.edge_policy == "refuse":
-        raise refusal(entry, r.m, r.n, r.k, **pads)
     pad = padded_launch(entry, r.m, r.n, r.k, **pads)
     layout = BufferLayout(
         r.m,
@@ -353,18 +348,13 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
     (the whole padded buffer, as aiter does); a d_prefill is then refused, not silently lost.
     """
     r = request
-    if r.log2_k_split > 0 and not entry.splitk:
-        raise ShapeError(
-            f"{entry.name} is not a splitK kernel; log2_k_split={r.log2_k_split} needs one of "
-            "the splitK kernels (BpreShuffle 256x256 or 128x512)"
-        )
+    layout, padding, scale_pad = edge_layout(entry, r)
     geometry = launch_geometry(entry.tile_m, entry.tile_n, r.m, r.n, r.k, r.log2_k_split)
     splitk = geometry.gdz > 1
     if splitk and r.d_prefill is not None:
         raise InputError("d_prefill is meaningless for a splitK launch: D is zeroed before it")
     if r.iters < 0:
         raise InputError(f"iters={r.iters} must be >= 0")
-    layout, padding, scale_pad = edge_layout(entry, r)
     if r.check_memory:
         check_memory(layout, r.verify)
     a = generate_operand(r.m, r.k, r.seed_a, r.distribution)

@@ -8,6 +8,8 @@ and the reports all read it. Facts worth knowing (seed README, docs/reference/ai
 - ptr_C and beta are loaded but never used (no bias path).
 - log2_k_split is read only by the splitK kernels; the noBpreShuffle kernel's metadata stops
   before it (368 bytes), but every driver passes the full 0x174 bytes.
+Which shapes a launch accepts is not decided here: launch_geometry asks the one shape check,
+f4pipe.aiter.shaperules.check_shape.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from f4pipe.aiter.shaperules import SPLITK_K_ALIGN, check_shape
 from f4pipe.core.errors import ShapeError
 from f4pipe.core.numerics import padded_scale_shape, round_up
 
@@ -71,17 +74,6 @@ KERNARG_BY_NAME: dict[str, KernargField] = {f.name: f for f in KERNARG_FIELDS}
 
 #: Work-items per workgroup (4 x wave64) for all 35 kernels.
 BLOCK: tuple[int, int, int] = (256, 1, 1)
-#: splitK chunks are rounded up to this many K elements.
-SPLITK_K_ALIGN = 256
-#: K's granule, the largest of the operand layouts' own: A rows need K % 32 == 0 (one E8M0
-#: scale per 32 elements; 16-byte loads), the B pre-shuffle K % 64 == 0 (its 16x16-byte tile
-#: spans 32 bytes of K in two halves), and the scale buffer's columns are padded to 8 (256
-#: elements) whatever K is. K % 256 != 0 runs (f4pipe.aiter.shaperules: the K-tail rule).
-K_ALIGN = 64
-N_ALIGN = 16
-MAX_LOG2_K_SPLIT = 16
-#: M, N and K travel in 32-bit kernarg slots; 2^31-1 also keeps them positive as int32.
-MAX_DIM = (1 << 31) - 1
 
 
 def pack_kernarg(values: Mapping[str, int | float]) -> bytes:
@@ -104,46 +96,6 @@ def unpack_kernarg(blob: bytes) -> dict[str, int | float]:
     if len(blob) < KERNARG_SIZE:
         raise ShapeError(f"kernarg block is {len(blob)} bytes, expected {KERNARG_SIZE}")
     return {f.name: struct.unpack_from(f.format, blob, f.offset)[0] for f in KERNARG_FIELDS}
-
-
-# --- shape rules ---------------------------------------------------------------------------
-
-
-def check_shape(m: int, n: int, k: int, log2_k_split: int = 0) -> None:
-    """Raise ShapeError unless (M, N, K, log2_k_split) is a shape the kernels accept."""
-    if m < 1 or n < 1 or k < 1:
-        raise ShapeError(f"M, N, K must be positive, got M={m} N={n} K={k}")
-    if max(m, n, k) > MAX_DIM:
-        raise ShapeError(
-            f"M={m} N={n} K={k}: each must be at most {MAX_DIM} (the kernarg's M, N, K are "
-            "32-bit and strides are counted in 32-bit registers)"
-        )
-    if n % N_ALIGN:
-        raise ShapeError(
-            f"N={n} is not a multiple of {N_ALIGN} (the kernels require N % 16 == 0); "
-            f"use N={round_up(n, N_ALIGN)}"
-        )
-    if k % K_ALIGN:
-        raise ShapeError(
-            f"K={k} is not a multiple of {K_ALIGN} (the B pre-shuffle's K tile is 64 elements; "
-            f"A rows and the E8M0 scales need 32); use K={round_up(k, K_ALIGN)}"
-        )
-    if not 0 <= log2_k_split <= MAX_LOG2_K_SPLIT:
-        raise ShapeError(
-            f"log2_k_split={log2_k_split} out of range 0..{MAX_LOG2_K_SPLIT} "
-            "(use the heuristic for -1)"
-        )
-    if log2_k_split and k % SPLITK_K_ALIGN:
-        raise ShapeError(
-            f"K={k} with log2_k_split={log2_k_split}: a split K that is not a multiple of "
-            f"{SPLITK_K_ALIGN} has not been examined (the chunks are whole 256-element blocks); "
-            "use log2_k_split=0"
-        )
-    if k % (1 << log2_k_split):
-        raise ShapeError(
-            f"K={k} is not divisible by the split count {1 << log2_k_split} "
-            f"(log2_k_split={log2_k_split})"
-        )
 
 
 # --- buffers -----------------------------------------------------------------------------------
