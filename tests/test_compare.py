@@ -208,3 +208,61 @@ def test_two_sets_whose_stage_ran_no_case_compare(result_sets, tmp_path):
     assert len(a.table("splitk")) == 0
     c = compare_sets(a, b)
     assert not c.differs and len(c.gemm["splitk"]) == 0
+
+
+def _ktail_rows(keys: dict, verdicts: dict[tuple[str, str], str]) -> list[dict]:
+    """Safety rows of one K-tail cell (32x128 at M=33 N=256 K=2176) under several paddings."""
+    base = {
+        **keys,
+        "kernel": "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128",
+        "tile_m": 32,
+        "tile_n": 128,
+        "bpreshuffle": True,
+        "store_class": "guarded",
+        "edge_class": "k%256",
+        "m": 33,
+        "n": 256,
+        "k": 2176,
+        "policy": "unsafe",
+        "orders": "in-order",
+        "order_dependent": False,
+        "canary_damaged": 0,
+        "races": 0,
+        "race_detail": "",
+        "detail": "",
+        "static_d_bound": "",
+        "static_n_guards": "",
+        "static_n_bounded": True,
+        "static_k_loop": "",
+        "static_load_bound": "",
+        "reproducer": "",
+        "rule_safe": True,
+        "agrees": True,
+        **dict.fromkeys(("first_bad_row", "first_bad_col", "expected", "got")),
+        **dict.fromkeys(("reused_from", "reuse_key")),
+    }
+    return [
+        {**base, "scale_pad": s, "k_pad": k, "verdict": v, "bad": 0 if v == "safe" else 7}
+        for (s, k), v in verdicts.items()
+    ]
+
+
+def test_safety_cells_are_matched_by_their_padding(result_sets, tmp_path):
+    """A K-tail shape runs under several paddings: compare matches each padding with itself
+    (no change between equal tables, in any row order) and names the padding that changed."""
+    from f4pipe.compare.changes import safety_changes
+    from f4pipe.core.schemas import KEY_FIELDS, SAFETY
+
+    verify = ResultSet.load(result_sets["A"]).table("verify")
+    keys = {f.name: verify[f.name].iloc[0] for f in KEY_FIELDS}
+    before = {("driver", "none"): "wrong", ("zeros", "none"): "safe", ("zeros", "zeros"): "safe"}
+    after = {**before, ("zeros", "zeros"): "wrong"}
+    sets = {}
+    for name, verdicts in (("A", before), ("A2", dict(reversed(before.items()))), ("B", after)):
+        copy = tmp_path / name / result_sets["A"].name
+        shutil.copytree(result_sets["A"], copy)
+        write_rows(copy / table_file("safety"), _ktail_rows(keys, verdicts), SAFETY)
+        sets[name] = ResultSet.load(copy)
+    assert len(safety_changes(sets["A"], sets["A2"])) == 0
+    changed = safety_changes(sets["A"], sets["B"])
+    assert changed[["padding", "verdict"]].values.tolist() == [["zeros+0K", "safe -> wrong"]]
