@@ -279,6 +279,11 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
         f"median error {med if med is not None else 'n/a'} %, "
         f"p90 {p90 if p90 is not None else 'n/a'} %{held})"
     )
+    sec.notes.append(
+        "bound: the limit whose being 1.25 times faster saves the most predicted time "
+        "(MFMA pipes, LDS, a CU's vector-memory path VMEM, the L2, HBM, the launch overhead; "
+        "docs/model-card.md, What bounds a prediction)"
+    )
     variants = set(df["variant"])
     if {"original", "rebuilt"} <= variants:
         sec.notes.append(
