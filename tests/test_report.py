@@ -16,6 +16,7 @@ from f4pipe.core.schemas import SPLITK, VERIFY, ArtifactKeys, write_rows
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.pipeline.stages import NO_DEVICE_REASON, StageSettings, splitk_stage, verify_stage
 from f4pipe.report import build_report
+from f4pipe.report.plots import HEATMAP_PNG, THROUGHPUT_PNG
 from f4pipe.report.render import FOLD_ROWS, folded_table, in_kernel_order, short_kernel
 from f4pipe.report.sections import NOT_MEASURED
 
@@ -88,6 +89,11 @@ def test_missing_stages_are_not_run(result_sets, tmp_path):
     assert "verify.parquet is missing" in page and "absent (verify)" in page
     # the splitK plot always exists (the pipeline declares it), showing only the seed's line
     assert [p.name for p in report.plots] == ["splitk.png"]
+    # so do the throughput plot and the heatmap `snakemake --report` carries: a picture that
+    # says why there is none, which the page itself does not show
+    for name in (THROUGHPUT_PNG, HEATMAP_PNG):
+        assert (report.directory / name).read_bytes().startswith(PNG), name
+        assert name not in page, name
 
 
 def test_failures_are_shown(result_sets):

@@ -119,7 +119,7 @@ def run_predict(args: argparse.Namespace) -> int:
     wanted = [manifest.get(k) for k in args.kernel or []]
     for m, n, k, kernel in shapes:
         kernels = [manifest.get(kernel)] if kernel else (wanted or None)
-        ranked = predictor.rank(m, n, k, args.splitk, kernels, warm=args.warm)
+        ranked = predictor.rank(m, n, k, args.splitk, kernels, warm=args.warm, explain=True)
         best = min((r.prediction.us for r in ranked if r.safe), default=None)
         rows = [record(predictor, r, args.warm, best) for r in ranked]
         if args.json:

@@ -20,7 +20,9 @@ waves sharing the CU's LDS and its vector-memory path. Per wave:
 
 Waves advance in time order (the wave that can issue soonest goes next), so shared paths serve
 requests in the order they are made. The result is the workgroup's cycles and, per unit, how
-long it was busy: the unit that bounds the workgroup is the one busiest relative to the time.
+long it was busy. Busy clocks do not say which unit limits the time (a unit can be busy most of
+it and still wait on another's results), so the model asks instead how much sooner the
+workgroup ends with one unit UNIT_SPEEDUP times faster (simulate_workgroup's `faster`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ SIMULATED_COSTS = (
     "smem_latency",
     "barrier_cycles",
 )
+
+#: How much faster a unit runs when the model asks which unit limits a prediction
+#: (predict.unit_savings): never in a predicted time.
+UNIT_SPEEDUP = 1.25
+#: The units inside a CU the simulation can run faster: the MFMA pipes and the LDS (the
+#: vector-memory path's rate and latency are the calibration's, so the caller scales those).
+CU_UNITS = ("MFMA", "LDS")
 
 # op kinds
 SCALAR, MFMA, VALU, DS, VMEM, SMEM, WAIT, BARRIER, NOP, END = range(10)
@@ -184,16 +193,23 @@ def simulate_workgroup(
     vmem_bpc: float,
     m_frac: float = 1.0,
     n_frac: float = 1.0,
+    faster: str | None = None,
 ) -> WorkgroupCycles:
     """Clocks for the workgroup of `trace` to finish, given the loaded VMEM latency (clk) and
     the CU's vector-memory bytes per clock (both calibrated: costs.Calibration). m_frac /
     n_frac: the share of the tile's rows of A / B the launch really has (M < tile_m): the
-    in-range bytes of those operands' accesses scale by it (out-of-range lanes move nothing)."""
+    in-range bytes of those operands' accesses scale by it (out-of-range lanes move nothing).
+    faster: one of CU_UNITS, run UNIT_SPEEDUP times faster (its busy clocks and latency), to
+    find which unit limits the workgroup; None for the workgroup's predicted time."""
+    if faster not in (None, *CU_UNITS):
+        raise ValueError(f"faster must be one of {CU_UNITS} or None, not {faster!r}")
+    mfma_time = 1 / UNIT_SPEEDUP if faster == "MFMA" else 1.0
+    lds_time = 1 / UNIT_SPEEDUP if faster == "LDS" else 1.0
     issue = COST["issue_cycles"]
     wait_state = COST["wait_state_cycles"]
     writeback = COST["mfma_writeback_cycles"]
-    lds_latency = COST["lds_latency"]
-    pair_bpc = COST["lds_pair_bytes_per_clk"]
+    lds_latency = COST["lds_latency"] * lds_time
+    pair_bpc = COST["lds_pair_bytes_per_clk"] / lds_time
     smem_latency = COST["smem_latency"]
     barrier_cycles = COST["barrier_cycles"]
 
@@ -233,10 +249,11 @@ def simulate_workgroup(
         if kind == MFMA:
             wave.pipe_wait += max(0.0, wave.mfma_free - start)
             start = max(start, wave.mfma_free)
-            wave.mfma_free = start + op.busy
-            mfma_busy[w] += op.busy
+            busy = op.busy * mfma_time
+            wave.mfma_free = start + busy
+            mfma_busy[w] += busy
             mfma_count += 1
-            done = start + op.busy + writeback
+            done = start + busy + writeback
             r = ready[w]
             for reg in op.writes:
                 r[reg] = done
@@ -260,7 +277,7 @@ def simulate_workgroup(
             s = max(start, pair_free[pair])
             pair_free[pair] = s + nbytes / pair_bpc
             pair_busy[pair] += nbytes / pair_bpc
-            bank_cycles = lds_cyc[w][wave.i]
+            bank_cycles = lds_cyc[w][wave.i] * lds_time
             bank_free = max(bank_free, s) + bank_cycles
             bank_busy += bank_cycles
             ret = max(pair_free[pair], bank_free) + lds_latency

@@ -61,7 +61,8 @@ SIM_BYTES_PER_CLK = (12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0, 64.0, 96.0,
 
 @dataclass(frozen=True)
 class Prediction:
-    """Predicted time of one kernel at one shape, and what bounds it."""
+    """Predicted time of one kernel at one shape, and what bounds it (named only when asked:
+    predict.predict_profile's `explain`)."""
 
     kernel: str
     m: int
@@ -70,7 +71,7 @@ class Prediction:
     log2_k_split: int
     us: float
     tflops: float
-    bound: str  # MFMA | LDS | VMEM | L2 | HBM | launch
+    bound: str | None  # MFMA | LDS | VMEM | L2 | HBM | launch; None: not asked for
     compute_us: float
     memory_us: float
     rounds: int
@@ -322,14 +323,6 @@ def kernel_time(
         cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm, wg.mfma_busy
     )
     memory_us = max(l2_us, hbm_us)
-    body = us - cal.launch_us
-    if cal.launch_us > body:
-        bound = "launch"
-    elif memory_us > compute_us:
-        bound = "HBM" if hbm_us >= l2_us else "L2"
-    else:
-        busy = {"MFMA": wg.mfma_busy, "LDS": wg.lds_busy, "VMEM": wg.vmem_busy + wg.vm_wait}
-        bound = max(busy, key=lambda u: busy[u])
     return Prediction(
         kernel=entry.name,
         m=m,
@@ -338,7 +331,7 @@ def kernel_time(
         log2_k_split=log2_k_split,
         us=us,
         tflops=tflops(m, n, k, us),
-        bound=bound,
+        bound=None,
         compute_us=compute_us,
         memory_us=memory_us,
         rounds=rounds,

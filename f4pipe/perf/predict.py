@@ -25,7 +25,9 @@ from f4pipe.perf import trace as tracing
 from f4pipe.perf.costs import COST, Calibration, CalibrationFile, load_calibration
 from f4pipe.perf.cu import (
     CU_MODEL_VERSION,
+    CU_UNITS,
     SIMULATED_COSTS,
+    UNIT_SPEEDUP,
     Op,
     WorkgroupCycles,
     decode_ops,
@@ -121,18 +123,24 @@ class KernelProfile:
         cal: Calibration,
         fracs: tuple[float, float],
         bytes_per_clk: float | None = None,
+        faster: str | None = None,
     ) -> WorkgroupCycles:
         """Simulated cycles at a traced K, with the operands' row fractions `fracs`, the CU's
-        vector-memory path at `bytes_per_clk` (default: the L2-served rate)."""
+        vector-memory path at `bytes_per_clk` (default: the L2-served rate), and `faster`
+        (cu.CU_UNITS) the unit run faster to find which one limits a prediction."""
         bpc = cal.cu_vmem_bytes_per_clk if bytes_per_clk is None else float(bytes_per_clk)
-        key = (k_local, log2_k_split, cal.vmem_latency, bpc, fracs)
+        key: tuple = (k_local, log2_k_split, cal.vmem_latency, bpc, fracs)
+        if faster is not None:
+            key = (*key, faster)
         if key not in self._cycles:
             stored = self._stored_cycles().get(repr(key))
             if stored is not None:
                 self._cycles[key] = WorkgroupCycles(**stored)
             else:
                 tr = self.trace(k_local, log2_k_split)
-                self._cycles[key] = simulate_workgroup(self.ops, tr, cal.vmem_latency, bpc, *fracs)
+                self._cycles[key] = simulate_workgroup(
+                    self.ops, tr, cal.vmem_latency, bpc, *fracs, faster=faster
+                )
                 self._store_cycles(repr(key), self._cycles[key])
         return self._cycles[key]
 
@@ -180,6 +188,7 @@ class KernelProfile:
         cal: Calibration,
         fracs: tuple[float, float] = (1.0, 1.0),
         bytes_per_clk: float | None = None,
+        faster: str | None = None,
     ) -> WorkgroupCycles:
         """Workgroup cycles at any per-workgroup K: simulated at the traced Ks around it and
         interpolated (linear in K beyond the largest: the main loop repeats). With
@@ -188,23 +197,26 @@ class KernelProfile:
         1/FRACTION_STEPS around them and interpolated linearly (so a few simulations serve
         every shape, and no kernel is charged rows it does not have)."""
         parts = [
-            (wm * wn, self._at_rate(k_local, log2_k_split, cal, (fm, fn), bytes_per_clk))
+            (wm * wn, self._at_rate(k_local, log2_k_split, cal, (fm, fn), bytes_per_clk, faster))
             for fm, wm in fraction_points(fracs[0])
             for fn, wn in fraction_points(fracs[1])
         ]
         return weighted_cycles(parts)
 
-    def _at_rate(self, k_local, log2_k_split, cal, fracs, bytes_per_clk) -> WorkgroupCycles:
+    def _at_rate(
+        self, k_local, log2_k_split, cal, fracs, bytes_per_clk, faster=None
+    ) -> WorkgroupCycles:
         if bytes_per_clk is None:
-            return self._at_k(k_local, log2_k_split, cal, fracs, None)
+            return self._at_k(k_local, log2_k_split, cal, fracs, None, faster)
         lo, hi, weight = bracket_bytes_per_clk(bytes_per_clk)
-        a = self._at_k(k_local, log2_k_split, cal, fracs, SIM_BYTES_PER_CLK[int(lo)])
-        b = self._at_k(k_local, log2_k_split, cal, fracs, SIM_BYTES_PER_CLK[int(hi)])
+        a = self._at_k(k_local, log2_k_split, cal, fracs, SIM_BYTES_PER_CLK[int(lo)], faster)
+        b = self._at_k(k_local, log2_k_split, cal, fracs, SIM_BYTES_PER_CLK[int(hi)], faster)
         return blend_cycles(a, b, float(weight))
 
-    def _at_k(self, k_local, log2_k_split, cal, fracs, bpc) -> WorkgroupCycles:
+    def _at_k(self, k_local, log2_k_split, cal, fracs, bpc, faster=None) -> WorkgroupCycles:
         points = {
-            x: self.simulated(x, log2_k_split, cal, fracs, bpc) for x in _traced_ks_around(k_local)
+            x: self.simulated(x, log2_k_split, cal, fracs, bpc, faster)
+            for x in _traced_ks_around(k_local)
         }
         if k_local in points:
             return points[k_local]
@@ -258,10 +270,66 @@ def predict_profile(
     log2_k_split: int,
     cal: Calibration,
     warm: bool = False,
+    explain: bool = False,
 ) -> Prediction:
     """One kernel's predicted time at a shape; `warm`: A and B already in the Infinity Cache
     (launches repeated on the same buffers), else cold as aiter's tuner times (rotated
-    copies)."""
+    copies). `explain`: also name what limits it (Prediction.bound, from unit_savings: a
+    few more simulations, so only where a label is shown)."""
+    p = _predicted(profile, m, n, k, log2_k_split, cal, warm)
+    if not explain:
+        return p
+    savings = unit_savings(profile, m, n, k, log2_k_split, cal, warm)
+    return replace(p, bound=max(savings, key=lambda unit: savings[unit]))
+
+
+def unit_savings(
+    profile: KernelProfile,
+    m: int,
+    n: int,
+    k: int,
+    log2_k_split: int,
+    cal: Calibration,
+    warm: bool = False,
+) -> dict[str, float]:
+    """The microseconds a prediction loses when one limit at a time is cu.UNIT_SPEEDUP times
+    faster: the launch overhead, HBM's and the L2's bandwidth (the whole part's), a CU's
+    vector-memory path (its rates and its loaded latency), its MFMA pipes, its LDS. All in the
+    one unit of the predicted time; the largest saving names what limits it (model card,
+    "What bounds a prediction"). Units overlap, so the savings do not add up to the time."""
+    s = UNIT_SPEEDUP
+    base = _predicted(profile, m, n, k, log2_k_split, cal, warm).us
+    calibrations = {
+        "launch": replace(cal, launch_us=cal.launch_us / s),
+        "HBM": replace(cal, hbm_tbps=cal.hbm_tbps * s),
+        "L2": replace(cal, l2_tbps=cal.l2_tbps * s),
+        "VMEM": replace(
+            cal,
+            cu_vmem_bytes_per_clk=cal.cu_vmem_bytes_per_clk * s,
+            cu_hbm_bytes_per_clk=cal.cu_hbm_bytes_per_clk * s,
+            vmem_latency=cal.vmem_latency / s,
+        ),
+    }
+    savings = {
+        unit: base - _predicted(profile, m, n, k, log2_k_split, c, warm).us
+        for unit, c in calibrations.items()
+    }
+    for unit in CU_UNITS:
+        savings[unit] = base - _predicted(profile, m, n, k, log2_k_split, cal, warm, unit).us
+    return savings
+
+
+def _predicted(
+    profile: KernelProfile,
+    m: int,
+    n: int,
+    k: int,
+    log2_k_split: int,
+    cal: Calibration,
+    warm: bool,
+    faster: str | None = None,
+) -> Prediction:
+    """predict_profile's time (bound left unnamed); `faster`: a CU unit run faster."""
     entry = profile.entry
     split = log2_k_split if entry.splitk else 0
     geometry = launch_geometry(entry.tile_m, entry.tile_n, m, n, k, split)
@@ -272,7 +340,7 @@ def predict_profile(
     hbm = hbm_bytes(entry.tile_m, entry.tile_n, m, n, geometry.k_per_tg, geometry.grid, warm)
     moved = workgroups * profile.vmem_bytes(geometry.k_per_tg, split, fracs)
     bpc = effective_bytes_per_clk(cal, hbm_share(moved, hbm))
-    wg = profile.cycles(geometry.k_per_tg, split, cal, fracs, bpc)
+    wg = profile.cycles(geometry.k_per_tg, split, cal, fracs, bpc, faster)
     return kernel_time(entry, m, n, k, split, geometry, wg, cal, hbm)
 
 
@@ -322,7 +390,7 @@ def predicted_change(
             - profile.simulated(lo, 0, c, (1.0, 1.0)).cycles
         )
         loops.append(slope * 256 / (hi - lo))
-        p = predict_profile(profile, *shape, 0, c)
+        p = predict_profile(profile, *shape, 0, c, explain=True)
         times.append(p.us)
         bounds.append(p.bound)
     return PredictedChange(
@@ -402,8 +470,12 @@ class Predictor:
         k: int,
         log2_k_split: int = 0,
         warm: bool = False,
+        explain: bool = False,
     ) -> Prediction:
-        return predict_profile(self.profile(entry), m, n, k, log2_k_split, self.calibration, warm)
+        """`explain`: name what limits the time too (predict_profile)."""
+        return predict_profile(
+            self.profile(entry), m, n, k, log2_k_split, self.calibration, warm, explain
+        )
 
     def rank(
         self,
@@ -413,12 +485,14 @@ class Predictor:
         log2_k_split: int = 0,
         kernels: list[KernelEntry] | None = None,
         warm: bool = False,
+        explain: bool = False,
     ) -> list[Ranked]:
         """Every kernel (or `kernels`) at the shape, safe ones ranked fastest first, then the
         unsafe ones (rank 0)."""
         entries = list(self.manifest) if kernels is None else kernels
         preds = [
-            (self.predict(e, m, n, k, log2_k_split, warm), is_safe(e, m, n, k)) for e in entries
+            (self.predict(e, m, n, k, log2_k_split, warm, explain), is_safe(e, m, n, k))
+            for e in entries
         ]
         safe = sorted((p for p in preds if p[1]), key=lambda p: p[0].us)
         unsafe = sorted((p for p in preds if not p[1]), key=lambda p: p[0].us)

@@ -358,7 +358,7 @@ def _predicted_fields(
     """The cycle model's prediction for a bench row (f4pipe.perf), for the row's protocol:
     warm caches unless its launches rotate operand copies."""
     try:
-        p = predictor.predict(entry, case.m, case.n, case.k, log2, warm)
+        p = predictor.predict(entry, case.m, case.n, case.k, log2, warm, explain=True)
     except (ShapeError, EmulatorError) as exc:
         return {"us_pred": None, "tflops_pred": None, "bound": f"not predicted: {exc}"}
     return {

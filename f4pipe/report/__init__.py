@@ -11,7 +11,8 @@ f4pipe.compare),
 `sections` turns it into Sections (`sections.SECTIONS` is the page's list: a new section is one
 function added there), `plots` draws the PNGs and `render` writes HTML and markdown. The HTML
 has no script and no external resource except the PNG plots beside it, so it opens from a file,
-an archive or a Snakemake report alike.
+an archive or a Snakemake report alike. The plots `snakemake --report` carries beside the page
+always exist (write_absent_plots).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from f4pipe.core.fsio import atomic_dir, read_json_file, sha256_file
 from f4pipe.core.layout import ARCH_TABLES, REPORT_DIR, TABLES, arch_table_file, table_file
 from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 from f4pipe.report import sections
+from f4pipe.report.plots import HEATMAP_PNG, SPLITK_PNG, THROUGHPUT_PNG, plot_nothing
 from f4pipe.report.render import Section, render_html, render_markdown
 
 
@@ -93,6 +95,22 @@ def build_sections(rs: ResultSet, out_dir: Path | None) -> list[Section]:
     return [build(rs, out_dir) for build in sections.SECTIONS]
 
 
+#: The plots the Snakemake report carries, with the section that draws each.
+SNAKEMAKE_PLOTS = {THROUGHPUT_PNG: "bench", HEATMAP_PNG: "safety", SPLITK_PNG: "splitk"}
+
+
+def write_absent_plots(out_dir: Path, built: list[Section]) -> None:
+    """Snakemake's report collects a fixed list of files: where a section drew no plot (its
+    stage did not run, or has nothing to draw), a picture that says so and why. The page
+    itself shows no such picture: its section says it."""
+    by_key = {s.key: s for s in built}
+    for name, key in SNAKEMAKE_PLOTS.items():
+        if not (out_dir / name).is_file():
+            sec = by_key[key]
+            why = "; ".join([sec.verdict, *sec.notes[:1]]) if sec.notes else sec.verdict
+            plot_nothing(out_dir / name, f"{sec.title}: no plot in this set\n{why}")
+
+
 def build_report(
     result_dir: str | os.PathLike[str],
     out_dir: str | os.PathLike[str] | None = None,
@@ -113,6 +131,7 @@ def build_report(
     title = f"f4pipe report: {rs.aiter_id} · {rs.toolchain_id} · {rs.device_id}"
     with atomic_dir(target) as tmp:
         sections = build_sections(rs, tmp)
+        write_absent_plots(tmp, sections)
         (tmp / "index.html").write_text(render_html(title, sections, prov))
         (tmp / "summary.md").write_text(render_markdown(title, sections, prov))
     plots = tuple(target / s.plot for s in sections if s.plot)

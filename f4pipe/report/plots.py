@@ -11,6 +11,15 @@ import pandas as pd
 from f4pipe.core.layout import BASE_VARIANTS, SEED_SPLITK_ERR_PCT, SEED_SPLITK_SHAPE
 from f4pipe.report.render import short_kernel
 
+#: The plots `snakemake --report` carries beside the page (workflow/rules/report.smk): the
+#: report always writes them, a picture saying so where a set has nothing to draw.
+SPLITK_PNG = "splitk.png"
+THROUGHPUT_PNG = "throughput.png"
+HEATMAP_PNG = "safety_heatmap.png"
+#: (media type, extension) of the tables: Python's table of types has no Parquet, and
+#: `snakemake --report` names each file's type from it (workflow/rules/common.smk adds this).
+PARQUET_MEDIA_TYPE = ("application/vnd.apache.parquet", ".parquet")  # IANA, 2024
+
 
 def pyplot():
     import matplotlib
@@ -219,4 +228,14 @@ def plot_safety_heatmap(cells: pd.DataFrame, path: Path) -> str:
         frameon=False,
     )
     ax.set_title("worst verdict per kernel and edge class (emulator)", fontsize=8, pad=16)
+    return save_figure(fig, path)
+
+
+def plot_nothing(path: Path, reason: str) -> str:
+    """A picture that says why a set has no such plot (a stage that did not run): what the
+    Snakemake report shows in its place, so it never reads as an empty result."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.2, 1.2), layout="constrained")
+    ax.axis("off")
+    ax.text(0.5, 0.5, reason, ha="center", va="center", fontsize=9, wrap=True)
     return save_figure(fig, path)

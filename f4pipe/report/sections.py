@@ -15,6 +15,9 @@ from f4pipe.core.layout import BASE_VARIANTS, SEED_SPLITK_ERR_PCT, SEED_SPLITK_S
 from f4pipe.pipeline.audit import format_finding
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.plots import (
+    HEATMAP_PNG,
+    SPLITK_PNG,
+    THROUGHPUT_PNG,
     plot_bench,
     plot_predicted,
     plot_predicted_vs_recorded,
@@ -186,7 +189,7 @@ def splitk_section(rs: ResultSet, out_dir: Path | None) -> Section:
         if (
             out_dir is not None
         ):  # the seed's reference alone, marked as such: the plot always exists
-            sec.plot = plot_splitk(None, out_dir / "splitk.png")
+            sec.plot = plot_splitk(None, out_dir / SPLITK_PNG)
         return sec
     assert df is not None
     ran = df[df["status"].isin(["passed", "failed"])]
@@ -198,7 +201,7 @@ def splitk_section(rs: ResultSet, out_dir: Path | None) -> Section:
     sec.notes.extend(_problems(df))
     sec.table = _side_by_side(df, ("err_frac", "max_abs_err"))
     if out_dir is not None:
-        sec.plot = plot_splitk(ran, out_dir / "splitk.png")
+        sec.plot = plot_splitk(ran, out_dir / SPLITK_PNG)
     return sec
 
 
@@ -230,7 +233,7 @@ def bench_section(rs: ResultSet, out_dir: Path | None) -> Section:
         if len(ratios):
             sec.verdict += f"; rebuilt/original TFLOP/s {ratios.min():.3f} .. {ratios.max():.3f}"
     if out_dir is not None:
-        sec.plot = plot_bench(table, out_dir / "throughput.png")
+        sec.plot = plot_bench(table, out_dir / THROUGHPUT_PNG)
     return sec
 
 
@@ -279,6 +282,11 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
         f"median error {med if med is not None else 'n/a'} %, "
         f"p90 {p90 if p90 is not None else 'n/a'} %{held})"
     )
+    sec.notes.append(
+        "bound: the limit whose being 1.25 times faster saves the most predicted time "
+        "(MFMA pipes, LDS, a CU's vector-memory path VMEM, the L2, HBM, the launch overhead; "
+        "docs/model-card.md, What bounds a prediction)"
+    )
     variants = set(df["variant"])
     if {"original", "rebuilt"} <= variants:
         sec.notes.append(
@@ -287,7 +295,7 @@ def _predicted_view(sec: Section, df: pd.DataFrame, out_dir: Path | None) -> Non
             "that the rebuilt object runs as fast (only hardware can show that)"
         )
     if out_dir is not None:
-        sec.plot = plot_predicted(table, out_dir / "throughput.png")
+        sec.plot = plot_predicted(table, out_dir / THROUGHPUT_PNG)
 
 
 VERDICT_RANK = {"safe": 0, "race": 1, "wrong": 2, "fault": 3}
@@ -396,7 +404,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
             for kernel, rows in raw.groupby("kernel", sort=False)
         }
         cells = pd.DataFrame.from_dict(worst, orient="index")
-        sec.plot = plot_safety_heatmap(cells, out_dir / "safety_heatmap.png")
+        sec.plot = plot_safety_heatmap(cells, out_dir / HEATMAP_PNG)
     repro = []
     for (kernel, edge), rows in raw[raw["verdict"] != "safe"].groupby(["kernel", "edge_class"]):
         worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]

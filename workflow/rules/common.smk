@@ -1,4 +1,5 @@
 # Workflow-side helpers: config validation, the artifact-set paths, and input functions.
+import mimetypes
 import re
 import shlex
 import sys
@@ -46,6 +47,15 @@ from f4pipe.core.layout import (
 )
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.host.matrices import get_matrix, kernels_that_may_run
+from f4pipe.report.plots import (
+    HEATMAP_PNG,
+    PARQUET_MEDIA_TYPE,
+    SPLITK_PNG,
+    THROUGHPUT_PNG,
+)
+
+# `snakemake --report` names each reported file's type from its extension (no warning per table)
+mimetypes.add_type(*PARQUET_MEDIA_TYPE)
 
 # config/config.yaml, then --configfile / --config on top (`aiter` replaced whole), checked with
 # one line per mistake (f4pipe.pipeline.workflowconfig); exit 2 as every f4pipe command does.

@@ -42,6 +42,7 @@ rule gemm_stage_table:
             RESULTS / "{stage}.parquet",
             caption="../report/gemm_stage.rst",
             category="GEMM stages",
+            labels={"kind": "table", "name": "{stage}"},
         ),
     log:
         LOGS / "{stage}_table.log",

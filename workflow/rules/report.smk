@@ -27,12 +27,28 @@ rule report:
             REPORT / "index.html",
             caption="../report/report.rst",
             category="Report",
+            labels={"kind": "page", "name": "index.html"},
         ),
         summary=REPORT / "summary.md",
+        # the page's plots, for `snakemake --report` (the page shows them beside it; the
+        # report always writes them: f4pipe.report.write_absent_plots)
+        throughput=report(
+            REPORT / THROUGHPUT_PNG,
+            caption="../report/throughput_plot.rst",
+            category="GEMM stages",
+            labels={"kind": "plot", "name": "throughput"},
+        ),
         splitk=report(
-            REPORT / "splitk.png",
+            REPORT / SPLITK_PNG,
             caption="../report/splitk_plot.rst",
             category="GEMM stages",
+            labels={"kind": "plot", "name": "splitK error"},
+        ),
+        heatmap=report(
+            REPORT / HEATMAP_PNG,
+            caption="../report/safety_heatmap.rst",
+            category="Shape-edge safety",
+            labels={"kind": "plot", "name": "heatmap"},
         ),
     log:
         LOGS / "report.log",

@@ -33,6 +33,7 @@ rule safety_table:
             RESULTS / table_file("safety"),
             caption="../report/safety.rst",
             category="Shape-edge safety",
+            labels={"kind": "table", "name": "safety"},
         ),
     log:
         LOGS / "safety_table.log",
@@ -51,6 +52,7 @@ rule audit_tuned:
             RESULTS / table_file("audit"),
             caption="../report/audit.rst",
             category="Shape-edge safety",
+            labels={"kind": "table", "name": "audit of aiter's tuned table"},
         ),
     log:
         LOGS / "audit_tuned.log",
