@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import sysconfig
+from importlib import metadata
+from pathlib import Path
+
 import nox
 
 nox.needs_version = ">=2024.3.2"
@@ -16,6 +23,26 @@ HIP_PYTHON_RELEASES = nox.project.load_toml("pyproject.toml")["tool"]["f4pipe"][
 ]
 #: The tests that drive the hip-python launcher (on f4pipe's HIP shim where there is no GPU).
 HIP_TESTS = ("tests/test_hipshim.py", "tests/test_hipdevice.py")
+HERE = Path(__file__).resolve().parent
+
+
+def runs_in_project_venv() -> bool:
+    """Whether nox runs from a venv holding this checkout's f4pipe as the README installs it
+    (`python -m pip install -e .`, which brings nox). `verify` then tests in that venv, adding
+    the test and lint extras to it, instead of building .nox/verify: a second copy of the same
+    0.8 GB of dependencies. Where nox was installed alone (CI's `.ci/run`), it builds its own."""
+    if sys.prefix == sys.base_prefix:
+        return False
+    site = [sysconfig.get_paths()["purelib"]]  # not the working directory's f4pipe.egg-info
+    found = list(metadata.distributions(name="f4pipe", path=site))
+    if not found:
+        return False
+    direct = json.loads(found[0].read_text("direct_url.json") or "{}")
+    editable = direct.get("dir_info", {}).get("editable", False)
+    return editable and direct.get("url") == HERE.as_uri()
+
+
+IN_PROJECT_VENV = runs_in_project_venv()
 
 
 def install(
@@ -28,11 +55,29 @@ def install(
     session.install("-e", spec, *(("-e", "./research") if research else ()), *also)
 
 
-@nox.session
+@nox.session(venv_backend="none" if IN_PROJECT_VENV else None)
 def verify(session: nox.Session) -> None:
     """The full test suite: code objects, host side, emulator, pipeline, and lint
     (tests/test_lint.py), on every core (pytest-xdist); provisions LLVM and the aiter wheel
-    into ~/.cache/f4pipe on first use."""
+    into ~/.cache/f4pipe on first use. Run from the project's venv, it tests there."""
+    if IN_PROJECT_VENV:
+        session.log(f"testing in the project's venv {sys.prefix} (test and lint extras added)")
+        session.run_install(
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-e",
+            ".[test,lint]",
+            "-e",
+            "./research",
+        )
+        bin_dir = str(Path(sys.executable).parent)
+        session.env["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+        session.run(sys.executable, "-m", "pytest", *PYTEST_FLAGS, "-n", "auto", *session.posargs)
+        return
     install(session, "test", "lint", research=True)
     session.run("pytest", *PYTEST_FLAGS, "-n", "auto", *session.posargs)
 
@@ -95,6 +140,14 @@ def bench(session: nox.Session) -> None:
     session.run("f4research", "heldback")
     session.run("python", "benchmarks/waits_shipped.py")
     session.run("python", "benchmarks/main_job.py")
+
+
+@nox.session(venv_backend="none", default=False)
+def newcomer(session: nox.Session) -> None:
+    """Every figure the README states, from a fresh clone with an empty HOME: install, the main
+    job and an update, `f4pipe try`, `nox -s verify`, disk, and with `-- --ci` CI's `.ci/run`
+    (benchmarks/newcomer.py; about 20 minutes on two cores, 30 with --ci)."""
+    session.run(sys.executable, "benchmarks/newcomer.py", *session.posargs)
 
 
 @nox.session(default=False)

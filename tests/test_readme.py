@@ -10,15 +10,17 @@ pipeline, a placeholder filled), or it is excluded with the reason why. A comman
 that COMMANDS does not know fails test_every_readme_command_is_run_or_excluded, so the test
 follows the docs.
 
-The venv is built once per set of dependencies under f4pipe's cache: the first build downloads
-and installs them (even from pip's cache, unpacking their 700 MB costs about 40 CPU-seconds),
-and later runs reuse it. The README's install line still runs each time, in the fresh copy.
+The venv is the README's own (`python -m venv`, then its install line in the fresh copy), but
+its dependencies are not downloaded and unpacked again (700 MB and about 40 CPU-seconds): the
+runtime dependencies the test's environment already holds, and only those (the closure of
+pyproject's `dependencies` through each package's requirements and markers; no test or lint
+extra), are linked into the venv's site-packages before the install line runs, which then finds
+them satisfied and installs f4pipe alone. Their console scripts (snakemake, nox) are copied in
+with the venv's python in their first line.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
 import re
 import shlex
@@ -26,17 +28,18 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from workflow_run import make_local_aiter
 
 from f4pipe.aiter.aiterdir import AiterDir
 from f4pipe.cli import COMMANDS as F4PIPE_COMMANDS
-from f4pipe.codeobj.toolchain import cache_root
 from f4pipe.fetch import aiter_id_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,7 +132,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     "results/compare/old__new": Run(),
     # excluded
     "python -m venv .venv && . .venv/bin/activate": Excluded(
-        "the test's own venv (the `venv` fixture) is the user's: built once per dependency set"
+        "the test's own venv (the `venv` fixture) is the user's, made with `python -m venv`"
     ),
     "nox -s verify": Excluded(
         "the test suite itself (minutes on two cores, and this test is part of it); `nox -l` shows "
@@ -182,29 +185,55 @@ def runtime_dependencies() -> list[str]:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
 
 
-#: Written into the venv once the README's install line has filled it.
-INSTALLED = ".f4pipe-installed"
 #: What a user's shell does not have: the test process's own package paths and settings.
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "AITER_ASM_DIR")
 
 
+def runtime_distributions() -> list[metadata.Distribution]:
+    """pyproject's runtime dependencies and all they require, as installed in the test's
+    environment, following markers and requested extras (f4pipe's own extras left out)."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = [(Requirement(r), "") for r in runtime_dependencies()]
+    while todo:
+        req, extra = todo.pop()
+        if req.marker and not req.marker.evaluate({"extra": extra}):
+            continue
+        name = canonicalize_name(req.name)
+        if name in found:
+            continue
+        found[name] = dist = metadata.distribution(name)
+        for text in dist.requires or ():
+            todo += [(Requirement(text), e) for e in ("", *req.extras)]
+    return list(found.values())
+
+
+def link_distribution(dist: metadata.Distribution, venv: Path) -> None:
+    """Link a distribution's top-level files into the venv's site-packages, and copy its
+    scripts into the venv's bin/ with the venv's python as their interpreter."""
+    site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    scripts = Path(sys.prefix, "bin").resolve()
+    for entry in dist.files or ():
+        source = Path(dist.locate_file(entry)).resolve()
+        if entry.parts[0] == ".." and source.parent == scripts:
+            script = venv / "bin" / source.name
+            lines = source.read_bytes().split(b"\n", 1)
+            if lines[0].startswith(b"#!") and b"python" in lines[0] and len(lines) == 2:
+                script.write_bytes(b"#!" + str(venv / "bin" / "python").encode() + b"\n" + lines[1])
+                script.chmod(0o755)
+        elif entry.parts[0] not in ("..", "__pycache__"):
+            link = site / entry.parts[0]
+            if not link.is_symlink() and not link.exists():
+                link.symlink_to(Path(dist.locate_file(entry.parts[0])))
+
+
 @pytest.fixture(scope="module")
-def venv() -> Iterator[Path]:
-    """A venv for the runtime dependencies, kept under f4pipe's cache per (Python, dependency
-    list): a changed dependency makes a new one. Held under a lock while the module runs."""
-    key = repr((sys.version_info[:2], runtime_dependencies()))
-    key = hashlib.sha256(key.encode()).hexdigest()[:12]
-    root = cache_root() / "readme-venv"
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / key
-    with open(root / ".lock", "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        if not (path / INSTALLED).is_file():
-            for old in root.iterdir():
-                if old.is_dir():
-                    shutil.rmtree(old)
-            subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-        yield path
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's venv, its runtime dependencies linked from the test's environment."""
+    path = tmp_path_factory.mktemp("readme") / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    for dist in runtime_distributions():
+        link_distribution(dist, path)
+    return path
 
 
 def user_env(venv: Path) -> dict[str, str]:
@@ -268,7 +297,6 @@ def user(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> User:
     install = COMMANDS[INSTALL]
     assert isinstance(install, Run) and install.command
     found.run(install.command)
-    (venv / INSTALLED).touch()
     return found
 
 
@@ -313,6 +341,8 @@ BEFORE = {
 @pytest.mark.slow
 @pytest.mark.network  # the venv's first build downloads the dependencies
 def test_readme_commands_run_in_a_users_environment(user: User) -> None:
+    for extra_only in ("pytest", "ruff", "hypothesis"):  # the venv holds no test or lint extra
+        user.run(f"python -c 'import importlib.util as u; exit(bool(u.find_spec({extra_only!r})))'")
     for readme, how in COMMANDS.items():
         if isinstance(how, Excluded) or readme == INSTALL:  # the `user` fixture installed
             continue
