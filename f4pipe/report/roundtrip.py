@@ -72,10 +72,14 @@ def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
     sec.notes.append(f"kernel names drop the common prefix {KERNEL_PREFIX}")
     gfx950 = tables[PRIMARY_ARCH]
     hazards = int(gfx950["hazards"].fillna(0).sum())
-    verdicts = [f"{arch}: {arch_verdict(df)}" for arch, df in tables.items()]
-    sec.verdict = "; ".join(verdicts if len(tables) > 1 else [arch_verdict(gfx950)])
-    whose = "the" if len(tables) == 1 else f"{PRIMARY_ARCH}'s"
-    sec.verdict += f"; {hazards} static timing finding(s) in {whose} rebuilt objects"
+    findings = f"{hazards} static timing finding(s) in the rebuilt objects"
+    if len(tables) == 1:
+        sec.verdict = f"{arch_verdict(gfx950)}; {findings}"
+    else:  # the timing analysis is gfx950's: its findings go with gfx950's verdict
+        sec.verdict = "; ".join(
+            f"{arch}: {arch_verdict(df)}" + (f", {findings}" if arch == PRIMARY_ARCH else "")
+            for arch, df in tables.items()
+        )
     clean = all(is_clean(df) for df in tables.values())
     sec.state = "ok" if clean and not hazards else "bad"
     if len(tables) == 1:
