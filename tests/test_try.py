@@ -195,3 +195,29 @@ def test_the_static_line_reports_what_hazards_finds(
         r"static checks: descriptor ok; timing over every path: \d+ finding\(s\)", static
     )
     assert re.search(r"needs s_waitcnt (vmcnt|lgkmcnt)\(\d+\) or lower", static)
+
+
+def test_a_repeated_try_takes_the_originals_side_from_the_cache(
+    tmp_path, base_asm, toolchain, f4gemm_dir, monkeypatch
+):
+    """The original's emulated output and static findings are kept between commands, keyed by
+    its bytes, the request and f4pipe's source (f4pipe.edits.baseline): the second `try` reads
+    them. Changing one kept value by one bit proves it: the edit then differs from it."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("F4PIPE_CACHE", str(cache))
+    stale = cache / "try-baseline" / "0.0.0+src.another-checkout"
+    stale.mkdir(parents=True)
+    edit = write(tmp_path, "nop", KEEPS_SEMANTICS["nop"](base_asm))
+    first = try_edit(edit, f4gemm_dir, toolchain, device="emulator")
+    assert first.passed and all(r.identical for r in first.runs)
+    outputs = sorted(cache.glob("try-baseline/*/output/*.npy"))
+    assert len(outputs) == len(first.runs)
+    assert len(list(cache.glob("try-baseline/*/findings/*.json"))) == 1
+    assert not stale.exists(), "another f4pipe source's entries are never read: removed"
+
+    kept = np.load(outputs[0])
+    kept.flat[0] = np.nextafter(kept.flat[0], np.inf)
+    np.save(outputs[0], kept)
+    second = try_edit(edit, f4gemm_dir, toolchain, device="emulator")
+    assert sorted(r.identical for r in second.runs) == [False, *[True] * (len(outputs) - 1)]
+    assert second.static_hazards == first.static_hazards == []

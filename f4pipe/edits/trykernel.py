@@ -32,9 +32,10 @@ from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.codeobj.toolchain import Toolchain
 from f4pipe.core.device import Device
 from f4pipe.core.errors import DeviceError, EmulatorError, HipVersionError, NoDeviceError
-from f4pipe.core.layout import SEED_A, SEED_B
+from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B
 from f4pipe.devices.opendevice import open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
+from f4pipe.edits.baseline import original_findings, original_output
 from f4pipe.edits.resources import FLAG as FIT_FLAG
 from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.host.matrices import Case
@@ -265,9 +266,8 @@ def run_case(
         )
     identical = None
     if baseline:
-        original_request = replace(request, verify=False)
-        original = run_gemm(device, prepared.entry, prepared.original_co, original_request)
-        identical = bool(np.array_equal(result.d, original.d, equal_nan=True))
+        original = _original_output(device, prepared, replace(request, verify=False))
+        identical = bool(np.array_equal(result.d, original, equal_nan=True))
     return TryRun(
         device.device_id,
         case,
@@ -301,7 +301,10 @@ def new_static_hazards(prepared: PreparedEdit) -> list[str]:
             out.append(((h.rule, *texts), h.message))
         return out
 
-    original = Counter(key for key, _ in findings(prepared.original_co))
+    kept = original_findings(
+        prepared.original_co, prepared.entry.symbol, lambda: findings(prepared.original_co)
+    )
+    original = Counter(key for key, _ in kept)
     new = []
     for key, message in findings(prepared.co_path):
         if original[key]:
@@ -309,6 +312,18 @@ def new_static_hazards(prepared: PreparedEdit) -> list[str]:
         else:
             new.append(message)
     return new
+
+
+def _original_output(device: Device, prepared: PreparedEdit, request: GemmRequest) -> np.ndarray:
+    """The unedited original's D at `request`; on the emulator kept between commands
+    (f4pipe.edits.baseline): a repeated `try` runs only the edit."""
+
+    def run() -> np.ndarray:
+        return run_gemm(device, prepared.entry, prepared.original_co, request).d
+
+    if device.device_id != EMULATOR_DEVICE_ID:
+        return run()
+    return original_output(prepared.original_co, prepared.entry.symbol, request, run)
 
 
 def _original_fails(device: Device, prepared: PreparedEdit, request: GemmRequest) -> bool:
