@@ -110,3 +110,22 @@ def test_the_command_line_takes_the_report_s_kernel_names(f4gemm_dir: Path, caps
     assert "BpreShuffle_256x256" in capsys.readouterr().out
     assert main(["predict", *common, "--kernel", "256x256"]) == 2
     assert "ambiguous" in capsys.readouterr().err
+
+
+def test_commands_that_read_a_code_object_take_a_kernel_name_too(
+    f4gemm_dir: Path, capsys, monkeypatch
+) -> None:
+    """`hazards` and `waits` read a .co or a .s; a name that is no file is the kernel it names
+    in the aiter directory (--co-dir, else $AITER_ASM_DIR, ...), by the names --kernel takes."""
+    from f4pipe.cli import main
+
+    assert main(["waits", "32x128", "--co-dir", str(f4gemm_dir)]) == 0
+    assert "_ZN5aiter41f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128E" in capsys.readouterr().out
+    monkeypatch.setenv("AITER_ASM_DIR", str(f4gemm_dir))
+    assert main(["hazards", "BpreShuffle_256x256"]) == 0
+    assert "3379 reachable instructions" in capsys.readouterr().out
+    assert main(["hazards", "256x256"]) == 2
+    err = capsys.readouterr().err
+    assert "ambiguous" in err and "noBpreShuffle_256x256" in err
+    assert main(["hazards", "missing.co"]) == 2
+    assert "missing.co: no such code object" in capsys.readouterr().err

@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 
     from f4pipe.codeobj.toolchain import Toolchain
 
+#: The positional kernel of commands that read one (code_object_of resolves it).
+KERNEL_FILE_HELP = (
+    "a gfx950 code object (.co), assembly (.s) to assemble, or a kernel's name in the aiter "
+    "directory (symbol, .co name, the report's short name, or a unique tile such as 32x128)"
+)
 #: How a command finds the code objects when --co-dir is not given (f4pipe.cli.locate's rules).
 CO_DIR_LOOKUP = "default $AITER_ASM_DIR, else the aiter fetched under ./resources"
 #: --seed S means A=S, B=S+SEED_B_OFFSET, so the default 1234 gives the seed driver's 5678.
@@ -97,13 +102,35 @@ def toolchain_from_args(args: argparse.Namespace) -> Toolchain:
 
 
 def code_object_of(path: Path, tmp: Path, args: argparse.Namespace) -> Path:
-    """`path` itself, or, for an .s, the code object it assembles to (in `tmp`, with the
-    toolchain `args` names): every command that reads a kernel takes either."""
-    if path.suffix != ".s":
-        return path
-    from f4pipe.codeobj.assemble import assemble
+    """`path` itself; for an .s, the code object it assembles to (in `tmp`, with the toolchain
+    `args` names); for a name that is no file, the code object of the kernel it names in the
+    aiter directory (`--co-dir`, else f4pipe.cli.locate's rules), by any name the manifest
+    takes (symbol, .co name, the report's short name, a unique tile): every command that reads
+    a kernel takes a .co, a .s or a kernel's name."""
+    if path.suffix == ".s":
+        from f4pipe.codeobj.assemble import assemble
 
-    return assemble(path, tmp / f"{path.stem}.co", toolchain_from_args(args))
+        return assemble(path, tmp / f"{path.stem}.co", toolchain_from_args(args))
+    if path.exists() or path.suffix == ".co" or len(path.parts) > 1:
+        return path
+    return named_code_object(str(path), getattr(args, "co_dir", None))
+
+
+def named_code_object(name: str, co_dir: str | None) -> Path:
+    """The code object of the kernel `name` in the located aiter directory; InputError when it
+    names none (or several: the matches are listed)."""
+    from f4pipe.aiter.manifest import read_manifest
+    from f4pipe.cli.locate import locate_co_dir
+    from f4pipe.core.errors import InputError, ManifestError
+
+    try:
+        located = locate_co_dir(co_dir)
+        manifest = read_manifest(located.co_dir)
+        return manifest.co_path(manifest.get(name))
+    except ManifestError as exc:
+        raise InputError(
+            f"{name}: no such file, nor a kernel name f4pipe can resolve: {exc}"
+        ) from None
 
 
 # --- running kernels -------------------------------------------------------------------------

@@ -8,7 +8,13 @@ import tempfile
 from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
-from f4pipe.cli.args import add_json_flag, add_toolchain_args, code_object_of
+from f4pipe.cli.args import (
+    KERNEL_FILE_HELP,
+    add_co_dir,
+    add_json_flag,
+    add_toolchain_args,
+    code_object_of,
+)
 from f4pipe.core.errors import InputError
 
 
@@ -99,11 +105,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "on addresses and is checked only when the emulator runs the kernel (f4pipe gemm, try, "
         "verify). Exit 0 none, 1 findings, 2 error.",
     )
-    p.add_argument(
-        "code_object", nargs="?", help="a gfx950 code object (.co), or assembly (.s) to assemble"
-    )
+    p.add_argument("code_object", nargs="?", help=KERNEL_FILE_HELP)
     p.add_argument("--kernel", help="only kernels whose symbol contains this")
     add_json_flag(p, "the findings")
     p.add_argument("--rules", action="store_true", help="print the rule table and exit")
+    add_co_dir(p, what="where a kernel named by name is found")
     add_toolchain_args(p)
     p.set_defaults(func=cmd_hazards)

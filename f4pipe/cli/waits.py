@@ -10,6 +10,7 @@ from pathlib import Path
 
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
+    KERNEL_FILE_HELP,
     add_co_dir,
     add_json_flag,
     add_toolchain_args,
@@ -417,7 +418,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "between waves; --explain PC writes out the bookkeeping at one instruction. Exit 0 "
         "nothing missing, 1 a wait or wait state missing, 2 error.",
     )
-    p.add_argument("kernel_file", help="a gfx950 code object (.co) or assembly (.s)")
+    p.add_argument("kernel_file", help=KERNEL_FILE_HELP)
     p.add_argument("--kernel", help="the kernel whose symbol contains this (several in one file)")
     p.add_argument(
         "--verify",
