@@ -211,14 +211,17 @@ def cached_wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFindi
 
 
 def analyse(program: Program) -> StaticReport:
-    """Both static checks of one kernel."""
+    """Both static checks of one kernel; the counters with LDS DMA in them
+    (f4pipe.analysis.ldsdma: a DS access or barrier that needs an outstanding DMA retired)."""
+    from f4pipe.analysis.ldsdma import LdsDmaModel
+
     cfg = build_cfg(program)
     model = TimingModel(program, frozenset())
     return StaticReport(
         program.symbol,
         len(cfg.order),
         cached_wait_state_findings(model, cfg),
-        counter_findings(model, cfg),
+        counter_findings(LdsDmaModel(program, frozenset()), cfg),
     )
 
 
