@@ -3,7 +3,7 @@ access or an `s_barrier` must see retired.
 
 An LDS DMA writes LDS through the vector-memory path and counts in vmcnt; nothing in the wave
 orders its bytes with a DS access but an `s_waitcnt vmcnt` that retires it. Two rules follow
-(docs/user-guide.md, "Waits, computed"; docs/reference/timing.md A5):
+(docs/user-guide.md, "Waits, computed"; docs/reference/timing.md D1, D5):
 
 - **Own wave.** A DS read or write that may touch bytes an outstanding DMA of its wave writes
   needs that DMA retired first: LLVM's SIInsertWaitcnts rule (generateWaitcntInstBefore waits
@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from f4pipe.analysis.cfg import build_cfg, program_key
 from f4pipe.analysis.ldsranges import LdsRanges, is_dma_write, lds_ranges
 from f4pipe.analysis.timing import VM, Hazard, TimingModel
 from f4pipe.arch.effects import NO_OFFSETS, Effects
@@ -87,15 +88,13 @@ def dma_rules(program: Program, succ: dict[int, tuple[int, ...]]) -> DmaRules:
     return DmaRules(reg, own, published)
 
 
-#: Rules by program content (hazards.program_key): analyse, repairs and every wait's probe of
+#: Rules by program content (cfg.program_key): analyse, repairs and every wait's probe of
 #: one kernel share them. Bounded like the wait-state cache.
 _RULES: dict[tuple, DmaRules] = {}
 _MAX_CACHED = 128
 
 
 def cached_rules(program: Program) -> DmaRules:
-    from f4pipe.analysis.hazards import build_cfg, program_key
-
     key = program_key(program)
     rules = _RULES.get(key)
     if rules is None:
