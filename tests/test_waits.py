@@ -394,3 +394,32 @@ def test_apply_repairs_every_wait_but_the_first_dropped(
     assert all(text[i + 1].strip() == "s_barrier" for i in dma if "publishes" in text[i])
     assert not any("lds-visibility" in text[i] or "lds-war" in text[i] for i in added)
     assert not any(text[i].split("//")[0].strip() == "s_barrier" for i in added)
+
+
+def test_lds_dma_waits_follow_the_bytes_each_access_may_touch(toolchain):
+    """The DMA writes LDS 0..255 (M0 = 0, 64 lanes x 4 bytes). A DS read of 1024..1279 may run
+    while it is in flight; one of 0..255 needs it retired (vmcnt(0): nothing younger); a
+    barrier before a read of its bytes needs it retired before the barrier (another wave
+    reads them after it), one before a read of other bytes does not."""
+    from f4pipe.analysis.hazards import analyse
+    from f4pipe.analysis.waits import repairs
+
+    head = """
+        v_and_b32 v3, 0xfc, v0
+        s_mov_b32 m0, 0
+        buffer_load_dword v1, s[8:11], 0 offen lds
+    """
+    cases = {
+        "ds_read_b32 v4, v3 offset:1024": [],
+        "ds_read_b32 v4, v3": ["may touch LDS bytes"],
+        "ds_write_b32 v3, v0": ["may touch LDS bytes"],
+        "s_barrier\nds_read_b32 v4, v3 offset:1024": [],
+        "s_barrier\nds_read_b32 v4, v3": ["publishes LDS bytes", "may touch LDS bytes"],
+    }
+    for tail, expected in cases.items():
+        program = Program.from_code(assemble(toolchain, head + tail + "\ns_endpgm"))
+        found = [m for m in analyse(program).messages() if "LDS bytes" in m]
+        assert [next(e for e in expected if e in m) for m in found] == expected, tail
+        if expected:  # the first access (or the barrier) gets the loosest wait: vmcnt(0)
+            (fix,) = repairs(program)
+            assert fix.wait == (0, 15)
