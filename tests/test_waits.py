@@ -129,24 +129,32 @@ def shipped(f4gemm_dir):
     return entry, manifest.co_path(entry)
 
 
-def test_the_shipped_kernel_misses_no_wait_and_its_vmcnt_lore_is_exactly_tight(shipped):
+def test_the_shipped_kernel_misses_no_wait_and_its_vmcnt_lore_is_exactly_tight(shipped, tmp_path):
     """32x128's vmcnt(12) waits look loose for registers (14 would do), but they retire the
-    LDS DMA the other waves read after the next barrier: the emulator refuses vmcnt(13). Its
-    lgkmcnt(0) before the epilogue could be lgkmcnt(2), and the final wait retires nothing."""
+    LDS DMA the other waves read after the next barrier: the static analysis now proves them
+    exactly tight (the barrier publishes that DMA's bytes, which a DS read after it may touch),
+    and the emulator agrees (vmcnt(13) is an lds-visibility hazard). Its lgkmcnt(0) before the
+    epilogue could be lgkmcnt(2), and the final wait retires nothing."""
+    from f4pipe.edits.waitcheck import first_problem
+
     entry, co = shipped
     program = Program.load(co, entry.symbol)
     advice = advise(program)
     assert len(advice) == 12
     loops = [a for a in advice if a.actual == (12, 5)]
-    assert len(loops) == 8 and all(a.loosest == (14, 5) and a.dma_released for a in loops)
+    assert len(loops) == 8 and all(a.loosest == (12, 5) and not a.dma_released for a in loops)
+    for a in loops:
+        binding = [n for n in a.needs if n.counter == "vmcnt" and n.younger == 12]
+        assert any("publishes LDS bytes" in n.message for n in binding)
+        assert all("LDS bytes" in n.message for n in binding)  # LDS DMA, not registers
     (dev,) = open_devices("emulator", True)
     try:
+        looser = tmp_path / "looser.co"
+        patch_waits(co, looser, {loops[0].pc: (13, 5)})
+        assert "lds-visibility" in first_problem(dev, entry, looser, quick_cases(entry))
         verified = {v.pc: v for v in verify_loosening(entry, co, advice, dev, quick_cases(entry))}
     finally:
         dev.close()
-    for a in loops:
-        v = verified[a.pc]
-        assert v.confirmed == (12, 5) and "lds-visibility" in v.refused
     looser = {v.actual: v.confirmed for v in verified.values() if v.confirmed != v.actual}
     assert looser == {(63, 0): (63, 2), (0, 0): (63, 15)}
     profile = KernelProfile(entry, co)
@@ -236,30 +244,34 @@ def test_apply_repairs_a_broken_edit_with_one_inserted_line(
 def test_apply_repairs_a_dropped_barrier_with_one_wait_and_one_barrier(
     shipped_asm, f4gemm_dir, tmp_path, capsys
 ):
-    """The main loop's s_barrier dropped: no static check can see it (which LDS words two waves
-    share is data), so --apply runs the kernel, finds a DS read of words another wave's LDS
-    DMA wrote with no barrier between, and inserts right before that read a wait retiring the
-    DMA (strict: vmcnt(0)) and an s_barrier. Two lines, nothing else changed; it runs clean."""
+    """The main loop's s_barrier dropped. Statically, the barrier before it now publishes the
+    LDS DMA bytes the reads after the dropped one touch, so the static check reports waits
+    missing before the barriers that remain (f4pipe.analysis.ldsdma). That a barrier is
+    missing no static check can see (which LDS words two waves share is data), so --apply also
+    runs the kernel, finds a DMA overwriting words another wave still reads with no barrier
+    between, and inserts right before it one wait and one s_barrier. The repair runs clean."""
     loop_wait = first(shipped_asm, "s_waitcnt vmcnt(12) lgkmcnt(5)")
     barrier = next(i for i in range(loop_wait, len(shipped_asm)) if "s_barrier" in shipped_asm[i])
     lines = shipped_asm[:barrier] + shipped_asm[barrier + 1 :]
     broken, fixed = tmp_path / "broken.s", tmp_path / "fixed.s"
     broken.write_text("\n".join(lines) + "\n")
-    assert main(["waits", str(broken)]) == 0  # statically nothing is missing
-    capsys.readouterr()
+    assert main(["waits", str(broken)]) == 1
+    assert "`s_barrier` publishes LDS bytes" in capsys.readouterr().out
     apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed)]
     assert main(["waits", str(broken), *apply]) == 0
     said = capsys.readouterr().out
-    assert "2 change(s)" in said
+    assert "0 static findings; the emulator runs it clean" in said
     # what the repair costs, beside it: the cycle model's main loop before and after
     before, after = map(float, re.search(r"main loop (\d+) -> (\d+) clk", said).groups())
     assert "PREDICTED" in said and after >= before
     out = fixed.read_text().splitlines()
     added = [i for i, line in enumerate(out) if "// f4pipe waits: inserted" in line]
-    assert len(out) == len(lines) + 2 and added == [added[0], added[0] + 1]
-    assert [out[i].split("//")[0].strip() for i in added] == ["s_waitcnt vmcnt(0)", "s_barrier"]
-    assert out[: added[0]] + out[added[1] + 1 :] == lines
-    assert "lds-visibility" in out[added[0]] and "ds_read" in out[added[1] + 1]
+    barriers = [i for i in added if out[i].split("//")[0].strip() == "s_barrier"]
+    assert len(barriers) == 1 and barriers[0] - 1 in added
+    assert out[barriers[0] - 1].split("//")[0].strip().startswith("s_waitcnt")
+    statics = [i for i in added if "publishes LDS bytes" in out[i]]
+    assert statics and all("s_barrier" in out[i + 1] for i in statics)
+    assert [line for i, line in enumerate(out) if i not in added] == lines
 
 
 def test_apply_on_a_correct_kernel_changes_nothing(shipped, f4gemm_dir, tmp_path, capsys):
@@ -355,10 +367,12 @@ def test_try_hazards_and_waits_report_the_same_static_findings(
 def test_apply_repairs_every_wait_but_the_first_dropped(
     tile, f4gemm_dir, toolchain, tmp_path, capsys
 ):
-    """Every s_waitcnt but the first dropped: DS reads of bytes the wave's own LDS DMA has not
-    landed get a vmcnt wait (loosest over the static states; the emulator names the pair); on
-    256x256, where another wave reads what a DMA wrote, a vmcnt wait goes before the barrier
-    between them; the repair runs clean at try's shapes."""
+    """Every s_waitcnt but the first dropped: the static analysis sees the LDS DMA now
+    (f4pipe.analysis.ldsdma), so the waits that retire it come from it, with the loosest
+    vmcnt: before a barrier that publishes a DMA's bytes to the other waves, or before a DS
+    access of the wave's own DMA bytes. The emulator then finds nothing more to add (no
+    lds-visibility or lds-war repair, no new barrier), and the repair runs clean at try's
+    shapes and at the seed's every-kernel shape (M=300 N=2048 K=1024)."""
     from f4pipe.codeobj.co2asm import co2asm
 
     manifest = read_manifest(f4gemm_dir)
@@ -367,14 +381,45 @@ def test_apply_repairs_every_wait_but_the_first_dropped(
     lines = [line for i, line in enumerate(asm) if i not in set(waits[1:])]
     broken, fixed = tmp_path / "broken.s", tmp_path / "fixed.s"
     broken.write_text("\n".join(lines) + "\n")
-    apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed)]
+    assert main(["waits", str(broken), "--json"]) == 1
+    missing = json.loads(capsys.readouterr().out)["missing"]
+    assert any("publishes LDS bytes" in f for m in missing for f in m["findings"])
+    apply = ["--co-dir", str(f4gemm_dir), "--apply", "-o", str(fixed), "--case", "300,2048,1024"]
     assert main(["waits", str(broken), *apply]) == 0
     assert "0 static findings; the emulator runs it clean" in capsys.readouterr().out
     text = fixed.read_text().splitlines()
     added = [i for i, line in enumerate(text) if "waits: inserted" in line]
-    dma = [text[i] for i in added if "lds-visibility" in text[i] and "this wave" in text[i]]
-    assert dma and all("vmcnt(" in line and "lgkmcnt" not in line for line in dma)
-    across = [i for i in added if "lds-visibility" in text[i] and "of its workgroup" in text[i]]
-    if tile == "BpreShuffle_256x256":
-        assert across and all(text[i + 1].strip() == "s_barrier" for i in across)
-        assert not any("s_barrier" in text[i] and "inserted" in text[i] for i in added)
+    dma = [i for i in added if "LDS bytes" in text[i]]
+    assert dma and all("vmcnt(" in text[i] and "lgkmcnt" not in text[i].split("//")[0] for i in dma)
+    assert all(text[i + 1].strip() == "s_barrier" for i in dma if "publishes" in text[i])
+    assert not any("lds-visibility" in text[i] or "lds-war" in text[i] for i in added)
+    assert not any(text[i].split("//")[0].strip() == "s_barrier" for i in added)
+
+
+def test_lds_dma_waits_follow_the_bytes_each_access_may_touch(toolchain):
+    """The DMA writes LDS 0..255 (M0 = 0, 64 lanes x 4 bytes). A DS read of 1024..1279 may run
+    while it is in flight; one of 0..255 needs it retired (vmcnt(0): nothing younger); a
+    barrier before a read of its bytes needs it retired before the barrier (another wave
+    reads them after it), one before a read of other bytes does not."""
+    from f4pipe.analysis.hazards import analyse
+    from f4pipe.analysis.waits import repairs
+
+    head = """
+        v_and_b32 v3, 0xfc, v0
+        s_mov_b32 m0, 0
+        buffer_load_dword v1, s[8:11], 0 offen lds
+    """
+    cases = {
+        "ds_read_b32 v4, v3 offset:1024": [],
+        "ds_read_b32 v4, v3": ["may touch LDS bytes"],
+        "ds_write_b32 v3, v0": ["may touch LDS bytes"],
+        "s_barrier\nds_read_b32 v4, v3 offset:1024": [],
+        "s_barrier\nds_read_b32 v4, v3": ["publishes LDS bytes", "may touch LDS bytes"],
+    }
+    for tail, expected in cases.items():
+        program = Program.from_code(assemble(toolchain, head + tail + "\ns_endpgm"))
+        found = [m for m in analyse(program).messages() if "LDS bytes" in m]
+        assert [next(e for e in expected if e in m) for m in found] == expected, tail
+        if expected:  # the first access (or the barrier) gets the loosest wait: vmcnt(0)
+            (fix,) = repairs(program)
+            assert fix.wait == (0, 15)

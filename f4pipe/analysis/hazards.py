@@ -16,9 +16,9 @@ to watch (TimingModel.flagged); a kernel with none pays nothing for wait-state c
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from f4pipe.analysis.cfg import Cfg, build_cfg, program_key
 from f4pipe.analysis.timing import Hazard, TimingModel
 from f4pipe.arch.waitstates import RULE_BY_ID, check_pair, consumer_rules, produced_by
 from f4pipe.codeobj.program import Program
@@ -26,46 +26,6 @@ from f4pipe.core.errors import EmulatorError
 
 #: Abstract (pc, state) pairs the counter exploration may visit before it gives up.
 MAX_STATES = 200_000
-
-BRANCHES = ("s_branch", "s_cbranch_scc0", "s_cbranch_scc1")
-
-
-@dataclass
-class Cfg:
-    """Reachable instructions from the entry, with successors and predecessors by pc."""
-
-    order: list[int]
-    succ: dict[int, tuple[int, ...]]
-    pred: dict[int, list[int]] = field(default_factory=dict)
-
-
-def build_cfg(program: Program) -> Cfg:
-    """Follow fall-through and branch edges from the entry; an undecodable or unknown
-    instruction on a reachable path raises (nothing is checked past what is not understood)."""
-    succ: dict[int, tuple[int, ...]] = {}
-    work = [program.entry]
-    while work:
-        pc = work.pop()
-        if pc in succ:
-            continue
-        inst = program.at(pc)
-        if not inst.known:
-            raise EmulatorError(
-                f"{program.symbol}: pc {pc:#x} holds an instruction f4pipe does not know "
-                f"({inst.name}); its hazards cannot be checked"
-            )
-        nxt: list[int] = []
-        if inst.name != "s_endpgm" and inst.name != "s_branch":
-            nxt.append(pc + inst.size)
-        if inst.name in BRANCHES and inst.target is not None:
-            nxt.append(inst.target)
-        succ[pc] = tuple(nxt)
-        work.extend(nxt)
-    cfg = Cfg(sorted(succ), succ)
-    for pc, outs in succ.items():
-        for s in outs:
-            cfg.pred.setdefault(s, []).append(pc)
-    return cfg
 
 
 @dataclass(frozen=True)
@@ -190,14 +150,6 @@ _WAIT_STATE_FINDINGS: dict[tuple, tuple[StaticFinding, ...]] = {}
 _MAX_CACHED = 128
 
 
-def program_key(program: Program) -> tuple:
-    """What the findings depend on: the instructions (text, its address and the entry) and the
-    labels their messages print."""
-    text = hashlib.sha256(program.text).digest()
-    labels = tuple(sorted(program.labels.items()))
-    return (program.symbol, program.text_addr, program.entry, text, labels)
-
-
 def cached_wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFinding]:
     """wait_state_findings(model, cfg), computed once per program content."""
     key = program_key(model.program)
@@ -211,14 +163,17 @@ def cached_wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFindi
 
 
 def analyse(program: Program) -> StaticReport:
-    """Both static checks of one kernel."""
+    """Both static checks of one kernel; the counters with LDS DMA in them
+    (f4pipe.analysis.ldsdma: a DS access or barrier that needs an outstanding DMA retired)."""
+    from f4pipe.analysis.ldsdma import LdsDmaModel
+
     cfg = build_cfg(program)
     model = TimingModel(program, frozenset())
     return StaticReport(
         program.symbol,
         len(cfg.order),
         cached_wait_state_findings(model, cfg),
-        counter_findings(model, cfg),
+        counter_findings(LdsDmaModel(program, frozenset()), cfg),
     )
 
 

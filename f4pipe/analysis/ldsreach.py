@@ -95,7 +95,7 @@ def register_intervals(
         for rounds in range(_WIDEN_AFTER + 1):
             changed = False
             for inst in insts:
-                for key, value in _writes(inst, values, unknown):
+                for key, value in instruction_writes(inst, values, unknown):
                     new = TOP if rounds == _WIDEN_AFTER else _join(values.get(key), value)
                     if values.get(key) != new:
                         values[key] = new
@@ -105,7 +105,7 @@ def register_intervals(
     return values
 
 
-def _writes(
+def instruction_writes(
     inst: Instruction, values: dict[tuple[str, int], Interval], unknown: Interval | None
 ) -> list[tuple[tuple[str, int], Interval]]:
     """What one instruction writes: (register, interval) for a single-register ALU result,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from f4pipe.analysis.hazards import Cfg, build_cfg, counter_findings
+from f4pipe.analysis.ldsdma import LdsDmaModel
 from f4pipe.analysis.timing import LGKM_MAX, VM_MAX, Hazard, TimingModel
 from f4pipe.arch.effects import NO_OFFSETS, Effects, effects_of
 from f4pipe.codeobj.program import Program
@@ -40,14 +41,9 @@ PC_MASK = (1 << TAG_SHIFT) - 1
 NO_WAIT = (VM_MAX, LGKM_MAX)
 
 
-#: A pseudo-register for "this wave's LDS DMA data": written by every LDS DMA op, read by the
-#: wave's own DS loads and by s_barrier (after it, other waves may read what the DMA wrote; which
-#: words they read is data, so every outstanding DMA counts).
-LDS_DMA_REG = 1 << 20
-
-
-class _Tagged(TimingModel):
-    """The static timing model, reading tagged op ids (pc | tag << TAG_SHIFT) as their pc."""
+class _Tagged(LdsDmaModel):
+    """The static timing model (LDS DMA in it: f4pipe.analysis.ldsdma), reading tagged op ids
+    (pc | tag << TAG_SHIFT) as their pc."""
 
     def effects(self, pc: int, offsets: tuple[int, int, int, int] = NO_OFFSETS) -> Effects:
         return super().effects(pc & PC_MASK, offsets)
@@ -57,16 +53,8 @@ class _Tagged(TimingModel):
 
 
 class LdsModel(_Tagged):
-    """The static timing model with LDS DMA ops named (they write a pseudo-register that DS
-    loads and s_barrier read): their place in the queues, not a verdict on them."""
-
-    def effects(self, pc: int, offsets: tuple[int, int, int, int] = NO_OFFSETS) -> Effects:
-        e = super().effects(pc, offsets)
-        if "lds_dma" in e.tags:
-            return replace(e, load_dest=e.load_dest | {LDS_DMA_REG})
-        if (e.unit == "ds" and e.load_dest) or "barrier" in e.tags:
-            return replace(e, reads={**e.reads, "lds_dma": frozenset({LDS_DMA_REG})})
-        return e
+    """The static timing model with LDS DMA ops named: what `--explain` and the repairs read
+    the outstanding ops from."""
 
 
 class _WaitProbe(_Tagged):
@@ -436,7 +424,7 @@ def _loosest_retiring(
 VIRTUAL = 1 << 40
 
 
-class _RepairModel(TimingModel):
+class _RepairModel(LdsDmaModel):
     """The static model with a wait inserted before some pcs (at pc | VIRTUAL)."""
 
     def __init__(self, program: Program, inserted: dict[int, tuple[int, int]]) -> None:

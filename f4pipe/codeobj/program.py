@@ -64,6 +64,13 @@ class Program:
     kernarg_sgpr: int
     workgroup_id_sgprs: dict[int, int]  # dimension (0=x) -> SGPR number
     flush_f32_denorms: bool
+    #: Work-items a workgroup may have (the metadata's .max_flat_workgroup_size; 1024, the
+    #: hardware's limit, when absent) and the work-item id dimensions v0 packs (the
+    #: descriptor's enable_vgpr_workitem_id: 0 = x alone): they bound the work-item id, and with
+    #: it the LDS addresses f4pipe.analysis.ldsranges derives from it. The emulator reads
+    #: neither (executed_digest leaves them out).
+    max_workgroup_size: int = 1024
+    workitem_id_dims: int = 0
     labels: dict[int, str] = field(default_factory=dict)
     _cache: dict[int, Instruction] = field(default_factory=dict, repr=False)
 
@@ -145,6 +152,8 @@ class Program:
             kernarg_sgpr=kernarg_sgpr,
             workgroup_id_sgprs=wg_ids,
             flush_f32_denorms=denorm32 == 0,
+            max_workgroup_size=meta.get(".max_flat_workgroup_size") or 1024,
+            workitem_id_dims=bits["enable_vgpr_workitem_id"],
             labels=labels,
         )
 
@@ -191,7 +200,13 @@ class Program:
 
 #: Metadata keys the emulator reads, with the type each must have (AMDGPUUsage, "Code Object
 #: V3+ Metadata", amdhsa.kernels entries).
-_KERNEL_META_INTS = (".kernarg_segment_size", ".vgpr_count", ".agpr_count", ".sgpr_count")
+_KERNEL_META_INTS = (
+    ".kernarg_segment_size",
+    ".vgpr_count",
+    ".agpr_count",
+    ".sgpr_count",
+    ".max_flat_workgroup_size",
+)
 
 
 def kernel_metadata(meta: object, symbol: str, co_path: Path) -> dict[str, int]:
@@ -274,7 +289,8 @@ def executed_digest(co_path: str | Path, symbol: str) -> str | None:
     starts = {inst.pc for inst in insts}
     if any(inst.target is not None and inst.target not in starts for inst in insts):
         return None
-    skip = ("co_path", "text", "labels", "_cache")  # text: as decoded below; labels: sorted
+    # text: as decoded below; labels: sorted; the workgroup bounds: static analysis only
+    skip = ("co_path", "text", "labels", "_cache", "max_workgroup_size", "workitem_id_dims")
     loaded = {f.name: getattr(prog, f.name) for f in fields(prog) if f.name not in skip}
     h = hashlib.sha256(repr(sorted(loaded.items())).encode())
     h.update(repr(sorted(prog.labels.items())).encode())

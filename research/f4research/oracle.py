@@ -544,7 +544,8 @@ def memory_op(text: str) -> MemoryOp:
     if mnemonic.startswith("ds_read"):
         return MemoryOp("ds", first, others | {LDS_DMA}, first)
     if mnemonic.startswith("ds_write"):
-        return MemoryOp("ds", frozenset({LDS_STORE}), first | others, frozenset({LDS_STORE}))
+        reads = first | others | {LDS_DMA}
+        return MemoryOp("ds", frozenset({LDS_STORE}), reads, frozenset({LDS_STORE}))
     if mnemonic.startswith("s_load"):
         return MemoryOp("smem", first, others, first)
     if mnemonic == "s_barrier":
@@ -581,13 +582,14 @@ def exposures(
     vm: list[tuple[int, MemoryOp]] = []
     lgkm: list[tuple[int, MemoryOp]] = []
     found = set()
+    spans = lds_spans(asm)
     for i, ins in enumerate(asm):
         limits = waits.get(i) or waitcnt(ins.text)
         if limits is not None:
             vm = vm[max(0, len(vm) - limits[0]) :]
             lgkm = _retire_lgkm(lgkm, limits[1])
             continue
-        op = memory_op(ins.text)
+        op = _with_dma_bytes(memory_op(ins.text), asm, i, spans)
         for j, pending in (*vm, *lgkm):
             # a younger load on the same in-order counter lands after the older one
             ordered = op.counter == pending.counter and op.counter in ("vm", "ds")
@@ -601,6 +603,106 @@ def exposures(
         elif op.counter:
             lgkm.append((i, op))
     return found
+
+
+def _dma(j: int) -> str:
+    """The pseudo-register of the LDS bytes the LDS DMA at index j writes."""
+    return f"{LDS_DMA}@{j}"
+
+
+def _with_dma_bytes(
+    op: MemoryOp, asm: tuple[AsmInstruction, ...], i: int, spans: dict[int, Span]
+) -> MemoryOp:
+    """The op with LDS DMA named per instruction: a DMA writes its own pseudo-register; a DS
+    access reads those of the DMAs whose bytes it may touch; a barrier those whose bytes a DS
+    access after it (before the next barrier) may touch in another wave."""
+    if op.dest == {LDS_DMA}:
+        return MemoryOp(op.counter, frozenset({_dma(i)}), op.reads - {LDS_DMA}, frozenset())
+    if LDS_DMA not in op.reads:
+        return op
+    dmas = [j for j in range(i) if j in spans and _is_dma(asm[j].text)]
+    if asm[i].mnemonic == "s_barrier":
+        after = []
+        for k in range(i + 1, len(asm)):
+            if asm[k].mnemonic in ("s_barrier", "s_endpgm"):
+                break
+            if asm[k].mnemonic.startswith("ds_"):
+                after.append(k)
+        named = {_dma(j) for j in dmas if any(_overlap(spans[j], spans[k]) for k in after)}
+    else:
+        named = {_dma(j) for j in dmas if _overlap(spans[j], spans[i])}
+    return MemoryOp(op.counter, op.dest, (op.reads - {LDS_DMA}) | named, op.writes)
+
+
+# --- LDS byte spans, from LLVM's text ------------------------------------------------------
+
+#: [lo, hi) bytes an instruction may touch, None when the text does not bound them.
+Span = tuple[int, int] | None
+_NUMBER = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
+
+
+def _is_dma(text: str) -> bool:
+    return text.startswith("buffer_load") and " lds" in text
+
+
+def _number(text: str) -> int | None:
+    return int(text, 0) if _NUMBER.match(text) else None
+
+
+def _overlap(a: Span, b: Span) -> bool:
+    return a is None or b is None or (a[0] < b[1] and b[0] < a[1])
+
+
+def lds_spans(asm: tuple[AsmInstruction, ...]) -> dict[int, Span]:
+    """The LDS bytes of every LDS DMA and DS access, from a straight-line reading of the text:
+    M0 from `s_mov_b32 m0, K` / `s_movk_i32 m0, K` (a wave64 DMA writes 64 lanes x its
+    dwords from M0 on), a DS address from `v_and_b32 vD, K, vS` (0..K), `v_mov_b32 vD, K`,
+    `v_add_u32 vD, K, vS` and `v_lshlrev_b32 vD, K, vS`; anything else unbounded."""
+    m0: int | None = None
+    values: dict[str, tuple[int, int]] = {}
+    out: dict[int, Span] = {}
+    for i, ins in enumerate(asm):
+        mnemonic, _, rest = ins.text.partition(" ")
+        operands = [o.strip() for o in rest.split(",")]
+        offset = re.search(r"offset:(\d+)", rest)
+        extra = int(offset.group(1)) if offset else 0
+        if _is_dma(ins.text):
+            words = {"buffer_load_dword": 1, "buffer_load_dwordx2": 2}.get(mnemonic, 4)
+            start = None if m0 is None else (m0 & 0x3FFFC) + extra
+            out[i] = None if start is None else (start, start + 64 * 4 * words)
+        elif mnemonic.startswith("ds_"):
+            size = {"b32": 4, "b64": 8, "b128": 16}[mnemonic.rsplit("_", 1)[1]]
+            addr = operands[0] if mnemonic.startswith("ds_write") else operands[1]
+            bounds = values.get(addr.split()[0])
+            out[i] = None if bounds is None else (bounds[0] + extra, bounds[1] + extra + size)
+        written = registers(rest if mnemonic.startswith("v_permlane") else operands[0])
+        if "m0" in written:
+            m0 = _number(operands[1]) if mnemonic in ("s_mov_b32", "s_movk_i32") else None
+        value = _vgpr_value(mnemonic, operands, values)
+        for reg in written:
+            values.pop(reg, None)
+        if value is not None and len(written) == 1:
+            values[operands[0]] = value
+    return out
+
+
+def _vgpr_value(
+    mnemonic: str, operands: list[str], values: dict[str, tuple[int, int]]
+) -> tuple[int, int] | None:
+    base = mnemonic.split("_e32")[0].split("_e64")[0]
+    k = _number(operands[1]) if len(operands) > 1 else None
+    src = values.get(operands[2]) if len(operands) > 2 else None
+    if base == "v_mov_b32" and k is not None:
+        return (k, k)
+    if k is None or k < 0:
+        return None
+    if base == "v_and_b32":
+        return (0, k)
+    if base == "v_add_u32" and src is not None:
+        return (src[0] + k, src[1] + k)
+    if base == "v_lshlrev_b32" and src is not None and k < 16:
+        return (src[0] << k, src[1] << k)
+    return None
 
 
 def _retire_lgkm(lgkm: list[tuple[int, MemoryOp]], limit: int) -> list[tuple[int, MemoryOp]]:
@@ -640,10 +742,15 @@ class Outcome:
 #: Disagreements that are decided differences, not bugs: class -> the section of
 #: docs/reference/timing.md that decides it.
 EXPLAINED = {
-    "lds-words": "D1: LDS words written by an LDS DMA or a DS store and read through LDS are "
-    "data; f4pipe checks them on emulated launches (lds-visibility), not statically",
+    "lds-words": "D1: LDS words a DS store writes and another wave reads after a barrier are "
+    "data; f4pipe checks them on emulated launches (lds-visibility), not statically (LDS DMA "
+    "it checks statically)",
     "m0-buffer-lds": "D2 (rule B1.15's note): an SALU write of M0 right before buffer_load "
     "... lds; LLVM pads one wait state, the ISA's table does not ask for it",
+    "unfenced-barrier": "D5: an s_barrier with an LDS DMA outstanding whose bytes a DS access "
+    "after it may touch: f4pipe requires the DMA retired before the barrier (it publishes LDS "
+    "to the other waves); LLVM waits there only for a workgroup release fence, which the IR "
+    "leaves out",
     "xnack-soft-clause": "D3: LLVM breaks a clause of memory loads whose destinations overlap "
     "the clause's sources, which matters only when XNACK replays loads; f4pipe checks "
     "kernels for XNACK off",
@@ -694,7 +801,8 @@ def _clean(kernel: Compiled, base: _Findings) -> Outcome:
     if not base.messages and not base.repairs:
         return Outcome(kernel.seed, "clean", "", "agree")
     detail = "; ".join(base.messages) or f"waits inserts {base.repairs} repair(s)"
-    return Outcome(kernel.seed, "clean", "", "false positive", _explain_clean(kernel), detail)
+    explained = _explain_clean(kernel, base.messages)
+    return Outcome(kernel.seed, "clean", "", "false positive", explained, detail)
 
 
 def _nop_check(kernel: Compiled, i: int, base: _Findings) -> Outcome:
@@ -768,8 +876,33 @@ def _next(kernel: Compiled, i: int) -> str:
     return next((a.text for a in kernel.asm[i + 1 :] if a.mnemonic != "s_nop"), "")
 
 
-def _explain_clean(kernel: Compiled) -> str:
-    return ""
+_PUBLISHES = re.compile(r"pc (0x[0-9a-f]+) `s_barrier` publishes LDS bytes")
+
+
+def _explain_clean(kernel: Compiled, messages: tuple[str, ...]) -> str:
+    """unfenced-barrier: every finding is a barrier publishing an LDS DMA's bytes that LLVM
+    did not retire before it, and each such barrier is one the IR does not fence (a
+    workgroup-scope release fence is what makes LLVM wait there)."""
+    pcs = [_PUBLISHES.match(m.split(": ", 1)[1]) for m in messages]
+    if not messages or not all(pcs):
+        return ""
+    barriers = [a.pc for a in kernel.asm if a.mnemonic == "s_barrier"]
+    fenced = _fenced_barriers(kernel_ir(kernel.seed))
+    if len(fenced) != len(barriers):
+        return ""
+    if any(fenced[barriers.index(int(m.group(1), 16))] for m in pcs if m):
+        return ""
+    return "unfenced-barrier"
+
+
+def _fenced_barriers(ir: str) -> list[bool]:
+    """For each s_barrier call of the IR in order: a workgroup release fence right before it."""
+    lines = [line.strip() for line in ir.splitlines()]
+    return [
+        i > 0 and lines[i - 1] == 'fence syncscope("workgroup") release'
+        for i, line in enumerate(lines)
+        if line == "call void @llvm.amdgcn.s.barrier()"
+    ]
 
 
 def _explain_nop(kernel: Compiled, i: int) -> str:
@@ -792,9 +925,11 @@ def _soft_clause(text: str) -> bool:
 
 
 def _explain_pair(kernel: Compiled, j: int, c: int, verdict: str) -> str:
-    """lds-words: the model's exposure is of LDS words (an LDS DMA or DS store read through
-    LDS or published at a barrier), which f4pipe leaves to emulated launches."""
-    if verdict == "false negative" and memory_op(kernel.asm[j].text).dest <= {LDS_DMA, LDS_STORE}:
+    """lds-words: the model's exposure is of LDS words a DS store writes, published to the
+    other waves at a barrier, which f4pipe leaves to emulated launches. (LDS DMA has no such
+    excuse: f4pipe checks it statically, f4pipe.analysis.ldsdma.)"""
+    store = memory_op(kernel.asm[j].text).dest == {LDS_STORE}
+    if verdict == "false negative" and store and kernel.asm[c].mnemonic == "s_barrier":
         return "lds-words"
     return ""
 
