@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from f4research import oracle
+from f4research import oracle, oraclegen, oraclemodel
 
 from f4pipe.arch import waitstates
 from f4pipe.codeobj.toolchain import llc_path
@@ -71,8 +71,8 @@ def test_a_wait_f4pipe_misread_would_be_caught(toolchain, tmp_path, monkeypatch)
     assert any(o.check == "s_waitcnt" and o.verdict == "false negative" for o in tally.unexplained)
 
 
-def _asm(*lines: str) -> tuple[oracle.AsmInstruction, ...]:
-    return tuple(oracle.AsmInstruction(text, 4 * i, 4) for i, text in enumerate(lines))
+def _asm(*lines: str) -> tuple[oraclemodel.AsmInstruction, ...]:
+    return tuple(oraclemodel.AsmInstruction(text, 4 * i, 4) for i, text in enumerate(lines))
 
 
 def test_the_model_keeps_a_ds_load_outstanding_while_a_scalar_load_may_have_returned() -> None:
@@ -85,8 +85,8 @@ def test_the_model_keeps_a_ds_load_outstanding_while_a_scalar_load_may_have_retu
         "v_add_u32_e32 v2, v1, v1",
         "s_endpgm",
     )
-    assert oracle.exposures(code, {}) == {(1, 3)}
-    assert oracle.exposures(code, {2: (63, 0)}) == set()
+    assert oraclemodel.exposures(code, {}) == {(1, 3)}
+    assert oraclemodel.exposures(code, {2: (63, 0)}) == set()
 
 
 def test_the_model_lets_a_younger_load_on_the_same_counter_overwrite() -> None:
@@ -97,20 +97,20 @@ def test_the_model_lets_a_younger_load_on_the_same_counter_overwrite() -> None:
         "v_add_u32_e32 v2, v1, v1",
         "s_endpgm",
     )
-    assert oracle.exposures(code, {}) == set()
-    assert oracle.exposures(code, {2: (1, 15)}) == {(1, 3)}
+    assert oraclemodel.exposures(code, {}) == set()
+    assert oraclemodel.exposures(code, {2: (1, 15)}) == {(1, 3)}
 
 
 def test_registers_and_waits_read_from_llvm_text() -> None:
-    assert oracle.registers("v[2:4], s7, a0, exec") == {"v2", "v3", "v4", "s7", "a0", "exec"}
-    assert oracle.waitcnt("s_waitcnt vmcnt(3) lgkmcnt(0)") == (3, 0)
-    assert oracle.waitcnt("s_waitcnt lgkmcnt(2)") == (63, 2)
-    assert oracle.waitcnt("s_nop 0") is None
+    assert oraclemodel.registers("v[2:4], s7, a0, exec") == {"v2", "v3", "v4", "s7", "a0", "exec"}
+    assert oraclemodel.waitcnt("s_waitcnt vmcnt(3) lgkmcnt(0)") == (3, 0)
+    assert oraclemodel.waitcnt("s_waitcnt lgkmcnt(2)") == (63, 2)
+    assert oraclemodel.waitcnt("s_nop 0") is None
 
 
 def test_the_generator_is_deterministic_and_seed_dependent() -> None:
-    assert oracle.kernel_ir(7) == oracle.kernel_ir(7)
-    assert oracle.kernel_ir(7) != oracle.kernel_ir(8)
+    assert oraclegen.kernel_ir(7) == oraclegen.kernel_ir(7)
+    assert oraclegen.kernel_ir(7) != oraclegen.kernel_ir(8)
 
 
 def test_llc_is_found_beside_the_toolchain(toolchain) -> None:
