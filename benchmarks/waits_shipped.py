@@ -55,13 +55,13 @@ def each_alone(manifest, device) -> None:
         totals["saved_clk"] += sum(saved)
         print(
             f"{short(entry.name):24s} {len(advice):4d} waits, {stricter:3d} "
-            f"looser for registers, {len(looser):3d} confirmed looser by emulation; "
+            f"looser statically, {len(looser):3d} confirmed looser by emulation; "
             f"PREDICTED saving {sum(saved):7.0f} clk per workgroup at K=2048"
             + (f" (best {max(saved):.0f})" if saved else "")
         )
     print(
         f"all {len(manifest)} kernels: {totals['waits']} s_waitcnt, {totals['static']} looser "
-        f"for registers, {totals['confirmed']} confirmed looser on the emulator, PREDICTED "
+        f"statically, {totals['confirmed']} confirmed looser on the emulator, PREDICTED "
         f"saving {totals['saved_clk']:.0f} clk per workgroup in all; "
         f"{time.process_time() - start_cpu:.0f} CPU-s, {time.perf_counter() - start:.0f} s wall"
     )
