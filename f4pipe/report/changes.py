@@ -51,6 +51,7 @@ class ChangesRecord(TypedDict):
 
 
 TITLE = "Changed since"
+LAST = f"{TITLE} the last archived set"  # the title without a baseline
 NOT_COMPARED = (
     "not compared: no changes.json for this set (the main job writes it before the report; a "
     "report built by hand has none); `f4pipe compare OLD NEW` names every change between two "
@@ -74,12 +75,11 @@ def changes_section(record: ChangesRecord | None) -> Section:
     beyond the noise, which `compare` fails on too), `ok` when nothing did, `none` when there
     is no baseline or no record."""
     if record is None:
-        return Section(
-            "changes", f"{TITLE} the archived set", NOT_COMPARED, "none", headline="not compared"
-        )
+        sec = Section("changes", LAST, NOT_COMPARED, "none", headline="not compared")
+        return sec
     baseline = record["baseline"]
     if baseline is None:
-        sec = Section("changes", f"{TITLE} the archived sets", "", "none")
+        sec = Section("changes", LAST, "", "none")
         sec.verdict = (
             "first archived set: no archive of another aiter id to compare with (the next "
             "aiter's report compares with this one)"
