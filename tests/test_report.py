@@ -167,6 +167,7 @@ def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
     sections = {s.key: s for s in report.sections}
     for key in ("verify", "splitk"):
         assert sections[key].state == "none"
+        check_headline(sections[key])
         assert sections[key].verdict.startswith(f"no {key} run completed: ")
         assert f"reason: {NO_DEVICE_REASON}" in sections[key].notes
     assert [p.name for p in report.plots] == ["splitk.png", "throughput.png"]

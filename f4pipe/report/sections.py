@@ -47,7 +47,7 @@ def _not_run(sec: Section, name: str, df: pd.DataFrame | None) -> bool:
     if not len(ran):
         errored = (df["status"] == "error").any()
         sec.verdict = f"no {name} run completed: {_status_counts(df)}"
-        sec.headline = f"no run completed of {len(df)}"
+        sec.headline = "no run completed"
         sec.state = "bad" if errored else "none"
         sec.notes.extend(f"reason: {r}" for r in sorted(set(df["reason"])))
         return True
@@ -150,7 +150,8 @@ def verify_section(rs: ResultSet, out_dir: Path | None) -> Section:
 
 def _run_counts(df: pd.DataFrame) -> str:
     """'100 of 100 runs passed', or the runs that did not pass first ('2 of 100 runs failed,
-    1 error'): the counts of the verdict's per-variant statuses, summed over the variants."""
+    1 errored'): the per-variant statuses' counts summed over the variants; the verdicts of
+    verify and splitK lead with it, so the card's numbers are theirs."""
     counts = df["status"].value_counts()
     total = len(df)
     not_passed = [s for s in counts.index if s not in ("passed", "skipped")]
