@@ -343,7 +343,9 @@ BEFORE = {
 @pytest.mark.network  # the venv's first build downloads the dependencies
 def test_readme_commands_run_in_a_users_environment(user: User) -> None:
     for extra_only in ("pytest", "ruff", "hypothesis"):  # the venv holds no test or lint extra
-        user.run(f"python -c 'import importlib.util as u; exit(bool(u.find_spec({extra_only!r})))'")
+        user.run(
+            f"python -c 'import importlib.util as u; exit(bool(u.find_spec(\"{extra_only}\")))'"
+        )
     for readme, how in COMMANDS.items():
         if isinstance(how, Excluded) or readme == INSTALL:  # the `user` fixture installed
             continue
