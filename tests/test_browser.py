@@ -23,6 +23,8 @@ from f4pipe.report.render import HEADLINE_PLOTS
 VIEWPORT = (1400, 900)
 #: A plot drawn smaller than this (CSS px) cannot be read at 1400 px.
 MIN_PLOT = (300, 200)
+#: A card's words: its section's name and a headline of at most about 8 words.
+MAX_CARD_WORDS = 14
 
 #: Runs after layout; writes what it measured into the DOM, which --dump-dom prints.
 MEASURE = """
@@ -48,7 +50,11 @@ window.addEventListener('load', () => {
     viewport: [window.innerWidth, window.innerHeight],
     page_width: document.documentElement.scrollWidth,
     wide: wide.slice(0, 20),
-    cards: [...document.querySelectorAll('.glance .card')].map(box),
+    cards: [...document.querySelectorAll('.glance .card')].map(
+      (a) => ({href: a.getAttribute('href'),
+               words: [...a.children].map((c) => c.innerText).join(' ').split(/ +/).length,
+               target: !!document.getElementById((a.getAttribute('href') || '#').slice(1)),
+               ...box(a)})),
     headline: [...document.querySelectorAll('.headline img')].map(
       (img) => ({src: img.getAttribute('src'), loaded: img.naturalWidth > 0, ...box(img)})),
     plots: [...document.querySelectorAll('img')].map(
@@ -119,6 +125,13 @@ def test_report_layout_in_a_real_browser(result_sets, tmp_path):
     # the first screen: every card, and each headline plot this set has, whole
     assert len(facts["cards"]) == len(report.sections)
     assert all(card["bottom"] <= height for card in facts["cards"]), facts["cards"]
+    # each card a link to its section, short enough to read at a glance: in one row, its
+    # section's name and headline (the whole verdict is its tooltip)
+    cards = facts["cards"]
+    assert [c["href"] for c in cards] == [f"#{s.key}" for s in report.sections]
+    assert all(c["target"] for c in cards), cards
+    assert len({round(c["top"]) for c in cards}) == 1, "the cards wrap to a second row"
+    assert all(c["words"] <= MAX_CARD_WORDS for c in cards), cards
     drawn = {s.plot for s in report.sections if s.plot and s.key in HEADLINE_PLOTS}
     assert drawn and {p["src"] for p in facts["headline"]} == drawn
     assert all(p["bottom"] <= height for p in facts["headline"]), facts["headline"]

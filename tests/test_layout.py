@@ -104,6 +104,7 @@ def test_the_rules_spell_no_result_set_path_of_their_own() -> None:
     as a string of its own."""
     names = {
         layout.TOOLCHAIN_JSON,
+        layout.CHANGES_JSON,
         layout.REPORT_DIR,
         layout.ROUNDTRIP_DIR,
         layout.VARIANTS_DIR,

@@ -370,7 +370,7 @@ def test_audit_rows_carry_what_the_lookup_makes_of_them(f4gemm_dir, tmp_path, ca
     """The wheel's asm rows at M=4 and M=8 are reached only by their own M (M=3 pads to 16,
     M=5-7 to 16 as well); the report lists them per table."""
     from f4pipe.core.schemas import AUDIT
-    from f4pipe.report.sections import Section, _lookup_counts, _lookup_view
+    from f4pipe.report.safety import Section, _lookup_counts, _lookup_view
 
     out = tmp_path / "audit.parquet"
     main(["audit-tuned", "--co-dir", str(f4gemm_dir), "--no-emulate", "-o", str(out)])

@@ -431,7 +431,7 @@ def test_audit_predicts_retune_candidates(f4gemm_dir, tmp_path):
     import pandas as pd
 
     from f4pipe.report.render import Section
-    from f4pipe.report.sections import _retune_view
+    from f4pipe.report.safety import _retune_view
 
     sec = Section("audit", "audit", "", "ok")
     _retune_view(sec, pd.DataFrame(rows), tmp_path)

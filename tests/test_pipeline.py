@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from cards import cards_of
 from workflow_run import (
     KERNELS,
     make_local_aiter,
@@ -24,7 +25,7 @@ from workflow_run import (
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
 from f4pipe.core.fsio import json_text
-from f4pipe.core.layout import ARCHIVES_DIR, EVERY_KERNEL, FACTS_DIR, STORE_DIR
+from f4pipe.core.layout import ARCHIVES_DIR, CHANGES_JSON, EVERY_KERNEL, FACTS_DIR, STORE_DIR
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +133,11 @@ def test_pipeline_sweeps_shape_edges_and_reports_them(pipeline_run: Path) -> Non
     assert (safety[safety.policy == "pad"].verdict == "safe").all()
     html = (res / "report" / "index.html").read_text()
     assert '<h2 id="safety">' in html and "Reproducers" in html
+    cards = {card["key"]: card for card in cards_of(html)}
+    n = len(KERNELS)
+    assert cards["safety"]["headline"] == f"unsafe edges in {n} of {n} kernels"
+    assert f"{n} kernels, {n} unsafe at some edge" in cards["safety"]["verdict"]
+    assert cards["audit"]["headline"] == "no tuned table with asm rows"
     # this local aiter has no aiter/configs: the audit ran and found no table to audit
     assert len(pd.read_parquet(res / "audit.parquet")) == 0
     assert "has no a4w4 tuned GEMM table" in html
@@ -149,6 +155,16 @@ def test_pipeline_reports_and_archives(pipeline_run: Path) -> None:
     toolchain_id = pd.read_parquet(res / "kernels.parquet").toolchain_id[0]
     assert tarball.name == f"{res.name}__{toolchain_id}__emulator.tar.gz"
     assert main(["archive", "--check", str(tarball)]) == 0
+    # the changes step ran before the report: the first set has no other archive to compare
+    record = json.loads((res / CHANGES_JSON).read_text())
+    assert record["baseline"] is None
+    first = cards_of(html)[0]
+    assert (first["key"], first["headline"], first["state"]) == (
+        "changes",
+        "first archived set",
+        "none",
+    )
+    assert (pipeline_run / "logs" / res.name / "changes.log").is_file()
 
 
 def test_snakemake_report_carries_the_plots_without_warnings(pipeline_run: Path) -> None:
@@ -226,14 +242,18 @@ def test_changed_aiter_source_reruns_under_a_new_id(pipeline_run: Path, f4gemm_d
 
 
 def without_provenance(summary: str) -> str:
-    """summary.md without what names the result set: the title, the reuse section (its line in
-    the glance table too) and the provenance table."""
+    """summary.md without what names the result set: the title, the changes and reuse sections
+    (their lines in the glance table too) and the provenance table."""
     lines = summary.splitlines()[1:]
     lines = lines[: lines.index("## Provenance")]
-    start = lines.index("## Reused results: rows taken from the result store")
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    kept = lines[:start] + lines[end:]
-    return "\n".join(line for line in kept if not line.startswith("| Reused results |"))
+    for heading in ("## Changed since", "## Reused results: rows taken from the result store"):
+        start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        lines = lines[:start] + lines[end:]
+    glance = ("| Reused results |", "| Changed since ")
+    return "\n".join(line for line in lines if not line.startswith(glance))
 
 
 def test_byte_identical_aiter_update_reuses_every_verdict(
@@ -296,3 +316,9 @@ def test_byte_identical_aiter_update_reuses_every_verdict(
         assert f"; {within} of them share a run made here" in old_md
     assert f"{rows} of {rows} rows the result store keys reused, not run again" in new_md
     assert without_provenance(new_md) == without_provenance(old_md)
+    # and what changed since the first set's archive: nothing a verdict depends on
+    record = json.loads((second / CHANGES_JSON).read_text())
+    assert record["baseline"]["aiter_id"] == first.name and record["differs"] is False
+    card = cards_of((second / "report" / "index.html").read_text())[0]
+    assert card["title"] == f"Changed since {first.name}" and card["state"] == "ok", card
+    assert card["headline"] == "no verdict input changed"

@@ -130,6 +130,7 @@ COMMANDS: dict[str, Run | Excluded] = {
     ),
     "f4pipe compare results/archives/<old-id>/*.tar.gz results/<new-id> -o "
     "results/compare/old__new": Run(),
+    "f4pipe changes NEW --archives results/archives -o changes.json": Run(),
     # excluded
     "python -m venv .venv && . .venv/bin/activate": Excluded(
         "the test's own venv (the `venv` fixture) is the user's, made with `python -m venv`"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pandas as pd
+from cards import check_cards, check_headline
 from resultsets import EDITED, KERNELS, SPLITK_CASES, VERIFY_CASES
 
 from f4pipe.aiter.manifest import read_manifest
@@ -76,6 +77,36 @@ def test_report_of_a_real_set(result_sets, tmp_path):
     assert "<script" not in page and "http" not in page.split("<body>")[1]
 
 
+def test_the_cards_say_each_verdict_in_a_few_words(result_sets, tmp_path):
+    """The first screen: one card per section, linked to it, its whole verdict the tooltip and
+    a headline of a few words whose numbers are the verdict's (the same counts, the same
+    rounding). Without the changes step's record the first card says how to compare by hand."""
+    heads = {}
+    for name in ("A", "B", "timed"):
+        report = build_report(result_sets[name], tmp_path / name)
+        check_cards(report.index.read_text(), list(report.sections))
+        heads[name] = {s.key: s.headline for s in report.sections}
+    n = len(KERNELS)
+    verify_runs = 2 * len(VERIFY_CASES)  # original and rebuilt
+    assert heads["A"]["roundtrip"] == f"{n} of {n} equivalent, 0 unexplained bytes"
+    assert heads["A"]["verify"] == f"{verify_runs} of {verify_runs} runs passed"
+    # splitK: the largest split of these small shapes leaves its buffers (an error row)
+    splitk = pd.read_parquet(result_sets["A"] / "splitk.parquet")
+    errored = int((splitk["status"] == "error").sum())
+    assert errored and len(splitk) == 2 * len(SPLITK_CASES)
+    assert heads["A"]["splitk"] == f"{errored} of {len(splitk)} runs errored"
+    assert heads["A"]["bench"].startswith("PREDICTED, median error ")
+    assert heads["A"]["safety"] == heads["A"]["audit"] == "not run"
+    assert heads["A"]["changes"] == "not compared"
+    # the edited kernel fails in both variants
+    assert heads["B"]["verify"] == f"2 of {verify_runs} runs failed"
+    assert heads["timed"]["bench"].startswith("MEASURED, 2 runs, rebuilt/original ")
+    report = build_report(result_sets["A"], tmp_path / "again")
+    changes = report.sections[0]
+    assert changes.key == "changes" and changes.state == "none"
+    assert "`f4pipe compare OLD NEW`" in changes.verdict
+
+
 def test_missing_stages_are_not_run(result_sets, tmp_path):
     only_spine = tmp_path / "spine-only"
     shutil.copytree(result_sets["A"], only_spine)
@@ -136,6 +167,7 @@ def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
     sections = {s.key: s for s in report.sections}
     for key in ("verify", "splitk"):
         assert sections[key].state == "none"
+        check_headline(sections[key])
         assert sections[key].verdict.startswith(f"no {key} run completed: ")
         assert f"reason: {NO_DEVICE_REASON}" in sections[key].notes
     assert [p.name for p in report.plots] == ["splitk.png", "throughput.png"]
@@ -148,7 +180,7 @@ def test_no_device_rows_are_shown_as_skipped(result_sets, f4gemm_dir, tmp_path):
 def test_safety_section_draws_the_kernel_by_edge_class_heatmap(tmp_path):
     """Worst verdict per (kernel, edge class), as a table and as a heatmap beside it."""
     from f4pipe.aiter.shaperules import EDGE_CLASSES
-    from f4pipe.report.sections import safety_section
+    from f4pipe.report.safety import safety_section
 
     def row(kernel, edge, verdict, policy="unsafe"):
         return {
@@ -215,7 +247,7 @@ def test_the_audit_cards_key_findings_are_the_clis_asm_count(f4gemm_dir, tmp_pat
     import re
 
     from f4pipe.core.schemas import AUDIT, read_table
-    from f4pipe.report.sections import _lookup_counts
+    from f4pipe.report.safety import _lookup_counts
 
     out = tmp_path / "audit.parquet"
     cli_main(["audit-tuned", "--co-dir", str(f4gemm_dir), "--no-emulate", "-o", str(out)])
@@ -227,3 +259,21 @@ def test_the_audit_cards_key_findings_are_the_clis_asm_count(f4gemm_dir, tmp_pat
     assert whole > asm > 0  # the wheel's table has CK rows only their own M reaches
     card = _lookup_counts(read_table(out, AUDIT).to_pandas())
     assert card == f", key findings of aiter's lookup on its asm rows: {asm} exact-only"
+
+
+def test_the_audit_card_counts_the_clis_rows(result_sets, f4gemm_dir, tmp_path, capsys):
+    """The audit's headline, of aiter's whole tuned table (the wheel's 35 kernels), is the
+    count `audit-tuned` prints: asm rows checked and unsafe by the rules."""
+    import re
+
+    with_audit = shutil.copytree(result_sets["A"], tmp_path / "with-audit")
+    argv = ["audit-tuned", "--co-dir", str(f4gemm_dir), "--no-emulate", "--aiter-id"]
+    argv.append(ResultSet.load(with_audit).aiter_id)  # the audit joins this set
+    cli_main([*argv, "-o", str(with_audit / "audit.parquet")])
+    found = re.search(r"(\d+) asm row\(s\) checked, (\d+) unsafe", capsys.readouterr().out)
+    assert found
+    report = build_report(with_audit, tmp_path / "report")
+    audit = {s.key: s for s in report.sections}["audit"]
+    check_headline(audit)
+    assert audit.headline == f"{found[2]} of {found[1]} asm rows unsafe"
+    assert audit.state == ("bad" if int(found[2]) else "ok")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from cards import cards_of
 from conftest import DEFAULT_SOURCE
 from workflow_run import REPO, snakemake
 
@@ -30,6 +31,7 @@ from f4pipe.aiter.tables import CONFIGS_PATH
 from f4pipe.aiter.tuned import read_tuned
 from f4pipe.codeobj.assemble import assemble
 from f4pipe.codeobj.co2asm import co2asm
+from f4pipe.core.layout import CHANGES_JSON
 from f4pipe.fetch import GIT_F4GEMM_PATH, extract_wheel_file
 from f4pipe.report.render import short_kernel
 
@@ -206,6 +208,24 @@ def test_compare_names_every_change_of_the_update(updated) -> None:
     counts = data["verdict_changes"]
     assert counts["code objects"] == 1 and counts["manifest"] == 2 and counts["audit"] == 2
     assert counts["verify"] >= 1 and counts["splitk"] >= 1 and counts["kernels"] == 0
+
+
+@pytest.mark.slow
+def test_the_new_sets_report_says_what_changed_since_the_old_archive(updated) -> None:
+    """The main job's changes step, before the report: the second run compared its set with
+    the first run's archive, the same comparison `f4pipe compare` made, and the report's first
+    card says so; the first run had no archive of another aiter id to compare with."""
+    assert json.loads((updated["old"] / CHANGES_JSON).read_text())["baseline"] is None
+    record = json.loads((updated["new"] / CHANGES_JSON).read_text())
+    data = updated["json"]
+    assert record["baseline"]["aiter_id"] == updated["old"].name
+    assert record["baseline"]["label"] == data["a"]
+    for key in ("differs", "verdict_changes", "newly_unsafe", "regressions"):
+        assert record[key] == data[key], key
+    card = cards_of((updated["new"] / "report" / "index.html").read_text())[0]
+    assert card["title"] == f"Changed since {updated['old'].name}" and card["state"] == "bad"
+    total = sum(data["verdict_changes"].values())
+    assert card["headline"] == f"{total} verdict inputs changed, 1 newly unsafe"
 
 
 @pytest.mark.slow

@@ -82,6 +82,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("reports", "HTML + markdown report of one result set"),
     "archive": ("reports", "reproducible tarball of a result set, or --check one"),
     "compare": ("reports", "two result sets (directories or archives) side by side"),
+    "changes": (
+        "reports",
+        "what changed since the newest archived set of another aiter id, as JSON for the report",
+    ),
     "gather": ("codeobj", "concatenate per-job Parquet tables of one schema"),
     "rebuilt-dir": ("codeobj", "collect rebuilt objects + a manifest CSV"),
 }

@@ -1,8 +1,9 @@
-"""`f4pipe report | archive | compare`: read result sets, never run kernels.
+"""`f4pipe report | archive | compare | changes`: read result sets, never run kernels.
 
 Exit codes: `archive --check` 1 when a member does not match SHA256SUMS (naming it); `compare`
 1 when anything a verdict depends on changed (kernels, manifest, code objects, round trip,
-verification, splitK, safety, audit), 0 when only provenance or throughput moved; 2 on an error.
+verification, splitK, safety, audit), 0 when only provenance or throughput moved; `changes` 0
+when its record is written, whatever changed (the report judges it); 2 on an error.
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ from f4pipe.core.errors import InputError
 
 def cmd_report(args: argparse.Namespace) -> int:
     from f4pipe.report import build_report
+    from f4pipe.report.render import card_title
 
     report = build_report(
-        args.result_dir, args.output, config=args.config, aiter_provenance=args.aiter_provenance
+        args.result_dir,
+        args.output,
+        config=args.config,
+        aiter_provenance=args.aiter_provenance,
+        changes=args.changes,
     )
     for section in report.sections:
-        print(f"{section.title.split(':')[0]}: {section.verdict}")
+        print(f"{card_title(section)}: {section.verdict}")
     print(f"wrote {report.index} and {report.summary.name}, {len(report.plots)} plot(s)")
     return EXIT_OK
 
@@ -64,6 +70,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_FAILED if comparison.differs or comparison.regressions else EXIT_OK
 
 
+def cmd_changes(args: argparse.Namespace) -> int:
+    from f4pipe.compare.baseline import write_changes
+
+    record = write_changes(args.result_dir, args.archives, args.output)
+    baseline = record["baseline"]
+    if baseline is None:
+        print(f"first archived set: no archive of another aiter id in {args.archives}")
+    else:
+        changed = sum(record["verdict_changes"].values())
+        print(
+            f"since {baseline['archive']}: {changed} verdict inputs changed, "
+            f"{record['newly_unsafe']} newly unsafe, {record['regressions']} runs slower"
+        )
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
@@ -78,6 +101,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--aiter-provenance",
         type=Path,
         help="resources/aiter/<aiter_id>/provenance.json (default: found beside results/)",
+    )
+    p.add_argument(
+        "--changes",
+        type=Path,
+        help="what changed since the archived set (`f4pipe changes -o`; default "
+        "RESULT_DIR/changes.json when there is one, else the card says 'not compared')",
     )
     p.set_defaults(func=cmd_report)
 
@@ -130,3 +159,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="accepted for older scripts: compare always exits 1 when a verdict input changed",
     )
     p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser(
+        "changes",
+        help=command_help("changes"),
+        description="Compare RESULT_DIR with the newest archived set of another aiter id "
+        "(DIR/<aiter-id>/*.tar.gz, newest by file time; none: 'first archived set') and write "
+        "what changed as a small JSON for the report's first card: the baseline, whether a "
+        "verdict input changed, the changes per kind, rows newly unsafe, runs slower and the "
+        "first lines of `f4pipe compare`'s summary. Exit 0 when written, whatever changed; "
+        "`f4pipe compare` lists every change.",
+    )
+    p.add_argument("result_dir", type=Path, help="results/<aiter_id>/")
+    p.add_argument(
+        "--archives",
+        type=Path,
+        required=True,
+        help="the archives directory, e.g. results/archives (may not exist yet)",
+    )
+    p.add_argument("-o", "--output", type=Path, required=True, help="the JSON to write")
+    p.set_defaults(func=cmd_changes)

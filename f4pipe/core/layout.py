@@ -7,7 +7,7 @@ only: the workflow imports it at DAG time and every `f4pipe` command line at sta
 
 A result set is `results/<aiter-id>/`:
 
-    toolchain.json   config.json   <table>.parquet for each of TABLES
+    toolchain.json   config.json   changes.json   <table>.parquet for each of TABLES
     roundtrip/<kernel>.{s,co,diff.txt}   variants/<variant>/   edits/<edit>.{diff.txt,json}
     report/{index.html,summary.md,*.png}
     architectures/<arch>/{kernels.parquet,roundtrip.parquet,roundtrip/}  (beside gfx950)
@@ -39,6 +39,9 @@ def table_file(name: str) -> str:
 
 TOOLCHAIN_JSON = "toolchain.json"
 REPORT_DIR = "report"
+#: What changed since the newest archived set of another aiter id (`f4pipe changes`, read by
+#: the report's first card).
+CHANGES_JSON = "changes.json"
 ROUNDTRIP_DIR = "roundtrip"
 VARIANTS_DIR = "variants"  # variants/<variant>/: code objects + manifest the stages run on
 EDITS_DIR = "edits"

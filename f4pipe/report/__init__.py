@@ -9,7 +9,8 @@ report draws only numbers that a stage recorded, never a placeholder value.
 The parts: f4pipe.pipeline.resultset reads the set (also for f4pipe.pipeline.archive and
 f4pipe.compare),
 `sections` turns it into Sections (`sections.SECTIONS` is the page's list: a new section is one
-function added there), `plots` draws the PNGs and `render` writes HTML and markdown. The HTML
+function added there; `changes` reads the changes step's record for the first card), `plots`
+draws the PNGs and `render` writes HTML and markdown. The HTML
 has no script and no external resource except the PNG plots beside it, so it opens from a file,
 an archive or a Snakemake report alike. The plots `snakemake --report` carries beside the page
 always exist (write_absent_plots).
@@ -26,9 +27,17 @@ from pathlib import Path
 from f4pipe import __version__
 from f4pipe.codeobj.toolchain import portable, portable_path
 from f4pipe.core.fsio import atomic_dir, read_json_file, sha256_file
-from f4pipe.core.layout import ARCH_TABLES, REPORT_DIR, TABLES, arch_table_file, table_file
+from f4pipe.core.layout import (
+    ARCH_TABLES,
+    CHANGES_JSON,
+    REPORT_DIR,
+    TABLES,
+    arch_table_file,
+    table_file,
+)
 from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 from f4pipe.report import sections
+from f4pipe.report.changes import ChangesRecord, changes_section, read_changes
 from f4pipe.report.plots import HEATMAP_PNG, SPLITK_PNG, THROUGHPUT_PNG, plot_nothing
 from f4pipe.report.render import Section, render_html, render_markdown
 
@@ -90,9 +99,22 @@ class Report:
     sections: tuple[Section, ...]
 
 
-def build_sections(rs: ResultSet, out_dir: Path | None) -> list[Section]:
-    """Every section of sections.SECTIONS, in order; plots are written to `out_dir`."""
-    return [build(rs, out_dir) for build in sections.SECTIONS]
+def build_sections(
+    rs: ResultSet, out_dir: Path | None, changes: ChangesRecord | None = None
+) -> list[Section]:
+    """What changed since the archived set before (from the changes step's record, not from
+    the set's tables), then every section of sections.SECTIONS in order; plots are written to
+    `out_dir`."""
+    return [changes_section(changes), *(build(rs, out_dir) for build in sections.SECTIONS)]
+
+
+def find_changes(rs: ResultSet, changes: Path | None) -> ChangesRecord | None:
+    """The changes step's record: the file given (which must exist), else the set's own
+    changes.json if the pipeline wrote one, else None (a report built by hand)."""
+    if changes is not None:
+        return read_changes(changes)
+    beside = rs.directory / CHANGES_JSON
+    return read_changes(beside) if beside.is_file() else None
 
 
 #: The plots the Snakemake report carries, with the section that draws each.
@@ -117,12 +139,16 @@ def build_report(
     *,
     config: str | os.PathLike[str] | None = None,
     aiter_provenance: str | os.PathLike[str] | None = None,
+    changes: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Write index.html, summary.md and the plots for one result set (default: <set>/report/).
 
-    The directory is replaced whole, so a report never mixes plots of two builds.
+    The directory is replaced whole, so a report never mixes plots of two builds. `changes`
+    is the changes step's JSON (default: the set's changes.json, when there is one): the
+    first card says what changed since the archived set it names.
     """
     rs = ResultSet.load(result_dir)
+    record = find_changes(rs, Path(changes) if changes is not None else None)
     target = Path(out_dir) if out_dir is not None else rs.directory / REPORT_DIR
     prov_path = Path(aiter_provenance) if aiter_provenance else None
     if prov_path is None:
@@ -130,7 +156,7 @@ def build_report(
     prov = provenance(rs, Path(config) if config else None, prov_path)
     title = f"f4pipe report: {rs.aiter_id} · {rs.toolchain_id} · {rs.device_id}"
     with atomic_dir(target) as tmp:
-        sections = build_sections(rs, tmp)
+        sections = build_sections(rs, tmp, record)
         write_absent_plots(tmp, sections)
         (tmp / "index.html").write_text(render_html(title, sections, prov))
         (tmp / "summary.md").write_text(render_markdown(title, sections, prov))

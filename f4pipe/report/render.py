@@ -17,7 +17,13 @@ KERNEL_PREFIX = "f4gemm_bf16_per1x32Fp4_"  # common to every f4gemm name; tables
 
 @dataclass
 class Section:
-    """One report section: a verdict line, a table (or none) and a plot (or none)."""
+    """One report section: a verdict line, a table (or none) and a plot (or none).
+
+    `headline` is the verdict in a few words, number first, for the card at the top of the
+    page ("35 of 35 equivalent, 0 unexplained bytes"): a card that carried the whole verdict
+    made the first screen a wall of text. Its numbers are the verdict's own (the same counts,
+    the same rounding), so a reader who opens the section reads the same figures; the card
+    keeps the whole verdict as its tooltip."""
 
     key: str
     title: str
@@ -27,6 +33,7 @@ class Section:
     plot: str | None = None  # PNG file name beside index.html
     notes: list[str] = field(default_factory=list)
     code: dict[str, list[str]] = field(default_factory=dict)  # title -> preformatted lines
+    headline: str = ""  # at most about 8 words, number first; "" shows the verdict
 
 
 def short_kernel(kernel: str) -> str:
@@ -67,11 +74,15 @@ body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color
 max-width:1320px}
 h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid
 #d0d7de;padding-bottom:4px} .sub{color:#57606a;font-size:13px}
-.glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:8px;
+.glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(128px,1fr));gap:8px;
 margin:10px 0}
 .card{border-radius:6px;padding:6px 10px;font-size:13px;border:1px solid #d0d7de}
-.glance .card{font-size:11.5px;line-height:1.3;overflow-wrap:anywhere}
-.card b{display:block;font-size:13px;margin-bottom:2px}
+a.card{display:block;color:inherit;text-decoration:none}
+a.card:hover{box-shadow:0 0 0 2px #0969da}
+.glance .card b{display:block;font-size:11.5px;font-weight:600;color:#424a53;
+margin-bottom:3px;overflow-wrap:anywhere}
+.glance .card span{display:block;font-size:15px;font-weight:700;line-height:1.25;
+overflow-wrap:anywhere}
 .headline{display:grid;grid-template-columns:1fr auto 1fr;gap:10px;align-items:start;
 margin:8px 0} .headline figure{margin:0;min-width:0} .headline img{width:100%;height:auto}
 .headline img.tall{height:490px;width:auto}
@@ -194,12 +205,23 @@ def headline_plots(sections: Sequence[Section]) -> str:
     return f'<div class="headline">{"".join(figures)}</div>' if figures else ""
 
 
-def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]) -> str:
-    cards = "".join(
-        f'<div class="card {s.state}"><b>{html.escape(s.title.split(":")[0])}</b>'
-        f"{html.escape(s.verdict)}</div>"
-        for s in sections
+def card_title(sec: Section) -> str:
+    """A section's name on its card and in the summary: its title up to a colon."""
+    return sec.title.split(":")[0]
+
+
+def glance_card(sec: Section) -> str:
+    """One card of the first screen: the section's name and its headline, large, linked to
+    the section; the whole verdict is the tooltip (and the section's first line)."""
+    return (
+        f'<a class="card {sec.state}" href="#{sec.key}" title="{html.escape(sec.verdict)}">'
+        f"<b>{html.escape(card_title(sec))}</b>"
+        f"<span>{html.escape(sec.headline or sec.verdict)}</span></a>"
     )
+
+
+def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]) -> str:
+    cards = "".join(glance_card(s) for s in sections)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -236,7 +258,7 @@ def render_html(title: str, sections: list[Section], prov: list[tuple[str, str]]
 
 def render_markdown(title: str, sections: list[Section], prov: list[tuple[str, str]]) -> str:
     lines = [f"# {title}", "", "| section | verdict |", "|---|---|"]
-    lines += [f"| {s.title.split(':')[0]} | {s.verdict} |" for s in sections]
+    lines += [f"| {card_title(s)} | {s.verdict} |" for s in sections]
     for s in sections:
         lines += ["", f"## {s.title}", "", s.verdict, ""]
         lines += [f"- {n}" for n in s.notes]

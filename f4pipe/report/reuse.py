@@ -53,13 +53,19 @@ def reuse_counts(rs: ResultSet) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=["table", "rows", "reused from", "store keys"])
 
 
+def reused_lines(counts: pd.DataFrame) -> pd.DataFrame:
+    """The lines of rows taken from an earlier run or another set (not those that share a run
+    made in this set, nor those that ran here)."""
+    origin = counts["reused from"]
+    return counts[(origin != RAN_HERE) & ~origin.str.endswith(SHARED_SUFFIX)]
+
+
 def reuse_verdict(counts: pd.DataFrame) -> str:
-    """The card's line: rows reused from an earlier run or another set, and apart from them
+    """The verdict: rows reused from an earlier run or another set, and apart from them
     the rows that share a run made in this set."""
     total = int(counts["rows"].sum())
-    origin = counts["reused from"]
-    shared = int(counts.loc[origin.str.endswith(SHARED_SUFFIX), "rows"].sum())
-    reused = counts[(origin != RAN_HERE) & ~origin.str.endswith(SHARED_SUFFIX)]
+    shared = int(counts.loc[counts["reused from"].str.endswith(SHARED_SUFFIX), "rows"].sum())
+    reused = reused_lines(counts)
     if not len(reused):
         verdict = f"none: all {total} rows the result store keys ran in this set"
     else:
@@ -76,14 +82,24 @@ def reuse_verdict(counts: pd.DataFrame) -> str:
     return verdict
 
 
+def reuse_headline(counts: pd.DataFrame) -> str:
+    """'none reused', or '66 of 639 rows reused': the verdict's counts, shared runs aside."""
+    reused = reused_lines(counts)
+    if not len(reused):
+        return "none reused"
+    return f"{int(reused['rows'].sum())} of {int(counts['rows'].sum())} rows reused"
+
+
 def reuse_section(rs: ResultSet, out_dir: Path | None) -> Section:
     """Which rows were reused, per table and origin (no plot: `out_dir` is unused)."""
     sec = Section("reuse", "Reused results: rows taken from the result store", "", "info")
     counts = reuse_counts(rs)
     if not len(counts):
         sec.verdict, sec.state = "no row kept in a result store (config reuse)", "none"
+        sec.headline = "no result store"
         return sec
     sec.verdict = reuse_verdict(counts)
+    sec.headline = reuse_headline(counts)
     sec.notes.append(
         "A reused row is the row that a run in the named result set produced for the same "
         "kernel bytes and manifest row, run parameters, device, toolchain and f4pipe (its "

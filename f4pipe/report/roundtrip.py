@@ -41,6 +41,21 @@ def arch_verdict(df: pd.DataFrame) -> str:
     )
 
 
+def roundtrip_headline(tables: dict[str, pd.DataFrame], hazards: int) -> str:
+    """'35 of 35 equivalent, 0 unexplained bytes' (per architecture when there are several),
+    the static timing findings instead of the bytes when there are any: the verdict's counts."""
+    counts = [f"{int(df['equivalent'].sum())} of {len(df)}" for df in tables.values()]
+    if len(tables) > 1:
+        counts = [f"{arch} {c}" for arch, c in zip(tables, counts, strict=True)]
+    head = ", ".join(counts) + " equivalent"
+    if hazards:
+        return f"{head}, {hazards} timing findings"
+    unexplained = {arch: int(df["text_bytes_unexplained"].sum()) for arch, df in tables.items()}
+    if len(tables) == 1 or not any(unexplained.values()):
+        return f"{head}, {max(unexplained.values())} unexplained bytes"
+    return f"{head}; " + ", ".join(f"{a} {n} unexplained" for a, n in unexplained.items() if n)
+
+
 def is_clean(df: pd.DataFrame) -> bool:
     return bool(df["equivalent"].all()) and int(df["text_bytes_unexplained"].sum()) == 0
 
@@ -65,6 +80,7 @@ def roundtrip_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
     sec = Section("roundtrip", "Round-trip: disassemble, reassemble, compare", "not run", "none")
+    sec.headline = "not run"
     tables = roundtrip_tables(rs)
     if PRIMARY_ARCH not in tables:
         sec.notes.append("roundtrip.parquet is missing: the round-trip stage has not run.")
@@ -80,6 +96,7 @@ def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
             f"{arch}: {arch_verdict(df)}" + (f", {findings}" if arch == PRIMARY_ARCH else "")
             for arch, df in tables.items()
         )
+    sec.headline = roundtrip_headline(tables, hazards)
     clean = all(is_clean(df) for df in tables.values())
     sec.state = "ok" if clean and not hazards else "bad"
     if len(tables) == 1:

@@ -27,6 +27,7 @@ from f4pipe.core.layout import (
     ARCHS_DIR,
     ARCHIVES_DIR,
     BASE_VARIANTS,
+    CHANGES_JSON,
     EDIT_NAME_PATTERN,
     EDIT_VARIANT_PREFIX,
     EDITS_DIR,
@@ -94,6 +95,7 @@ ARCHIVES = RESULTS_ROOT / ARCHIVES_DIR
 # The set's paths, spelt once (f4pipe.core.layout); the rules name nothing else under RESULTS.
 TOOLCHAIN = RESULTS / TOOLCHAIN_JSON
 REPORT = RESULTS / REPORT_DIR
+CHANGES = RESULTS / CHANGES_JSON  # what changed since the newest other archived set
 ROUNDTRIP = RESULTS / ROUNDTRIP_DIR
 VARIANT_DIRS = RESULTS / VARIANTS_DIR
 ARCHS = RESULTS / ARCHS_DIR  # every architecture beside gfx950: kernels + round trip

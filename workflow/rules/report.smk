@@ -17,10 +17,32 @@ rule effective_config:
         "2> {log:q}"
 
 
+# What changed since the newest archived set of another aiter id (f4pipe.compare.baseline):
+# the report's first card. The archives are read, not declared as inputs: they are other runs'
+# outputs, and this set's own archive comes after its report. So the record (and the report and
+# archive holding it) is reproducible given the same archives; it names the baseline it used.
+rule changes:
+    input:
+        get_report_inputs,
+    output:
+        CHANGES,
+    log:
+        LOGS / "changes.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        result_dir=get_result_dir,
+        archives=str(ARCHIVES),
+    shell:
+        "f4pipe changes {params.result_dir:q} --archives {params.archives:q} -o {output:q} "
+        "> {log:q} 2>&1"
+
+
 rule report:
     input:
         get_report_inputs,
         config=RESULTS / "config.json",
+        changes=CHANGES,
         fetched=AITER_DIR,
     output:
         html=report(
@@ -59,8 +81,8 @@ rule report:
         report_dir=str(REPORT),
     shell:
         "f4pipe report {params.result_dir:q} --config {input.config:q} "
-        "--aiter-provenance {input.fetched:q}/provenance.json -o {params.report_dir:q} "
-        "> {log:q} 2>&1"
+        "--changes {input.changes:q} --aiter-provenance {input.fetched:q}/provenance.json "
+        "-o {params.report_dir:q} > {log:q} 2>&1"
 
 
 rule archive:
