@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,8 +35,8 @@ from f4pipe.analysis.timing import HazardReport
 from f4pipe.analysis.timingrun import TimingRun
 from f4pipe.codeobj.program import Program
 from f4pipe.core.errors import EmulatorError
-from f4pipe.emu.device import (
-    EmulatorDevice,
+from f4pipe.emu.engine import LANES, Executor, WaveIds
+from f4pipe.emu.launching import (
     IsolatedRun,
     LaunchFault,
     LaunchStats,
@@ -43,8 +44,10 @@ from f4pipe.emu.device import (
     initial_state,
     order_workgroups,
 )
-from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.memory import DeferredStore, Journal, WriteConflict
+
+if TYPE_CHECKING:  # the device imports this module when it first runs staged launches
+    from f4pipe.emu.device import EmulatorDevice
 
 
 @dataclass(frozen=True)
