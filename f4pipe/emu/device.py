@@ -19,60 +19,41 @@ import hashlib
 import io
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
-from f4pipe.analysis.timing import Hazard, HazardReport, TimingModel
+from f4pipe.analysis.timing import HazardReport, TimingModel
 from f4pipe.analysis.timingrun import LdsWords, TimingRun
-from f4pipe.arch import isa
 from f4pipe.codeobj.program import Program
 from f4pipe.core.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
 from f4pipe.core.errors import EmulatorError, NoDeviceError
 from f4pipe.core.fsio import write_text
 from f4pipe.core.layout import EMULATOR_DEVICE_ID
 from f4pipe.emu.engine import LANES, Executor, WaveIds
+from f4pipe.emu.launching import (
+    IsolatedRun,
+    LaunchFault,
+    LaunchStats,
+    apply_run,
+    initial_state,
+    order_workgroups,
+    parse_workgroup_order,
+)
 from f4pipe.emu.memory import (
     GlobalMemory,
-    Journal,
-    RaceReport,
     WriteConflict,
     keep_freed_host_memory,
 )
 
+if TYPE_CHECKING:
+    from f4pipe.emu.colaunch import StagedLaunch
+
 DEFAULT_MAX_WAVES_PER_BATCH = 512
 DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
-
-
-def parse_workgroup_order(order: str) -> tuple[str, int]:
-    """'in-order' | 'reversed' | 'shuffle' | 'shuffle:SEED' -> (kind, seed)."""
-    kind, _, seed_text = order.partition(":")
-    if kind in ("in-order", "reversed") and not seed_text:
-        return kind, 0
-    if kind == "shuffle":
-        try:
-            seed = int(seed_text or "0")
-        except ValueError:
-            seed = -1
-        if seed >= 0:  # numpy's Generator takes non-negative seeds only
-            return kind, seed
-    raise EmulatorError(
-        f"workgroup order {order!r}: use one of in-order, reversed, shuffle or shuffle:SEED"
-    )
-
-
-def order_workgroups(num: int, order: str) -> np.ndarray:
-    """The launch-order numbers 0..num-1 in the order `order` runs them."""
-    kind, seed = parse_workgroup_order(order)
-    ids = np.arange(num, dtype=np.int64)
-    if kind == "reversed":
-        return ids[::-1].copy()
-    if kind == "shuffle":
-        return np.random.default_rng(seed).permutation(ids)
-    return ids
 
 
 @dataclass
@@ -82,35 +63,6 @@ class EmulatorKernel:
     symbol: str
     co_path: Path
     program: Program = field(repr=False)
-
-
-@dataclass
-class LaunchStats:
-    """What one launch found and cost (EmulatorDevice.launch returns it; it implements
-    f4pipe.core.device.LaunchReport): races, hazards, wall time, waves, dynamic instructions."""
-
-    seconds: float = 0.0
-    waves: int = 0
-    workgroups: int = 0
-    wave_instructions: int = 0  # instructions executed, summed over waves
-    steps: int = 0  # lockstep groups executed (numpy dispatches)
-    workgroup_order: str = "in-order"
-    races: RaceReport = field(default_factory=RaceReport)
-    hazards: HazardReport | None = None  # None: timing was not checked (check_hazards=False)
-    isolated_in_lockstep: int = 0  # isolated workgroups that ran (or were replayed) batched
-
-    @property
-    def instructions_per_second(self) -> float:
-        return self.wave_instructions / self.seconds if self.seconds else 0.0
-
-
-class LaunchFault(EmulatorError):
-    """A launch stopped at a fault (an access outside every allocation, an instruction it
-    cannot run, ...); `stats` is what the launch found up to there (its races, its hazards)."""
-
-    def __init__(self, message: str, stats: LaunchStats) -> None:
-        super().__init__(message)
-        self.stats = stats
 
 
 class EmulatorDevice:
@@ -230,6 +182,17 @@ class EmulatorDevice:
     ) -> LaunchStats:
         """Run one launch; its stats (races, hazards, cost) are returned, or carried by the
         LaunchFault it raises when the kernel faults."""
+        stats = self.new_stats(grid, block)
+        ka = self.kernarg_block(kernel.program, kernarg)
+        try:
+            self.run_launch(kernel.program, grid, block, kernarg, ka, stats)
+        finally:
+            self.memory.free(ka)
+        return stats
+
+    def new_stats(self, grid: tuple[int, int, int], block: tuple[int, int, int]) -> LaunchStats:
+        """The empty LaunchStats of a launch of `grid` x `block`, refused when the launch is
+        malformed."""
         if any(g < 1 for g in grid) or any(b < 1 for b in block):
             raise EmulatorError(f"launch grid {grid} / block {block} must be positive")
         if block[0] > 1024 or block[1] > 1024 or block[2] > 1024:
@@ -237,20 +200,62 @@ class EmulatorDevice:
         threads = block[0] * block[1] * block[2]
         if threads % LANES:
             raise EmulatorError(f"block {block}: partial waves (EXEC != all ones) are not modelled")
-        waves_per_group = threads // LANES
-        stats = LaunchStats(
+        return LaunchStats(
             workgroups=grid[0] * grid[1] * grid[2],
-            waves=grid[0] * grid[1] * grid[2] * waves_per_group,
+            waves=grid[0] * grid[1] * grid[2] * (threads // LANES),
             workgroup_order=self.workgroup_order,
         )
+
+    def kernarg_block(self, prog: Program, kernarg: bytes) -> int:
+        """Allocate and fill a launch's kernarg segment; its device address."""
+        ka = self.memory.alloc(max(len(kernarg), prog.kernarg_bytes, 4))
+        self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
+        return ka
+
+    def run_launch(
+        self,
+        prog: Program,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernarg: bytes,
+        ka: int,
+        stats: LaunchStats,
+    ) -> None:
+        """Run a launch whose kernarg segment is at `ka` into `stats`; a fault raises
+        LaunchFault carrying them."""
         t0 = time.perf_counter()
         try:
-            self._run(kernel.program, grid, block, kernarg, stats)
+            self._run(prog, grid, block, kernarg, ka, stats)
         except EmulatorError as exc:
             raise LaunchFault(str(exc), stats) from exc
         finally:
             stats.seconds = time.perf_counter() - t0
-        return stats
+
+    def stage_launch(
+        self,
+        kernel: EmulatorKernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        kernarg: bytes,
+        buffers: Sequence[DeviceBuffer],
+    ) -> StagedLaunch:
+        """A launch to run later with launch_staged, its kernarg segment allocated now (so
+        every address is the one a launch made now would get); `buffers` are its own."""
+        from f4pipe.emu.colaunch import StagedLaunch
+
+        self.new_stats(grid, block)
+        ka = self.kernarg_block(kernel.program, kernarg)
+        owned = frozenset([ka, *(b.addr for b in buffers)])
+        return StagedLaunch(kernel.program, grid, block, kernarg, ka, owned)
+
+    def launch_staged(self, staged: Sequence[StagedLaunch]) -> list[LaunchStats | LaunchFault]:
+        """Run staged launches, in order, exactly as launch would have one after another
+        with only each one's buffers allocated: the stats of each, or its LaunchFault. With
+        isolate_workgroups, launches of one kernel run as one lockstep batch where that
+        provably changes nothing (f4pipe.emu.colaunch). Frees their kernarg segments."""
+        from f4pipe.emu.colaunch import launch_staged
+
+        return launch_staged(self, staged)
 
     def _run(
         self,
@@ -258,13 +263,11 @@ class EmulatorDevice:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         kernarg: bytes,
+        ka: int,
         stats: LaunchStats,
     ) -> None:
         """Every workgroup of the launch, batch by batch, accumulating into `stats`."""
         waves_per_group = stats.waves // stats.workgroups
-        kernarg_size = max(len(kernarg), prog.kernarg_bytes, 4)
-        ka = self.memory.alloc(kernarg_size)
-        self.memory.array(ka)[: len(kernarg)] = np.frombuffer(kernarg, dtype=np.uint8)
         sink, owned = self._trace_sink()
         hazards = HazardReport() if self.check_hazards else None
         self.memory.begin_launch()
@@ -278,15 +281,22 @@ class EmulatorDevice:
                 batch = run_order[start : start + per_batch]
                 if not self.isolate_workgroups:
                     run.batch(batch, start, hazards, stats)
-                elif len(batch) == 1 or sink is not None or not run.isolated(batch, hazards, stats):
+                elif not self._lockstep_worthwhile(batch, sink) or not run.isolated(
+                    batch, hazards, stats
+                ):
                     for i in range(len(batch)):  # each workgroup alone, in order
                         run.batch(batch[i : i + 1], start + i, hazards, stats)
         finally:
             stats.races = self.memory.end_launch()
             stats.hazards = hazards
-            self.memory.free(ka)
             if owned is not None and sink is not None:
                 write_text(owned, sink.getvalue())  # type: ignore[union-attr]
+
+    def _lockstep_worthwhile(self, batch: np.ndarray, sink: TextIO | None) -> bool:
+        """Whether an isolated batch goes through _BatchRunner.isolated: never when tracing;
+        a lone workgroup only when another device may replay it (SharedRuns): then the sweep's
+        second order replays its stores instead of executing it again."""
+        return sink is None and (len(batch) > 1 or self.shared_runs is not None)
 
     def time_launches(self, *args, **kwargs) -> float:
         raise NoDeviceError(
@@ -422,22 +432,7 @@ class _BatchRunner:
                 shared.add(key, memory, read, run)
         if run is None:
             return False
-        for wg in batch:
-            for store in run.journal.stores:
-                mine = store.writers == wg
-                if mine.any():
-                    memory.write_dwords(
-                        store.addr[mine],
-                        store.values[mine],
-                        store.what,
-                        store.writers[mine],
-                        store.site,
-                    )
-        if hazards is not None:
-            for wg in batch:
-                for owner, hazard, where in run.hazards:
-                    if owner == wg:
-                        hazards.add(hazard, where)
+        apply_run(memory, run, batch, hazards)
         stats.wave_instructions += run.wave_instructions
         stats.steps += run.steps if executed else 0
         stats.isolated_in_lockstep += len(batch)
@@ -478,16 +473,6 @@ class _BatchRunner:
         )
 
 
-@dataclass(frozen=True)
-class IsolatedRun:
-    """An isolated batch's deferred stores and what executing it cost."""
-
-    journal: Journal
-    hazards: list[tuple[int, Hazard, str]]  # (workgroup, hazard, where), as each met them
-    wave_instructions: int
-    steps: int
-
-
 class SharedRuns:
     """Isolated batches that EmulatorDevices launching the same kernel on the same inputs in
     other workgroup orders replay instead of executing (the shape-edge sweep runs every launch
@@ -517,23 +502,3 @@ class SharedRuns:
         self, key: tuple, memory: GlobalMemory, read: set[int], run: IsolatedRun | None
     ) -> None:
         self._runs.setdefault(key, []).append((read, self._digest(memory, read), run))
-
-
-def initial_state(
-    ex: Executor, prog: Program, kernarg_addr: int, block: tuple[int, int, int]
-) -> None:
-    """Registers at wave start: kernarg pointer, workgroup ids, packed work-item ids, EXEC."""
-    if prog.kernarg_sgpr >= 0:
-        ex.sgpr[prog.kernarg_sgpr] = kernarg_addr & 0xFFFFFFFF
-        ex.sgpr[prog.kernarg_sgpr + 1] = kernarg_addr >> 32
-    wg_of_wave = ex.ids.wg_ids[ex.wg]  # [W, 3]
-    for dim, sreg in prog.workgroup_id_sgprs.items():
-        ex.sgpr[sreg] = wg_of_wave[:, dim].astype(np.uint32)
-    flat = (np.arange(ex.W) % ex.ids.waves_per_group)[:, None] * LANES + np.arange(LANES)
-    x = flat % block[0]
-    y = (flat // block[0]) % block[1]
-    z = flat // (block[0] * block[1])
-    ex.vgpr[0] = (x | (y << 10) | (z << 20)).astype(np.uint32)
-    ex.sgpr[isa.EXEC_LO] = 0xFFFFFFFF
-    ex.sgpr[isa.EXEC_HI] = 0xFFFFFFFF
-    ex._exec_changed()

@@ -26,7 +26,7 @@ from f4pipe.arch.decode import Instruction, Operand
 from f4pipe.codeobj.program import Program
 from f4pipe.core.errors import EmulatorError
 from f4pipe.emu.handlers import HANDLERS
-from f4pipe.emu.memory import GlobalMemory
+from f4pipe.emu.memory import GlobalMemory, LaunchesFault
 
 NUM_SGPRS = 128  # operand codes 0..127 (incl. vcc, m0, exec) index this array directly
 NUM_VREGS = 512  # v0..v255, then a0..a255 at isa.AGPR_BASE
@@ -48,6 +48,10 @@ class WaveIds:
     waves_per_group: int
     wg_ids: np.ndarray  # [num_wg, 3] workgroup ids (x, y, z)
     wg_linear: np.ndarray | None = None
+    #: Several launches in one batch (f4pipe.emu.colaunch): each workgroup's launch, and the
+    #: tag its stores carry (unique across the launches); None = one launch, tagged wg_linear.
+    wg_owner: np.ndarray | None = None
+    wg_writer: np.ndarray | None = None
 
     def linear(self) -> np.ndarray:
         if self.wg_linear is not None:
@@ -86,6 +90,12 @@ class Executor:
         self.icount = np.zeros(W, dtype=np.int64)
         self.wg = np.repeat(np.arange(num_wg), ids.waves_per_group)
         self.wg_linear = ids.linear()  # launch-order number of each batch workgroup
+        self.wg_writer = self.wg_linear if ids.wg_writer is None else ids.wg_writer
+        self.wg_owner = ids.wg_owner
+        #: The waves the last error was raised for (error()): which launch of a batch failed.
+        self.fault_waves: np.ndarray | None = None
+        #: Launches (wg_owner values) whose waves faulted and were stopped (drop_launches).
+        self.dropped: set[int] = set()
         self.global_waves = self.wg_linear[self.wg] * ids.waves_per_group + (
             np.arange(W) % ids.waves_per_group
         )
@@ -133,12 +143,24 @@ class Executor:
         )
 
     def error(self, inst: Instruction, sel: Sel, what: str) -> EmulatorError:
+        self.fault_waves = np.arange(self.W)[sel]
         return EmulatorError(f"{what} at {self.where(inst, sel)}")
 
     # --- operand access -----------------------------------------------------------------
 
     def nsel(self, sel: Sel) -> int:
         return self.W if isinstance(sel, slice) else len(sel)
+
+    def access_owners(
+        self, sel: Sel, shape: tuple[int, ...], ok: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """The launch of each address's wave (addresses [n waves, ...], `ok` selecting those
+        accessed) when the batch holds several launches (f4pipe.emu.colaunch); else None."""
+        if self.wg_owner is None:
+            return None
+        per_wave = self.wg_owner[self.wg[sel]]
+        owners = np.broadcast_to(per_wave.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+        return owners if ok is None else owners[ok]
 
     def s(self, op: Operand, sel: Sel) -> np.ndarray:
         """A 32-bit scalar source, shape [n] (or a 0-d constant)."""
@@ -287,11 +309,14 @@ class Executor:
                 self._advance_timing(inst, sel)
             if self.observer is not None:
                 self.observer(self, inst, sel)
+            dropped = len(self.dropped)
             self._execute(inst, sel)
             # Only control flow can split or stop waves; an unconditional branch keeps them.
             converged = n == W and (inst.fmt != "SOPP" or inst.name == "s_branch")
             next_pc = pc + inst.size
             held = n < W and inst.fmt != "SOPP" and next_pc < next_other
+            if len(self.dropped) != dropped:  # waves stopped: select afresh
+                converged = held = False
             self.steps += 1
             self.dynamic_instructions += n
             self.icount[sel] += 1
@@ -341,6 +366,11 @@ class Executor:
             for w in np.arange(self.W)[sel]:
                 self._execute(inst, np.array([w]))
             return
+        except LaunchesFault as fault:  # several launches in the batch: stop the faulting
+            rest = self._drop_launches(fault.launches, sel)  # ones, the rest go on
+            if rest.size:
+                self._execute(inst, rest)
+            return
         except EmulatorError as exc:
             if f"pc {inst.pc:#x} (" in str(exc):
                 raise
@@ -352,6 +382,17 @@ class Executor:
             self.pc[sel] += inst.size
         if tracing:
             self._trace(inst, before)
+
+    def _drop_launches(self, launches: frozenset[int], sel: Sel) -> np.ndarray:
+        """Stop every wave of `launches` (as if done: they run alone later, see
+        f4pipe.emu.colaunch); the waves of `sel` left. No other wave depends on them."""
+        assert self.wg_owner is not None
+        self.dropped |= launches
+        stopped = np.isin(self.wg_owner[self.wg], list(launches))
+        self.done |= stopped
+        self.at_barrier &= ~stopped
+        waves = np.arange(self.W)[sel]
+        return waves[~stopped[waves]]
 
     def _blame_one_wave(self, inst: Instruction, waves: np.ndarray) -> None:
         """Re-run a failed instruction wave by wave on a copy of the state, so the error

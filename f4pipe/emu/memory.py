@@ -180,6 +180,15 @@ def keep_freed_host_memory() -> bool:
     )
 
 
+class LaunchesFault(EmulatorError):
+    """Accesses of the named launches (positions in a partitioned batch) would fault or
+    reach another launch's memory; raised before the access touches anything."""
+
+    def __init__(self, message: str, launches: frozenset[int]) -> None:
+        super().__init__(message)
+        self.launches = launches
+
+
 class WriteConflict(Exception):
     """A batch with deferred writes read or atomically updated memory the journal holds (or
     stored without naming its writers): its workgroups must run one at a time instead."""
@@ -221,6 +230,11 @@ class GlobalMemory:
         self._next = HEAP_BASE
         self._log: _WriteLog | None = None
         self._journal: Journal | None = None
+        #: While several launches run as one batch (f4pipe.emu.colaunch): the launch owning
+        #: each allocation (by start address); an access must stay in its own launch's.
+        self._owners: dict[int, int] | None = None
+        #: Allocations set aside (hide_all_but): start -> bytes.
+        self._hidden: dict[int, np.ndarray] = {}
 
     # --- allocation ----------------------------------------------------------------------
 
@@ -250,6 +264,43 @@ class GlobalMemory:
     def layout(self) -> tuple[tuple[int, int], ...]:
         """(start, size) of every allocation, by address: what decides which accesses fault."""
         return tuple((start, self._arrays[start].size) for start in sorted(self._starts))
+
+    # --- several launches in one batch ---------------------------------------------------
+
+    def partition(self, owners: dict[int, int] | None) -> None:
+        """Name the launch owning each allocation (None: stop checking). While set, an
+        access carrying its waves' launches (`owners` of read_dwords / write_dwords) that
+        reaches an allocation of another launch raises EmulatorError: run alone, that launch
+        would not have seen the allocation."""
+        self._owners = owners
+
+    def hide_all_but(self, keep: set[int]) -> None:
+        """Set aside every allocation whose start is not in `keep` until show_all: a launch
+        then sees the memory it would see run alone (what faults, and where)."""
+        for start in [s for s in self._starts if s not in keep]:
+            self._hidden[start] = self._arrays.pop(start)
+            self._starts.remove(start)
+
+    def show_all(self) -> None:
+        """Bring back what hide_all_but set aside."""
+        self._arrays.update(self._hidden)
+        self._starts = sorted([*self._starts, *self._hidden])
+        self._hidden.clear()
+
+    def _check_owners(self, addr: np.ndarray, owners: np.ndarray | None, what: str) -> None:
+        """Under partition: raise LaunchesFault naming every launch with an access that
+        would fault (misaligned, outside every allocation) or reaches another launch's
+        allocation, before anything is read or written."""
+        if self._owners is None or owners is None or addr.size == 0:
+            return
+        starts = np.array(self._starts, dtype=np.int64)
+        ends = np.array([s + self._arrays[s].size for s in self._starts] + [0], dtype=np.int64)
+        owner_of = np.array([self._owners.get(s, -1) for s in self._starts] + [-1])
+        which = np.searchsorted(starts, addr, side="right") - 1  # -1: below every one
+        good = (owner_of[which] == owners) & (addr + 4 <= ends[which]) & ((addr & 3) == 0)
+        if not good.all():
+            launches = frozenset(int(j) for j in np.unique(owners[~good]))
+            raise LaunchesFault(f"{what}: a faulting or cross-launch access", launches)
 
     # --- race detection ------------------------------------------------------------------
 
@@ -348,8 +399,12 @@ class GlobalMemory:
             groups.append((sel, start, arr.view(np.uint32), (addr[sel] - start) >> 2))
         return groups
 
-    def read_dwords(self, addr: np.ndarray, what: str = "load") -> np.ndarray:
-        """uint32 at each (int64) address; shape follows `addr`."""
+    def read_dwords(
+        self, addr: np.ndarray, what: str = "load", owners: np.ndarray | None = None
+    ) -> np.ndarray:
+        """uint32 at each (int64) address; shape follows `addr`. `owners`: the launch of
+        each address's wave, checked against partition's."""
+        self._check_owners(addr, owners, what)
         groups = self._word_groups(addr, what)
         self._note_read([start for _, start, _, _ in groups])
         if len(groups) == 1 and groups[0][0].all():  # one allocation holds every address
@@ -367,11 +422,14 @@ class GlobalMemory:
         what: str = "store",
         writers: np.ndarray | None = None,
         site: str = "",
+        owners: np.ndarray | None = None,
     ) -> None:
         """Store uint32 values; for duplicate addresses the last in C order wins (highest lane).
 
         `writers` (same shape as addr): the launch-order workgroup of each dword, for race
-        detection while a launch is recorded; `site` names the store in race reports."""
+        detection while a launch is recorded; `site` names the store in race reports;
+        `owners` as in read_dwords."""
+        self._check_owners(addr, owners, what)
         groups = self._word_groups(addr, what)
         if self._journal is not None:
             if writers is None:

@@ -129,7 +129,9 @@ def buffer_load(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ndw = isa.MUBUF_DWORDS[inst.name]
     addr, ok = buffer_addresses(ex, inst, sel, ndw)
     data = np.zeros(addr.shape, dtype=U32)
-    data[ok] = ex.memory.read_dwords(addr[ok], f"{inst.name} (global memory)")
+    data[ok] = ex.memory.read_dwords(
+        addr[ok], f"{inst.name} (global memory)", owners=ex.access_owners(sel, addr.shape, ok)
+    )
     if inst.lds:
         _load_to_lds(ex, inst, sel, data, ndw)
         return
@@ -159,13 +161,14 @@ def buffer_store(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ndw = isa.MUBUF_DWORDS[inst.name]
     addr, ok = buffer_addresses(ex, inst, sel, ndw)
     data = np.stack(list(ex.vregs(inst.srcs[1], sel)), axis=-1)
-    writers = np.broadcast_to(ex.wg_linear[ex.wg[sel]][:, None, None], addr.shape)
+    writers = np.broadcast_to(ex.wg_writer[ex.wg[sel]][:, None, None], addr.shape)
     ex.memory.write_dwords(
         addr[ok],
         data[ok],
         f"{inst.name} (global memory)",
         writers=writers[ok],
         site=f"{inst.name} pc {inst.pc:#x}",
+        owners=ex.access_owners(sel, addr.shape, ok),
     )
 
 

@@ -197,7 +197,7 @@ def s_load(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     base = ex.s64(inst.srcs[0], sel).astype(np.int64)
     n = inst.dst.count
     addr = ((base + inst.offset) & ~3)[:, None] + 4 * np.arange(n, dtype=np.int64)
-    words = ex.memory.read_dwords(addr, "s_load")
+    words = ex.memory.read_dwords(addr, "s_load", owners=ex.access_owners(sel, addr.shape))
     d = inst.dst.index
     if d + n > isa.VCC_LO:
         raise ex.error(inst, sel, f"s_load destination s[{d}:{d + n - 1}] overruns the SGPRs")

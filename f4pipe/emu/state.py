@@ -44,13 +44,18 @@ class WaveState(Protocol):
     exec_full: bool  # EXEC is all ones in every wave
     flush_denorms: bool  # the kernel's f32 denormal mode flushes
     wg: np.ndarray  # [W] each wave's workgroup within the batch
-    wg_linear: np.ndarray  # [workgroups] each batch workgroup's launch-order number
+    wg_writer: np.ndarray  # [workgroups] what its stores carry: launch-order number, or a
+    # tag unique across the launches of a batch (f4pipe.emu.colaunch)
     lds: np.ndarray  # uint32 [workgroups, LDS words]
     memory: GlobalMemory
     timing: TimingRun | None  # the timing model's hooks, None when hazards are not checked
 
     # --- operand access -------------------------------------------------------------------
     def nsel(self, sel: Sel) -> int: ...
+
+    def access_owners(
+        self, sel: Sel, shape: tuple[int, ...], ok: np.ndarray | None = None
+    ) -> np.ndarray | None: ...
 
     def s(self, op: Operand, sel: Sel) -> np.ndarray: ...
 

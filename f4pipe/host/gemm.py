@@ -7,6 +7,7 @@ gfx950 emulator differ only in the Device they pass; the bytes a kernel sees are
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ import numpy as np
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.aiter.shaperules import check_paddings, check_shape, k_tail, padded_launch
 from f4pipe.core.device import Device, DeviceBuffer, LaunchReport, measures_throughput
-from f4pipe.core.errors import InputError, ShapeError
+from f4pipe.core.errors import EmulatorError, InputError, ShapeError
 from f4pipe.core.layout import SEED_A, SEED_B
 from f4pipe.core.numerics import (
     SCALE_PAD,
@@ -341,13 +342,26 @@ def _prefill_d(device: Device, d_buf: DeviceBuffer, request: GemmRequest, layout
         device.upload(d_buf, np.ascontiguousarray(image))
 
 
-def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmRequest) -> GemmResult:
-    """Run `entry` from `co_path` on `device` for `request`, verify it, optionally time it.
+@dataclass
+class _Prepared:
+    """A run up to its launch: buffers uploaded, D pre-filled, kernarg built."""
 
-    splitK launches (gdz > 1) accumulate into D with atomics, so D is zeroed before each one
-    (the whole padded buffer, as aiter does); a d_prefill is then refused, not silently lost.
-    """
-    r = request
+    request: GemmRequest
+    layout: BufferLayout
+    padding: str
+    geometry: LaunchGeometry
+    a: MxOperand
+    b: MxOperand
+    images: DeviceOperands
+    kernel: Any
+    buffers: list[DeviceBuffer]
+    d_buf: DeviceBuffer
+    kernarg_for: Any  # (a, b, scale_a, scale_b addresses) -> kernarg bytes
+    kernarg: bytes
+
+
+def _prepare(device: Device, entry: KernelEntry, co_path: Path, r: GemmRequest) -> _Prepared:
+    """Everything run_gemm does before the launch; nothing stays allocated when it raises."""
     layout, padding, scale_pad = edge_layout(entry, r)
     geometry = launch_geometry(entry.tile_m, entry.tile_n, r.m, r.n, r.k, r.log2_k_split)
     splitk = geometry.gdz > 1
@@ -371,31 +385,53 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         d_buf = device.alloc(layout.d_nbytes)
         buffers.append(d_buf)
         _prefill_d(device, d_buf, r, layout)
+    except BaseException:
+        _free(device, buffers)
+        raise
 
-        def kernarg_for(a_addr: int, b_addr: int, sa_addr: int, sb_addr: int) -> bytes:
-            return gemm_kernarg(
-                layout=layout,
-                ptr_d=d_buf.addr,
-                ptr_a=a_addr,
-                ptr_b=b_addr,
-                ptr_scale_a=sa_addr,
-                ptr_scale_b=sb_addr,
-                alpha=r.alpha,
-                log2_k_split=r.log2_k_split if entry.splitk else 0,
-            )
+    def kernarg_for(a_addr: int, b_addr: int, sa_addr: int, sb_addr: int) -> bytes:
+        return gemm_kernarg(
+            layout=layout,
+            ptr_d=d_buf.addr,
+            ptr_a=a_addr,
+            ptr_b=b_addr,
+            ptr_scale_a=sa_addr,
+            ptr_scale_b=sb_addr,
+            alpha=r.alpha,
+            log2_k_split=r.log2_k_split if entry.splitk else 0,
+        )
 
-        kernarg = kernarg_for(a_buf.addr, b_buf.addr, sa_buf.addr, sb_buf.addr)
+    kernarg = kernarg_for(a_buf.addr, b_buf.addr, sa_buf.addr, sb_buf.addr)
+    return _Prepared(
+        r, layout, padding, geometry, a, b, images, kernel, buffers, d_buf, kernarg_for, kernarg
+    )
+
+
+def _free(device: Device, buffers: list[DeviceBuffer]) -> None:
+    for buf in buffers:
+        device.free(buf)
+
+
+def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmRequest) -> GemmResult:
+    """Run `entry` from `co_path` on `device` for `request`, verify it, optionally time it.
+
+    splitK launches (gdz > 1) accumulate into D with atomics, so D is zeroed before each one
+    (the whole padded buffer, as aiter does); a d_prefill is then refused, not silently lost.
+    """
+    r = request
+    p = _prepare(device, entry, co_path, r)
+    geometry, kernel, d_buf, kernarg = p.geometry, p.kernel, p.d_buf, p.kernarg
+    splitk = geometry.gdz > 1
+    try:
         report = device.launch(kernel, geometry.grid, geometry.block, kernarg)
-        race_report = None if report is None else report.races
-        hazard_report = None if report is None else report.hazards
-        d_bits = device.download(d_buf).view(np.uint16).reshape(layout.d_shape).copy()
+        d_bits = device.download(d_buf).view(np.uint16).reshape(p.layout.d_shape).copy()
 
         us: float | None = None
         not_timed: str | None = None
         series: np.ndarray | None = None
         copies = rotated = 0
         if r.protocol is not None and device.can_time:
-            kernargs, rotated = _rotation(device, images, r.protocol, buffers, kernarg_for)
+            kernargs, rotated = _rotation(device, p.images, r.protocol, p.buffers, p.kernarg_for)
             copies = len(kernargs)
             series = device.time_launch_series(
                 kernel,
@@ -423,12 +459,63 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         else:
             not_timed = "not requested (iters=0)"
     finally:
-        for buf in buffers:
-            device.free(buf)
+        _free(device, p.buffers)
+    return _result(device, entry, p, report, d_bits, us, not_timed, series, copies, rotated)
 
+
+def run_gemms(
+    device: Device, entry: KernelEntry, co_path: Path, requests: Sequence[GemmRequest]
+) -> list[GemmResult | EmulatorError]:
+    """run_gemm for each untimed request, in order, with the same results; a launch fault is
+    returned in its place rather than raised. A device that can stage launches
+    (the emulator: `stage_launch`, `launch_staged`) runs them together, which for small
+    launches of one kernel costs a fraction of running them one by one."""
+    if any(r.iters or r.protocol is not None for r in requests):
+        raise InputError("run_gemms runs untimed requests only")
+    if not hasattr(device, "launch_staged"):
+        return [run_gemm(device, entry, co_path, r) for r in requests]
+    prepared: list[_Prepared] = []
+    try:
+        staged = []
+        for r in requests:
+            p = _prepare(device, entry, co_path, r)
+            prepared.append(p)
+            g = p.geometry
+            staged.append(device.stage_launch(p.kernel, g.grid, g.block, p.kernarg, p.buffers))
+        reports = device.launch_staged(staged)
+        results: list[GemmResult | EmulatorError] = []
+        for p, report in zip(prepared, reports, strict=True):
+            if isinstance(report, EmulatorError):
+                results.append(report)
+                continue
+            bits = device.download(p.d_buf).view(np.uint16).reshape(p.layout.d_shape).copy()
+            not_timed = "not requested (iters=0)"
+            results.append(_result(device, entry, p, report, bits, None, not_timed, None, 0, 0))
+    finally:
+        for p in prepared:
+            _free(device, p.buffers)
+    return results
+
+
+def _result(
+    device: Device,
+    entry: KernelEntry,
+    p: _Prepared,
+    report: LaunchReport | None,
+    d_bits: np.ndarray,
+    us: float | None,
+    not_timed: str | None,
+    series: np.ndarray | None,
+    copies: int,
+    rotated: int,
+) -> GemmResult:
+    """The GemmResult of a finished launch: D read back, verified when asked."""
+    r, geometry = p.request, p.geometry
+    race_report = None if report is None else report.races
+    hazard_report = None if report is None else report.hazards
     d = bf16_bits_to_float(d_bits[: r.m, : r.n])
     verification = (
-        verify_output(d, reference_gemm(a, b, r.alpha), geometry.gdz) if r.verify else None
+        verify_output(d, reference_gemm(p.a, p.b, r.alpha), geometry.gdz) if r.verify else None
     )
     return GemmResult(
         kernel=entry.name,
@@ -448,8 +535,8 @@ def run_gemm(device: Device, entry: KernelEntry, co_path: Path, request: GemmReq
         d=d,
         us_is_hardware=us is not None and measures_throughput(device),
         d_padded_bits=d_bits if r.keep_padded_d else None,
-        layout=layout,
-        padding=padding,
+        layout=p.layout,
+        padding=p.padding,
         races=None if race_report is None else race_report.count,
         race_summary="" if race_report is None else race_report.summary(),
         **hazard_fields(hazard_report),

@@ -50,7 +50,7 @@ from f4pipe.aiter.shaperules import (
 from f4pipe.core.errors import EmulatorError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.core.schemas import ArtifactKeys
-from f4pipe.host.gemm import GemmRequest, run_gemm
+from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm, run_gemms
 from f4pipe.host.kernarg import KERNARG_FIELDS, BufferLayout
 from f4pipe.host.operands import generate_operand
 from f4pipe.host.reference import reference_gemm
@@ -134,20 +134,14 @@ class OrderOutcome:
     hazard_summary: str = ""
 
 
-def run_order(
-    device: EmulatorDevice,
-    entry: KernelEntry,
-    co_path: Path,
-    shape: EdgeShape,
-    policy: str,
-    ref: np.ndarray,
-) -> OrderOutcome:
+def order_request(shape: EdgeShape, policy: str) -> GemmRequest:
+    """The run of `shape` under `policy` ("unsafe": as asked, D pre-filled with the canary;
+    "pad": the remedy), returning the whole padded D and unverified (the sweep checks)."""
     m, n, k = shape.m, shape.n, shape.k
-    order = device.workgroup_order
     prefill = None
     if policy == "unsafe":
         prefill = np.full(BufferLayout(m, n, k).d_shape, CANARY, dtype=np.uint16)
-    request = GemmRequest(
+    return GemmRequest(
         m,
         n,
         k,
@@ -158,15 +152,40 @@ def run_order(
         scale_pad=shape.scale_pad,
         k_pad=shape.k_pad,
     )
+
+
+def run_order(
+    device: EmulatorDevice,
+    entry: KernelEntry,
+    co_path: Path,
+    shape: EdgeShape,
+    policy: str,
+    ref: np.ndarray,
+) -> OrderOutcome:
+    """One run of `shape` under `policy` in the device's workgroup order."""
     from f4pipe.emu import LaunchFault
 
     try:
-        result = run_gemm(device, entry, co_path, request)
-    except LaunchFault as fault:  # the races of the launch up to its fault
-        races = fault.stats.races
+        result = run_gemm(device, entry, co_path, order_request(shape, policy))
+    except LaunchFault as fault:
+        return outcome_of(device.workgroup_order, shape, policy, ref, fault)
+    return outcome_of(device.workgroup_order, shape, policy, ref, result)
+
+
+def outcome_of(
+    order: str, shape: EdgeShape, policy: str, ref: np.ndarray, result: GemmResult | Exception
+) -> OrderOutcome:
+    """What a run (or the LaunchFault it ended in) shows against the reference `ref`."""
+    from f4pipe.emu import LaunchFault
+
+    if isinstance(result, LaunchFault):  # the races of the launch up to its fault
+        races = result.stats.races
         return OrderOutcome(
-            order, fault=str(fault), races=races.count, race_summary=races.summary()
+            order, fault=str(result), races=races.count, race_summary=races.summary()
         )
+    if isinstance(result, Exception):
+        raise result
+    m, n = shape.m, shape.n
     out: dict[str, Any] = {
         "hazards": result.hazards or 0,
         "hazard_summary": result.hazard_summary,
@@ -230,20 +249,26 @@ def sweep_kernel(
     rows = []
     try:
         todo = list(shapes) if shapes is not None else edge_shapes(entry)
-        for shape in track(todo, f"safety {entry.name}"):
-            ref = reference_for(shape)
+        cases = []  # (shape, policy, predicted safe), each run in every order
+        for shape in todo:
             pads = {"scale_pad": shape.scale_pad, "k_pad": shape.k_pad}
             predicted_safe = is_safe(entry, shape.m, shape.n, shape.k, **pads)
             for policy in ("unsafe",) if predicted_safe else ("unsafe", "pad"):
-                outcomes = [
-                    run_order(devices[o], entry, co_path, shape, policy, ref) for o in orders
-                ]
-                verdict = verdict_of(outcomes)
-                expect_safe = predicted_safe or policy == "pad"
-                rows.append(
-                    _row(keys, entry, rule.store, shape, policy, outcomes, verdict, evidence)
-                    | {"rule_safe": expect_safe, "agrees": (verdict == "safe") == expect_safe}
-                )
+                cases.append((shape, policy, predicted_safe))
+        refs = {shape: reference_for(shape) for shape in todo}
+        requests = [order_request(shape, policy) for shape, policy, _ in cases]
+        results = {
+            o: run_gemms(devices[o], entry, co_path, requests)
+            for o in track(list(orders), f"safety {entry.name}")
+        }
+        for i, (shape, policy, predicted_safe) in enumerate(cases):
+            outcomes = [outcome_of(o, shape, policy, refs[shape], results[o][i]) for o in orders]
+            verdict = verdict_of(outcomes)
+            expect_safe = predicted_safe or policy == "pad"
+            rows.append(
+                _row(keys, entry, rule.store, shape, policy, outcomes, verdict, evidence)
+                | {"rule_safe": expect_safe, "agrees": (verdict == "safe") == expect_safe}
+            )
     finally:
         for device in devices.values():
             device.close()

@@ -1,0 +1,270 @@
+"""Several launches of one kernel as one lockstep batch (EmulatorDevice.launch_staged).
+
+The shape-edge sweep makes about thirty small launches per kernel (1 to 12 waves each), so
+running them one after another pays numpy's per-call overhead at every step of every launch.
+With isolate_workgroups every workgroup's effects are those of running it alone, so the
+launches' workgroups can run together in lockstep with their stores deferred (as
+_BatchRunner.isolated does for the workgroups of one launch), each wave reading its own
+launch's kernarg segment, and then each launch's stores land, workgroup by workgroup in the
+device's order, inside that launch's own race record. That is exactly what running the
+launches one after another leaves, provided
+
+- no workgroup reads memory any of them stores to (the journal is independent),
+- every access stays in its own launch's allocations (GlobalMemory.partition checks each
+  one before it touches memory; run alone, a launch does not see another's buffers).
+
+A launch with an access that would fault or leave its allocations is stopped there (its
+waves count as done, which no other launch can notice) and the others go on; it then runs
+alone, as launch would, with only its own allocations visible, so its fault names the same
+addresses. Any other error takes the waves' launches out and the rest run again.
+
+Each batch is recorded in the device's SharedRuns, so the sweep's other workgroup orders
+replay it instead of executing it again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from f4pipe.analysis.timing import HazardReport
+from f4pipe.analysis.timingrun import TimingRun
+from f4pipe.codeobj.program import Program
+from f4pipe.core.errors import EmulatorError
+from f4pipe.emu.engine import LANES, Executor, WaveIds
+from f4pipe.emu.launching import (
+    IsolatedRun,
+    LaunchFault,
+    LaunchStats,
+    apply_run,
+    initial_state,
+    order_workgroups,
+)
+from f4pipe.emu.memory import DeferredStore, Journal, WriteConflict
+
+if TYPE_CHECKING:  # the device imports this module when it first runs staged launches
+    from f4pipe.emu.device import EmulatorDevice
+
+
+@dataclass(frozen=True)
+class StagedLaunch:
+    """A launch whose kernarg segment is allocated (EmulatorDevice.stage_launch)."""
+
+    program: Program
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    kernarg: bytes
+    kernarg_addr: int
+    owned: frozenset[int]  # start addresses of its allocations, kernarg segment included
+
+    @property
+    def workgroups(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def waves_per_group(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2] // LANES
+
+    def wg_ids(self) -> np.ndarray:
+        """[workgroups, 3] (x, y, z) in launch order (x fastest)."""
+        gx, gy, _ = self.grid
+        n = np.arange(self.workgroups, dtype=np.int64)
+        return np.stack([n % gx, (n // gx) % gy, n // (gx * gy)], axis=1)
+
+
+def launch_staged(
+    device: EmulatorDevice, staged: Sequence[StagedLaunch]
+) -> list[LaunchStats | LaunchFault]:
+    """See EmulatorDevice.launch_staged."""
+    results: list[LaunchStats | LaunchFault] = []
+    try:
+        for chunk in _chunks(device, staged):
+            runs = _batched_runs(device, chunk) if _batchable(device) else [None] * len(chunk)
+            for launch, run in zip(chunk, runs, strict=True):
+                results.append(
+                    _alone(device, launch) if run is None else _replay(device, launch, run)
+                )
+    finally:
+        for launch in staged:
+            device.memory.free(launch.kernarg_addr)
+    return results
+
+
+def _batchable(device: EmulatorDevice) -> bool:
+    """Batching needs isolated workgroups and nobody watching single steps."""
+    return device.isolate_workgroups and device.trace_wave is None and device.observer is None
+
+
+def _chunks(device: EmulatorDevice, staged: Sequence[StagedLaunch]) -> list[list[StagedLaunch]]:
+    """Consecutive launches of one program and block, at most max_waves_per_batch waves."""
+    chunks: list[list[StagedLaunch]] = []
+    waves = 0
+    for launch in staged:
+        size = launch.workgroups * launch.waves_per_group
+        last = chunks[-1] if chunks else None
+        if (
+            last is None
+            or last[0].program is not launch.program
+            or last[0].block != launch.block
+            or waves + size > device.max_waves_per_batch
+        ):
+            chunks.append([launch])
+            waves = size
+        else:
+            last.append(launch)
+            waves += size
+    return chunks
+
+
+def _alone(device: EmulatorDevice, launch: StagedLaunch) -> LaunchStats | LaunchFault:
+    """Run `launch` as launch would, seeing only its own allocations."""
+    memory = device.memory
+    stats = device.new_stats(launch.grid, launch.block)
+    memory.hide_all_but(set(launch.owned))
+    try:
+        device.run_launch(
+            launch.program, launch.grid, launch.block, launch.kernarg, launch.kernarg_addr, stats
+        )
+    except LaunchFault as fault:
+        return fault
+    finally:
+        memory.show_all()
+    return stats
+
+
+def _replay(device: EmulatorDevice, launch: StagedLaunch, run: IsolatedRun) -> LaunchStats:
+    """Land a batched launch's stores and hazards as its own launch, in the device's order."""
+    t0 = time.perf_counter()
+    stats = device.new_stats(launch.grid, launch.block)
+    hazards = HazardReport() if device.check_hazards else None
+    device.memory.begin_launch()
+    try:
+        order = order_workgroups(launch.workgroups, device.workgroup_order)
+        apply_run(device.memory, run, order, hazards)
+        stats.wave_instructions += run.wave_instructions
+        stats.steps += run.steps
+        stats.isolated_in_lockstep += launch.workgroups
+    finally:
+        stats.races = device.memory.end_launch()
+        stats.hazards = hazards
+        stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+def _batched_runs(device: EmulatorDevice, chunk: list[StagedLaunch]) -> list[IsolatedRun | None]:
+    """Each launch's run from one lockstep batch of the chunk (None: run it alone), found in
+    the device's SharedRuns when another order already ran the same chunk."""
+    memory, shared = device.memory, device.shared_runs
+    key = (
+        "launches",
+        tuple(
+            (launch.program.text, launch.program.entry, launch.kernarg, launch.grid)
+            for launch in chunk
+        ),
+        chunk[0].block,
+        device.max_instructions_per_wave,
+        device.check_hazards,
+        memory.layout(),
+    )
+    if shared is not None:
+        found, runs = shared.find(key, memory)
+        if found:
+            return runs  # type: ignore[return-value]
+    runs_by: dict[int, IsolatedRun | None] = {}
+    active = list(range(len(chunk)))
+    read: set[int] = set()
+    while active:
+        outcome = _trial(device, [chunk[i] for i in active])
+        if isinstance(outcome, tuple):
+            read, found_runs = outcome
+            runs_by = {i: run for i, run in zip(active, found_runs, strict=True)}
+            break
+        if not outcome:  # a failure no launch can be blamed for: every one runs alone
+            break
+        active = [i for j, i in enumerate(active) if j not in outcome]
+    result = [runs_by.get(i) for i in range(len(chunk))]
+    if shared is not None:
+        shared.add(key, memory, read, result)  # type: ignore[arg-type]
+    return result
+
+
+def _trial(
+    device: EmulatorDevice, launches: list[StagedLaunch]
+) -> tuple[set[int], list[IsolatedRun | None]] | set[int]:
+    """Run `launches` as one batch with stores deferred: (allocations read, each launch's
+    run, None for one stopped at a faulting access), or the positions of the launches to
+    leave out (an error other than a memory access: the waves it was raised for; empty: no
+    launch to blame, or the journal cannot stand for one-at-a-time runs)."""
+    memory = device.memory
+    prog, block = launches[0].program, launches[0].block
+    wpg = launches[0].waves_per_group
+    sizes = [launch.workgroups for launch in launches]
+    owner = np.repeat(np.arange(len(launches)), sizes)
+    linear = np.concatenate([np.arange(n, dtype=np.int64) for n in sizes])
+    ids = WaveIds(
+        first_global_wave=0,
+        waves_per_group=wpg,
+        wg_ids=np.concatenate([launch.wg_ids() for launch in launches]),
+        wg_linear=linear,
+        wg_owner=owner,
+        wg_writer=np.arange(len(owner), dtype=np.int64),
+    )
+    ex = Executor(prog, memory, ids, max_instructions=device.max_instructions_per_wave)
+    initial_state(ex, prog, np.repeat([launch.kernarg_addr for launch in launches], sizes), block)
+    if device.check_hazards:
+        ex.timing = TimingRun(
+            device._timing_model(prog),
+            HazardReport(),
+            device._lds_pool(ex.num_wg, ex.lds.shape[1], wpg),
+            num_waves=ex.W,
+            wave_wg=ex.wg,
+            waves_per_group=wpg,
+            per_workgroup=True,
+        )
+    memory.partition({start: j for j, launch in enumerate(launches) for start in launch.owned})
+    memory.defer_writes()
+    try:
+        ex.run()
+    except EmulatorError:
+        waves = ex.fault_waves
+        return set() if waves is None else {int(j) for j in owner[ex.wg[waves]]}
+    except WriteConflict:
+        return set()
+    finally:
+        if ex.timing is not None:
+            ex.timing.finish()
+        journal = memory.take_journal()
+        memory.partition(None)
+    if not journal.independent:
+        return set()
+    events = (ex.timing.events or []) if ex.timing is not None else []
+    wave_owner = owner[ex.wg]
+    runs: list[IsolatedRun | None] = []
+    for j in range(len(launches)):
+        if j in ex.dropped:
+            runs.append(None)
+            continue
+        stores = []
+        for store in journal.stores:
+            mine = owner[store.writers] == j
+            if mine.any():
+                writers = linear[store.writers[mine]]
+                stores.append(
+                    DeferredStore(
+                        store.addr[mine], store.values[mine], store.what, writers, store.site
+                    )
+                )
+        hazards = [(int(linear[g]), hz, where) for g, hz, where in events if owner[g] == j]
+        runs.append(
+            IsolatedRun(
+                Journal(stores),
+                hazards,
+                int(ex.icount[wave_owner == j].sum()),
+                ex.steps if j == 0 else 0,  # the batch's steps are counted once
+            )
+        )
+    return journal.read, runs
