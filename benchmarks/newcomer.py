@@ -85,9 +85,14 @@ def run_step(name: str, command: list[str], cwd: Path, env: dict[str, str]) -> S
     return Step(name, round(wall, 1), round(usage["cpu"], 1), usage["maxrss_kb"] / 2**20, output)
 
 
+#: A fresh machine's PATH, after the Python this script runs with (its base interpreter, not
+#: a venv or a version manager's shim, which would look for its state under the empty HOME).
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
 def newcomer_env(home: Path, venv: Path | None) -> dict[str, str]:
     """A login shell's environment with an empty HOME, `venv` activated when given."""
-    path = [p for p in os.environ["PATH"].split(os.pathsep) if "venv" not in p]
+    path = [str(Path(sys.base_prefix) / "bin"), *SYSTEM_PATH]
     env = {"HOME": str(home), "LANG": "C.UTF-8", "PATH": os.pathsep.join(path)}
     if venv:
         env.update(VIRTUAL_ENV=str(venv), PATH=os.pathsep.join([str(venv / "bin"), *path]))
