@@ -109,7 +109,7 @@ def disk_gb(path: Path) -> float:
 
 def fresh_clone(root: Path) -> tuple[Path, Path]:
     clone, home = root / "f4pipe", root / "home"
-    home.mkdir()
+    home.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     return clone, home
 
