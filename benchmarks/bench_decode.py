@@ -14,7 +14,7 @@ import pytest
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.arch.decode import decode_all
 from f4pipe.codeobj.codeobject import CodeObject
-from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.cache import cache_root
 from f4pipe.fetch import PypiSource, fetch_aiter
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from f4pipe.codeobj.co2asm import co2asm
-from f4pipe.codeobj.toolchain import Toolchain, cache_root, find_toolchain
+from f4pipe.codeobj.toolchain import Toolchain, find_toolchain
+from f4pipe.core.cache import cache_root
 from f4pipe.edits.trykernel import try_edit
 from f4pipe.fetch import PypiSource, fetch_aiter
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.cache import cache_root
 from f4pipe.emu import EmulatorDevice
 from f4pipe.fetch import PypiSource, fetch_aiter
 from f4pipe.host.gemm import GemmRequest, run_gemm

@@ -143,7 +143,7 @@ def import_seconds(statement: str, runs: int = 3) -> float:
 
 
 def f4gemm_dir() -> Path:
-    from f4pipe.codeobj.toolchain import cache_root
+    from f4pipe.core.cache import cache_root
     from f4pipe.fetch import PypiSource, fetch_aiter
 
     return fetch_aiter(PypiSource(), cache_root() / "test-resources").f4gemm_dir

@@ -14,7 +14,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.codeobj.toolchain import Toolchain, cache_root, find_toolchain
+from f4pipe.codeobj.toolchain import Toolchain, find_toolchain
+from f4pipe.core.cache import cache_root
 from f4pipe.fetch import PypiSource, fetch_aiter
 from f4pipe.pipeline.roundtrip import roundtrip
 

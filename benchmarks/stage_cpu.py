@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from f4pipe.aiter.manifest import Manifest, read_manifest
-from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.cache import cache_root
 from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.emu import EmulatorDevice
 from f4pipe.fetch import PypiSource, fetch_aiter

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from f4pipe.codeobj.toolchain import Toolchain, cache_root, find_toolchain
+from f4pipe.codeobj.toolchain import Toolchain, find_toolchain
+from f4pipe.core.cache import cache_root
 from f4pipe.fetch import PypiSource, extract_wheel_tree, fetch_aiter
 
 DEFAULT_SOURCE = PypiSource()

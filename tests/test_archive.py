@@ -140,7 +140,7 @@ def test_broken_and_foreign_archives_are_errors(set_a, tmp_path, capsys):
 def test_archives_and_reports_do_not_depend_on_the_home_directory(set_a, tmp_path, monkeypatch):
     """The same result set on two machines whose caches and homes differ (the provisioned
     toolchain lives under each user's ~/.cache): the same archive bytes and report header."""
-    from f4pipe.codeobj.toolchain import cache_root
+    from f4pipe.core.cache import cache_root
     from f4pipe.report import build_report
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")

@@ -52,8 +52,10 @@ def build_cfg(program: Program) -> Cfg:
 
 
 def program_key(program: Program) -> tuple:
-    """What the findings depend on: the instructions (text, its address and the entry) and the
-    labels their messages print."""
+    """What the findings depend on: the instructions (text, its address and the entry), the
+    labels their messages print, and the workgroup bounds the LDS ranges take from the
+    descriptor (f4pipe.analysis.ldsranges.launch_state)."""
     text = hashlib.sha256(program.text).digest()
     labels = tuple(sorted(program.labels.items()))
-    return (program.symbol, program.text_addr, program.entry, text, labels)
+    bounds = (program.max_workgroup_size, program.workitem_id_dims)
+    return (program.symbol, program.text_addr, program.entry, text, labels, bounds)

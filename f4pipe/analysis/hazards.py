@@ -22,6 +22,7 @@ from f4pipe.analysis.cfg import Cfg, build_cfg, program_key
 from f4pipe.analysis.timing import Hazard, TimingModel
 from f4pipe.arch.waitstates import RULE_BY_ID, check_pair, consumer_rules, produced_by
 from f4pipe.codeobj.program import Program
+from f4pipe.core.cache import kept
 from f4pipe.core.errors import EmulatorError
 
 #: Abstract (pc, state) pairs the counter exploration may visit before it gives up.
@@ -146,6 +147,8 @@ class StaticReport:
 #: Programs' wait-state findings by content (program_key): `try` checks the edit and its
 #: original statically and then launches both, and each launch's timing model needs the same
 #: pass, which is the costliest part of the static check. Bounded: a command meets a few dozen.
+#: Between commands they are kept in f4pipe's cache (f4pipe.core.cache.kept): every stage of a
+#: main job launches every kernel.
 _WAIT_STATE_FINDINGS: dict[tuple, tuple[StaticFinding, ...]] = {}
 _MAX_CACHED = 128
 
@@ -155,7 +158,7 @@ def cached_wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFindi
     key = program_key(model.program)
     found = _WAIT_STATE_FINDINGS.get(key)
     if found is None:
-        found = tuple(wait_state_findings(model, cfg))
+        found = kept("wait-state-findings", key, lambda: tuple(wait_state_findings(model, cfg)))
         if len(_WAIT_STATE_FINDINGS) >= _MAX_CACHED:
             _WAIT_STATE_FINDINGS.pop(next(iter(_WAIT_STATE_FINDINGS)))
         _WAIT_STATE_FINDINGS[key] = found
@@ -169,11 +172,16 @@ def analyse(program: Program) -> StaticReport:
 
     cfg = build_cfg(program)
     model = TimingModel(program, frozenset())
+    counters = kept(
+        "counter-findings",
+        program_key(program),
+        lambda: tuple(counter_findings(LdsDmaModel(program, frozenset()), cfg)),
+    )
     return StaticReport(
         program.symbol,
         len(cfg.order),
         cached_wait_state_findings(model, cfg),
-        counter_findings(LdsDmaModel(program, frozenset()), cfg),
+        list(counters),
     )
 
 

@@ -20,14 +20,14 @@ waves the base differs, so only absolute ranges compare (`Span.cross`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from f4pipe.analysis.ldsreach import TOP, Interval, instruction_writes
+from f4pipe.analysis.ldsreach import TOP, Interval, WritePlan, planned_writes, write_plan
 from f4pipe.arch import gfx950, isa
 from f4pipe.arch.decode import Instruction, Operand
-from f4pipe.arch.effects import EXEC, effects_of
+from f4pipe.arch.effects import EXEC
 
 if TYPE_CHECKING:
     from f4pipe.codeobj.program import Program
@@ -97,8 +97,28 @@ def join(a: Value, b: Value) -> Value:
 State = dict[tuple[str, int], Value]  # a register missing from the dict holds anything
 
 
-def _absolute(state: State) -> dict[tuple[str, int], Interval]:
-    return {k: (v.lo, v.hi) for k, v in state.items() if v.base is None}
+class _Absolute(Mapping[tuple[str, int], Interval]):
+    """The registers of a State that hold an absolute interval, as ldsreach reads them (a
+    view: built once per step, it would cost more than the step)."""
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+
+    def __getitem__(self, key: tuple[str, int]) -> Interval:
+        v = self._state[key]
+        if v.base is not None:
+            raise KeyError(key)
+        return (v.lo, v.hi)
+
+    def get(self, key, default=None):  # type: ignore[override]
+        v = self._state.get(key)
+        return default if v is None or v.base is not None else (v.lo, v.hi)
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return (k for k, v in self._state.items() if v.base is None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _read(state: State, op: Operand) -> Value:
@@ -136,19 +156,34 @@ def _key(inst: Instruction) -> tuple[str, int] | None:
     return (dst.kind, dst.index)
 
 
-def step(inst: Instruction, state: State, fresh: dict[int, int], weak: bool) -> None:
+@dataclass(frozen=True)
+class StepPlan:
+    """What `step` needs of one instruction, decided once per pc: the instruction (with
+    SAME_AS applied), its single scalar or vector destination, and what it writes."""
+
+    inst: Instruction
+    key: tuple[str, int] | None
+    writes: WritePlan
+
+
+def step_plan(program: Program, pc: int) -> StepPlan:
+    inst = program.at(pc)
+    if inst.name in SAME_AS and not inst.clamp:
+        inst = replace(inst, name=SAME_AS[inst.name])  # the same registers, so the same effects
+    return StepPlan(inst, _key(inst), write_plan(inst, program.effects(pc)))
+
+
+def step(plan: StepPlan, state: State, fresh: dict[int, int], weak: bool) -> None:
     """Apply one instruction to `state` in place. `fresh`: pc -> base id for the SGPR
     definitions outside every loop, where a result nothing bounds becomes a new base. `weak`:
     the kernel writes EXEC, so a VGPR write may leave some lanes' old values (joined)."""
+    inst, key = plan.inst, plan.key
     old = dict(state) if weak else None
-    if inst.name in SAME_AS and not inst.clamp:
-        inst = replace(inst, name=SAME_AS[inst.name])
-    key = _key(inst)
     rel = _relational(inst, state) if key is not None else None
     if inst.name == "v_readfirstlane_b32" and rel is None:
         src = _read(state, inst.srcs[0])
         rel = src if src.base is None else ANY
-    written = instruction_writes(inst, _absolute(state), TOP)
+    written = planned_writes(plan.writes, _Absolute(state), TOP)
     for k, interval in written:
         state.pop(k, None)
         if interval != TOP:
@@ -275,10 +310,11 @@ def lds_ranges(program: Program, succ: dict[int, tuple[int, ...]]) -> LdsRanges:
     cyclic = _in_cycles(blocks, succ)
     fresh = {pc: pc for lead, pcs in blocks.items() if lead not in cyclic for pc in pcs}
     lanes = min(program.max_workgroup_size, gfx950.WAVE_SIZE)
-    weak = any(_writes_exec(program.at(pc)) for pc in succ)
+    weak = any(program.effects(pc).writes & EXEC for pc in succ)
     entry: dict[int, State] = {program.entry: launch_state(program)}
     visits: dict[int, int] = {}
     spans: dict[int, Span] = {}
+    plans = {pc: step_plan(program, pc) for pcs in blocks.values() for pc in pcs}
     work = [program.entry]
     while work:
         lead = work.pop()
@@ -287,7 +323,7 @@ def lds_ranges(program: Program, succ: dict[int, tuple[int, ...]]) -> LdsRanges:
             inst = program.at(pc)
             if inst.fmt == "DS" or is_dma_write(inst):
                 spans[pc] = _join_spans(spans.get(pc), access_span(inst, state, lanes))
-            step(inst, state, fresh, weak)
+            step(plans[pc], state, fresh, weak)
         for nxt in succ[blocks[lead][-1]]:
             if nxt not in entry:
                 entry[nxt] = state
@@ -301,10 +337,6 @@ def lds_ranges(program: Program, succ: dict[int, tuple[int, ...]]) -> LdsRanges:
     dma = {pc: s for pc, s in spans.items() if is_dma_write(program.at(pc))}
     ds = {pc: s for pc, s in spans.items() if pc not in dma}
     return LdsRanges(dma, ds)
-
-
-def _writes_exec(inst: Instruction) -> bool:
-    return bool(effects_of(inst).writes & EXEC)
 
 
 def _join_spans(a: Span | None, b: Span) -> Span:

@@ -6,9 +6,12 @@ kernel's LDS allocation with it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from f4pipe.arch import gfx950, isa
 from f4pipe.arch.decode import Instruction, Operand
-from f4pipe.arch.effects import SGPR_BASE, effects_of
+from f4pipe.arch.effects import SGPR_BASE, Effects, effects_of
 
 Interval = tuple[int, int]  # [lo, hi]
 
@@ -19,7 +22,7 @@ TOP: Interval = (0, 0xFFFFFFFF)
 _WIDEN_AFTER = 16  # rounds before a still-growing register is taken to be anything
 
 
-def _value(values: dict[tuple[str, int], Interval], op: Operand) -> Interval | None:
+def _value(values: Mapping[tuple[str, int], Interval], op: Operand) -> Interval | None:
     """An operand's interval; None for a register never written (read as anything)."""
     if op.kind == "imm":
         v = op.value & 0xFFFFFFFF
@@ -91,11 +94,12 @@ def register_intervals(
     unknown after it (a register read before anything writes it) is garbage, so a second
     fixed point reads such sources as anything."""
     values = dict(launch)
+    plans = [write_plan(inst) for inst in insts]
     for unknown in (None, TOP):
         for rounds in range(_WIDEN_AFTER + 1):
             changed = False
-            for inst in insts:
-                for key, value in instruction_writes(inst, values, unknown):
+            for plan in plans:
+                for key, value in planned_writes(plan, values, unknown):
                     new = TOP if rounds == _WIDEN_AFTER else _join(values.get(key), value)
                     if values.get(key) != new:
                         values[key] = new
@@ -105,15 +109,23 @@ def register_intervals(
     return values
 
 
-def instruction_writes(
-    inst: Instruction, values: dict[tuple[str, int], Interval], unknown: Interval | None
-) -> list[tuple[tuple[str, int], Interval]]:
-    """What one instruction writes: (register, interval) for a single-register ALU result,
-    anything for every other write (loads, pairs, carries, lane swaps)."""
-    e = effects_of(inst)
-    written = e.writes | e.load_dest
+@dataclass(frozen=True)
+class WritePlan:
+    """What an instruction writes, decided once per instruction: the registers (keys) and,
+    for a single-register ALU result (`simple`), the sources its interval is computed from."""
+
+    name: str
+    keys: tuple[tuple[str, int], ...]
+    simple: bool
+    srcs: tuple[Operand, ...]
+
+
+def write_plan(inst: Instruction, e: Effects | None = None) -> WritePlan:
+    """The WritePlan of one instruction (loads, pairs, carries and lane swaps: not simple);
+    `e`: its effects when the caller has them."""
+    e = effects_of(inst) if e is None else e
     keys = []
-    for r in written:
+    for r in e.writes | e.load_dest:
         if r < isa.AGPR_BASE:
             keys.append(("v", r))
         elif r >= SGPR_BASE:
@@ -126,15 +138,30 @@ def instruction_writes(
         and not e.load_dest
         and inst.name != "s_set_gpr_idx_on"
     )
-    if not simple:
-        return [(k, TOP) for k in keys]
-    srcs = [*inst.srcs]
+    srcs = tuple(inst.srcs)
     if inst.fmt == "SOPK":
-        srcs = [Operand("imm", 0, value=inst.imm & 0xFFFFFFFF)]
-    args = [_value(values, op) or unknown for op in srcs]
+        srcs = (Operand("imm", 0, value=inst.imm & 0xFFFFFFFF),)
+    return WritePlan(inst.name, tuple(keys), simple, srcs)
+
+
+def planned_writes(
+    plan: WritePlan, values: Mapping[tuple[str, int], Interval], unknown: Interval | None
+) -> list[tuple[tuple[str, int], Interval]]:
+    """What the instruction of `plan` writes: (register, interval) for a single-register ALU
+    result, anything for every other write."""
+    if not plan.simple:
+        return [(k, TOP) for k in plan.keys]
+    args = [_value(values, op) or unknown for op in plan.srcs]
     if any(a is None for a in args):
         return []  # a source not yet written: nothing known to add this round
-    return [(keys[0], _result(inst.name, args))]  # type: ignore[arg-type]
+    return [(plan.keys[0], _result(plan.name, args))]  # type: ignore[arg-type]
+
+
+def instruction_writes(
+    inst: Instruction, values: Mapping[tuple[str, int], Interval], unknown: Interval | None
+) -> list[tuple[tuple[str, int], Interval]]:
+    """What one instruction writes (see planned_writes)."""
+    return planned_writes(write_plan(inst), values, unknown)
 
 
 def lds_reach(

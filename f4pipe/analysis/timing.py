@@ -186,7 +186,11 @@ class TimingModel:
         key = (pc, offsets)
         e = self._effects.get(key)
         if e is None:
-            e = effects_of(self.program.at(pc), offsets)
+            e = (
+                self.program.effects(pc)
+                if offsets == NO_OFFSETS
+                else effects_of(self.program.at(pc), offsets)
+            )
             self._effects[key] = e
         return e
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from f4pipe import __version__
 from f4pipe.codeobj.images import shared_images
+from f4pipe.core.cache import keeping_between_commands
 from f4pipe.core.errors import F4PipeError
 
 #: BLAS threads for the command's numpy (set before numpy loads; a value the user set wins).
@@ -134,7 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # a usage error exits 2 with argparse's one-line message
     prefix = f"f4pipe {args.command}"
     try:
-        with shared_images():  # each code object read and parsed once per command
+        # each code object read and parsed once per command; what is found of a kernel's bytes
+        # alone (its static findings) kept for the next command
+        with shared_images(), keeping_between_commands():
             return int(args.func(args))
     except F4PipeError as exc:
         print(f"{prefix}: error: {exc}", file=sys.stderr)

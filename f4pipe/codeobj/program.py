@@ -15,6 +15,7 @@ from pathlib import Path
 
 from f4pipe.arch import gfx950
 from f4pipe.arch.decode import Instruction, decode_all, decode_one
+from f4pipe.arch.effects import Effects, effects_of
 from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.codeobj.descriptor import (
     RESERVED_BYTES,
@@ -73,6 +74,7 @@ class Program:
     workitem_id_dims: int = 0
     labels: dict[int, str] = field(default_factory=dict)
     _cache: dict[int, Instruction] = field(default_factory=dict, repr=False)
+    _effects: dict[int, Effects] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, co_path: str | Path, symbol: str) -> Program:
@@ -196,6 +198,14 @@ class Program:
             inst = decode_one(self.text, pos, pc)
             self._cache[pc] = inst
         return inst
+
+    def effects(self, pc: int) -> Effects:
+        """The timing effects of the instruction at `pc` (outside GPR indexing), found once:
+        every static pass (wait states, counters, LDS ranges) asks for them at every step."""
+        e = self._effects.get(pc)
+        if e is None:
+            e = self._effects[pc] = effects_of(self.at(pc))
+        return e
 
 
 #: Metadata keys the emulator reads, with the type each must have (AMDGPUUsage, "Code Object

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from f4pipe.core.cache import cache_root
 from f4pipe.core.errors import InputError, ToolchainError
 from f4pipe.core.fsio import atomic_dir, atomic_path, read_json_file, write_json
 
@@ -193,14 +194,6 @@ def probe_dir(bin_dir: Path, found_by: str) -> Toolchain | str:
     if not knows_gfx950(bin_dir):
         return f"{bin_dir}: LLVM {version} does not know gfx950"
     return Toolchain(bin_dir=bin_dir, version=version, vendor=vendor, found_by=found_by)
-
-
-def cache_root() -> Path:
-    """f4pipe's cache (toolchains, wheels): $F4PIPE_CACHE, else $XDG_CACHE_HOME/f4pipe."""
-    if os.environ.get("F4PIPE_CACHE"):
-        return Path(os.environ["F4PIPE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "f4pipe"
 
 
 #: How a path under f4pipe's cache or the user's home is written where it is recorded for

@@ -17,44 +17,25 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from f4pipe.codeobj.toolchain import cache_root
-from f4pipe.core.fsio import sha256_file, write_bytes
-from f4pipe.pipeline.resultstore import f4pipe_identity, plain
+from f4pipe.core.cache import version_dir, write_versioned
+from f4pipe.core.fsio import sha256_file
+from f4pipe.pipeline.resultstore import plain
 
 ROOT_NAME = "try-baseline"
-
-
-def _version_dir() -> Path:
-    return cache_root() / ROOT_NAME / f4pipe_identity()
 
 
 def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(plain(parts), sort_keys=True).encode()).hexdigest()
 
 
-def _drop_other_versions(keep: Path) -> None:
-    """Remove the entries other f4pipe sources wrote (they can never be read again)."""
-    for other in keep.parent.iterdir():
-        if other != keep and other.is_dir():
-            shutil.rmtree(other, ignore_errors=True)
-
-
 def _entry(kind: str, key: str, suffix: str) -> Path:
-    return _version_dir() / kind / f"{key}{suffix}"
-
-
-def _written(path: Path, data: bytes) -> None:
-    first = not path.parent.parent.is_dir()
-    write_bytes(path, data)
-    if first:
-        _drop_other_versions(path.parent.parent)
+    return version_dir(ROOT_NAME) / kind / f"{key}{suffix}"
 
 
 def original_output(
@@ -68,7 +49,7 @@ def original_output(
     d = compute()
     buffer = io.BytesIO()
     np.save(buffer, d, allow_pickle=False)
-    _written(path, buffer.getvalue())
+    write_versioned(path, buffer.getvalue())
     return d
 
 
@@ -83,5 +64,5 @@ def original_findings(
     if path.is_file():
         return [(tuple(key), message) for key, message in json.loads(path.read_text())]
     findings = compute()
-    _written(path, json.dumps(findings).encode())
+    write_versioned(path, json.dumps(findings).encode())
     return findings

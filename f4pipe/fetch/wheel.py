@@ -17,7 +17,7 @@ from f4pipe.aiter.tables import (
     CONFIGS_PATH,
     is_tuned_table,
 )
-from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.cache import cache_root
 from f4pipe.core.errors import ChecksumError, ConfigError, FetchError
 from f4pipe.core.fsio import atomic_dir, sha256_file, write_bytes, write_json, write_text
 from f4pipe.core.layout import TUNED_CSV_MEMBER

@@ -484,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def default_f4gemm_dir() -> Path:
     """The pinned wheel's f4gemm directory (fetched into f4pipe's cache on first use)."""
-    from f4pipe.codeobj.toolchain import cache_root
+    from f4pipe.core.cache import cache_root
     from f4pipe.fetch import PypiSource, fetch_aiter
 
     return fetch_aiter(PypiSource(), cache_root() / "test-resources").f4gemm_dir

@@ -18,7 +18,7 @@ from pathlib import Path
 from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.aiter.shaperules import is_safe
 from f4pipe.codeobj.program import Program, executed_digest
-from f4pipe.codeobj.toolchain import cache_root
+from f4pipe.core.cache import cache_root
 from f4pipe.core.fsio import sha256_file, write_text
 from f4pipe.host.kernarg import launch_geometry
 from f4pipe.perf import trace as tracing

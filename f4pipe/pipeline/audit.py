@@ -43,6 +43,7 @@ from f4pipe.aiter.shaperules import (
     violations,
 )
 from f4pipe.aiter.tuned import ASM_PREFIX, GFX_COLUMN, RECORDED_COLUMNS, TARGET_ARCH, read_tuned
+from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import ShapeError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID
 from f4pipe.core.schemas import ArtifactKeys
@@ -59,7 +60,6 @@ from f4pipe.pipeline.resultstore import (
     REUSE_KEY,
     REUSED_FROM,
     ResultStore,
-    f4pipe_identity,
     kernel_identity,
     reuse_or_run,
 )

@@ -47,6 +47,7 @@ from f4pipe.aiter.shaperules import (
     is_safe,
     reproducer,
 )
+from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import EmulatorError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.core.schemas import ArtifactKeys
@@ -57,7 +58,7 @@ from f4pipe.host.reference import reference_gemm
 from f4pipe.host.verify import bad_mask
 from f4pipe.pipeline.parallel import map_ordered
 from f4pipe.pipeline.progress import track
-from f4pipe.pipeline.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
+from f4pipe.pipeline.resultstore import ResultStore, kernel_identity, reuse_or_run
 
 if TYPE_CHECKING:  # the emulator is imported where a kernel runs: reused sweeps never need it
     from f4pipe.emu import EmulatorDevice

@@ -53,8 +53,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from f4pipe import __version__
 from f4pipe.aiter.manifest import KernelEntry
+from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.fsio import sha256_file, write_bytes, write_text
 from f4pipe.core.layout import EMULATOR_DEVICE_ID
 
@@ -64,18 +64,6 @@ STORE_FORMAT = 1
 REUSED_FROM = "reused_from"
 REUSE_KEY = "reuse_key"
 Row = dict[str, Any]
-
-
-@cache
-def f4pipe_identity() -> str:
-    """f4pipe's version and the sha256 over its source files (path and bytes, sorted)."""
-    package = Path(__file__).resolve().parents[1]  # f4pipe/
-    h = hashlib.sha256()
-    for path in sorted(package.rglob("*")):
-        if path.suffix in (".py", ".c") and "__pycache__" not in path.parts:
-            h.update(path.relative_to(package).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
-    return f"{__version__}+src.{h.hexdigest()[:16]}"
 
 
 def kernel_identity(

@@ -23,6 +23,7 @@ from f4pipe.codeobj.assemble import assemble
 from f4pipe.codeobj.co2asm import check_reassembles, co2asm_with_listing
 from f4pipe.codeobj.equivalence import Equivalence, compare
 from f4pipe.codeobj.toolchain import Toolchain
+from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import ToolchainError
 from f4pipe.core.fsio import sha256_file, write_bytes, write_text
 from f4pipe.core.schemas import ArtifactKeys
@@ -33,7 +34,6 @@ from f4pipe.pipeline.resultstore import (
     ResultStore,
     Row,
     StoredFiles,
-    f4pipe_identity,
     reuse_or_run,
 )
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from f4pipe.aiter.heuristic import DEFAULT_NUM_CU, select_kernel
 from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.device import Device
 from f4pipe.core.errors import ConfigError, DeviceError, EmulatorError, ShapeError
 from f4pipe.core.layout import NO_DEVICE, PRIMARY_ARCH, SEED_A, SEED_B
@@ -44,7 +45,7 @@ from f4pipe.host.kernarg import launch_geometry
 from f4pipe.host.matrices import Case, expand_case
 from f4pipe.pipeline.parallel import map_ordered, workers_for
 from f4pipe.pipeline.progress import track
-from f4pipe.pipeline.resultstore import ResultStore, f4pipe_identity, kernel_identity, reuse_or_run
+from f4pipe.pipeline.resultstore import ResultStore, kernel_identity, reuse_or_run
 
 if TYPE_CHECKING:
     from f4pipe.host.benchstats import Protocol as BenchProtocol

@@ -88,7 +88,7 @@ def why(output: str) -> str:
 
 
 def default_build_dir() -> Path:
-    from f4pipe.codeobj.toolchain import cache_root
+    from f4pipe.core.cache import cache_root
 
     return cache_root() / "origami"
 
