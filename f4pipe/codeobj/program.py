@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from f4pipe.arch import gfx950
-from f4pipe.arch.decode import Instruction, decode_all, decode_one
+from f4pipe.arch.decode import Instruction, decode_one
 from f4pipe.arch.effects import Effects, effects_of
 from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.codeobj.descriptor import (
@@ -74,7 +74,10 @@ class Program:
     workitem_id_dims: int = 0
     labels: dict[int, str] = field(default_factory=dict)
     _cache: dict[int, Instruction] = field(default_factory=dict, repr=False)
-    _effects: dict[int, Effects] = field(default_factory=dict, repr=False)
+    _effects: dict[int, Effects] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _swept: list[Instruction] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, co_path: str | Path, symbol: str) -> Program:
@@ -185,8 +188,18 @@ class Program:
         )
 
     def instructions(self) -> list[Instruction]:
-        """Every instruction of .text in order (a linear sweep: .text holds only code)."""
-        return decode_all(self.text, self.text_addr)
+        """Every instruction of .text in order (a linear sweep: .text holds only code), each
+        decoded once: `at` finds them, and they it."""
+        if self._swept is None:
+            self._swept = [self.at(pc) for pc in self._sweep_pcs()]
+        return list(self._swept)
+
+    def _sweep_pcs(self) -> list[int]:
+        pcs, pc, end = [], self.text_addr, self.text_addr + len(self.text)
+        while pc < end:
+            pcs.append(pc)
+            pc += self.at(pc).size
+        return pcs
 
     def at(self, pc: int) -> Instruction:
         """The instruction at `pc` (decoded on first use)."""

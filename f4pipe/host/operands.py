@@ -9,6 +9,7 @@ the default ranges every partial product is exact in f32 and the whole GEMM is e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -62,9 +63,18 @@ class MxOperand:
 def generate_operand(
     rows: int, k: int, seed: int, distribution: OperandDistribution = DEFAULT_DISTRIBUTION
 ) -> MxOperand:
-    """Draw a [rows, K] MXFP4 operand from `distribution` with numpy's default Generator."""
+    """Draw a [rows, K] MXFP4 operand from `distribution` with numpy's default Generator.
+
+    The same draw is asked for again and again (the shape-edge sweep runs every shape in two
+    workgroup orders, a matrix repeats shapes across kernels), so the last few are kept; their
+    arrays are read-only, so no caller can change what another is given."""
     if rows <= 0 or k <= 0 or k % SCALE_BLOCK:
         raise ShapeError(f"operand shape rows={rows}, K={k}: need rows > 0 and K % 32 == 0")
+    return _drawn(rows, k, seed, distribution)
+
+
+@lru_cache(maxsize=32)
+def _drawn(rows: int, k: int, seed: int, distribution: OperandDistribution) -> MxOperand:
     rng = np.random.default_rng(seed)
     table = np.asarray(distribution.codes, dtype=np.uint8)
     codes = table[rng.integers(0, len(table), size=(rows, k), dtype=np.uint8)]
@@ -74,4 +84,7 @@ def generate_operand(
         size=(rows, k // SCALE_BLOCK),
         dtype=np.uint16,
     ).astype(np.uint8)
-    return MxOperand(packed=pack_fp4(codes), scales=scales, seed=seed)
+    packed = pack_fp4(codes)
+    packed.setflags(write=False)
+    scales.setflags(write=False)
+    return MxOperand(packed=packed, scales=scales, seed=seed)
