@@ -157,13 +157,6 @@ def planned_writes(
     return [(plan.keys[0], _result(plan.name, args))]  # type: ignore[arg-type]
 
 
-def instruction_writes(
-    inst: Instruction, values: Mapping[tuple[str, int], Interval], unknown: Interval | None
-) -> list[tuple[tuple[str, int], Interval]]:
-    """What one instruction writes (see planned_writes)."""
-    return planned_writes(write_plan(inst), values, unknown)
-
-
 def lds_reach(
     insts: list[Instruction], launch: dict[tuple[str, int], Interval], workgroup_size: int
 ) -> tuple[int | None, int]:
