@@ -49,6 +49,11 @@ from f4pipe.emu.memory import DeferredStore, Journal, WriteConflict
 if TYPE_CHECKING:  # the device imports this module when it first runs staged launches
     from f4pipe.emu.device import EmulatorDevice
 
+#: A batch's verdict on a launch stopped at a faulting access (it then runs alone); None:
+#: a launch the batch could not stand for, for another reason.
+FAULTED = "faulted"
+Outcome = IsolatedRun | str | None
+
 
 @dataclass(frozen=True)
 class StagedLaunch:
@@ -85,9 +90,10 @@ def launch_staged(
         for chunk in _chunks(device, staged):
             runs = _batched_runs(device, chunk) if _batchable(device) else [None] * len(chunk)
             for launch, run in zip(chunk, runs, strict=True):
-                results.append(
-                    _alone(device, launch) if run is None else _replay(device, launch, run)
-                )
+                if isinstance(run, IsolatedRun):
+                    results.append(_replay(device, launch, run))
+                else:
+                    results.append(_alone(device, launch, faulted=run == FAULTED))
     finally:
         for launch in staged:
             device.memory.free(launch.kernarg_addr)
@@ -120,14 +126,24 @@ def _chunks(device: EmulatorDevice, staged: Sequence[StagedLaunch]) -> list[list
     return chunks
 
 
-def _alone(device: EmulatorDevice, launch: StagedLaunch) -> LaunchStats | LaunchFault:
-    """Run `launch` as launch would, seeing only its own allocations."""
+def _alone(
+    device: EmulatorDevice, launch: StagedLaunch, faulted: bool
+) -> LaunchStats | LaunchFault:
+    """Run `launch` as launch would, seeing only its own allocations; one that `faulted` in
+    the batch goes workgroup by workgroup at once (all of them together would fault again,
+    and only one at a time tells which faults first in the device's order)."""
     memory = device.memory
     stats = device.new_stats(launch.grid, launch.block)
     memory.hide_all_but(set(launch.owned))
     try:
         device.run_launch(
-            launch.program, launch.grid, launch.block, launch.kernarg, launch.kernarg_addr, stats
+            launch.program,
+            launch.grid,
+            launch.block,
+            launch.kernarg,
+            launch.kernarg_addr,
+            stats,
+            one_at_a_time=faulted,
         )
     except LaunchFault as fault:
         return fault
@@ -155,9 +171,10 @@ def _replay(device: EmulatorDevice, launch: StagedLaunch, run: IsolatedRun) -> L
     return stats
 
 
-def _batched_runs(device: EmulatorDevice, chunk: list[StagedLaunch]) -> list[IsolatedRun | None]:
-    """Each launch's run from one lockstep batch of the chunk (None: run it alone), found in
-    the device's SharedRuns when another order already ran the same chunk."""
+def _batched_runs(device: EmulatorDevice, chunk: list[StagedLaunch]) -> list[Outcome]:
+    """Each launch's run from one lockstep batch of the chunk (FAULTED or None: run it
+    alone), found in the device's SharedRuns when another order already ran the same
+    chunk."""
     memory, shared = device.memory, device.shared_runs
     key = (
         "launches",
@@ -174,7 +191,7 @@ def _batched_runs(device: EmulatorDevice, chunk: list[StagedLaunch]) -> list[Iso
         found, runs = shared.find(key, memory)
         if found:
             return runs  # type: ignore[return-value]
-    runs_by: dict[int, IsolatedRun | None] = {}
+    runs_by: dict[int, Outcome] = {}
     active = list(range(len(chunk)))
     read: set[int] = set()
     while active:
@@ -194,9 +211,9 @@ def _batched_runs(device: EmulatorDevice, chunk: list[StagedLaunch]) -> list[Iso
 
 def _trial(
     device: EmulatorDevice, launches: list[StagedLaunch]
-) -> tuple[set[int], list[IsolatedRun | None]] | set[int]:
+) -> tuple[set[int], list[Outcome]] | set[int]:
     """Run `launches` as one batch with stores deferred: (allocations read, each launch's
-    run, None for one stopped at a faulting access), or the positions of the launches to
+    run, FAULTED for one stopped at a faulting access), or the positions of the launches to
     leave out (an error other than a memory access: the waves it was raised for; empty: no
     launch to blame, or the journal cannot stand for one-at-a-time runs)."""
     memory = device.memory
@@ -243,10 +260,10 @@ def _trial(
         return set()
     events = (ex.timing.events or []) if ex.timing is not None else []
     wave_owner = owner[ex.wg]
-    runs: list[IsolatedRun | None] = []
+    runs: list[Outcome] = []
     for j in range(len(launches)):
         if j in ex.dropped:
-            runs.append(None)
+            runs.append(FAULTED)
             continue
         stores = []
         for store in journal.stores:

@@ -220,12 +220,13 @@ class EmulatorDevice:
         kernarg: bytes,
         ka: int,
         stats: LaunchStats,
+        one_at_a_time: bool = False,
     ) -> None:
         """Run a launch whose kernarg segment is at `ka` into `stats`; a fault raises
-        LaunchFault carrying them."""
+        LaunchFault carrying them. `one_at_a_time`: see _run."""
         t0 = time.perf_counter()
         try:
-            self._run(prog, grid, block, kernarg, ka, stats)
+            self._run(prog, grid, block, kernarg, ka, stats, one_at_a_time)
         except EmulatorError as exc:
             raise LaunchFault(str(exc), stats) from exc
         finally:
@@ -265,8 +266,11 @@ class EmulatorDevice:
         kernarg: bytes,
         ka: int,
         stats: LaunchStats,
+        one_at_a_time: bool = False,
     ) -> None:
-        """Every workgroup of the launch, batch by batch, accumulating into `stats`."""
+        """Every workgroup of the launch, batch by batch, accumulating into `stats`;
+        `one_at_a_time`: isolated workgroups skip the lockstep batch (the caller knows it
+        would fault) and go one by one straight away."""
         waves_per_group = stats.waves // stats.workgroups
         sink, owned = self._trace_sink()
         hazards = HazardReport() if self.check_hazards else None
@@ -281,11 +285,18 @@ class EmulatorDevice:
                 batch = run_order[start : start + per_batch]
                 if not self.isolate_workgroups:
                     run.batch(batch, start, hazards, stats)
-                elif not self._lockstep_worthwhile(batch, sink) or not run.isolated(
-                    batch, hazards, stats
-                ):
-                    for i in range(len(batch)):  # each workgroup alone, in order
-                        run.batch(batch[i : i + 1], start + i, hazards, stats)
+                    continue
+                tried = not one_at_a_time and self._lockstep_worthwhile(batch, sink)
+                if tried and run.isolated(batch, hazards, stats):
+                    continue
+                for i in range(len(batch)):  # each workgroup alone, in order
+                    one = batch[i : i + 1]
+                    if (
+                        (tried and len(batch) == 1)
+                        or not self._lockstep_worthwhile(one, sink)
+                        or not run.isolated(one, hazards, stats)
+                    ):
+                        run.batch(one, start + i, hazards, stats)
         finally:
             stats.races = self.memory.end_launch()
             stats.hazards = hazards
@@ -364,6 +375,8 @@ class _BatchRunner:
     sink: TextIO | None
     kernarg: bytes
     grid: tuple[int, int, int]
+    #: The executor of the batch that ran last (trial reads a faulted one's hazards).
+    last: Executor | None = field(default=None, init=False)
 
     def batch(
         self,
@@ -374,6 +387,7 @@ class _BatchRunner:
         per_workgroup: bool = False,
     ) -> Executor:
         dev, wpg = self.device, self.waves_per_group
+        self.last = None
         ids = WaveIds(
             first_global_wave=start * wpg,
             waves_per_group=wpg,
@@ -400,6 +414,7 @@ class _BatchRunner:
                 waves_per_group=wpg,
                 per_workgroup=per_workgroup,
             )
+        self.last = ex
         try:
             ex.run()
         finally:  # a faulting batch's LDS tags must still read as old to the next one, and
@@ -418,8 +433,10 @@ class _BatchRunner:
         (nothing applied, nothing reported) when that cannot be shown: the batch read an
         allocation it stores to (even before the store: run alone, a later workgroup would
         have seen it), used an atomic or faulted; the caller then runs it one workgroup at a
-        time. With the device's SharedRuns, a batch another device already ran on the same
-        inputs is replayed without executing it again."""
+        time. A lone workgroup's fault is kept instead: its stores and hazards up to there
+        land and the same error is raised, as running it directly would. With the device's
+        SharedRuns, a batch another device already ran on the same inputs (a fault included)
+        is replayed without executing it again."""
         memory, shared = self.device.memory, self.device.shared_runs
         key = self.shared_key(batch) if shared is not None else ()
         found, run = shared.find(key, memory) if shared is not None else (False, None)
@@ -435,26 +452,38 @@ class _BatchRunner:
         apply_run(memory, run, batch, hazards)
         stats.wave_instructions += run.wave_instructions
         stats.steps += run.steps if executed else 0
+        if run.fault is not None:
+            raise EmulatorError(run.fault)
         stats.isolated_in_lockstep += len(batch)
         return True
 
     def trial(self, batch: np.ndarray) -> tuple[set[int], IsolatedRun | None]:
         """Execute `batch` with stores deferred: the allocations it read, and its run, or
-        None when the journal cannot stand for a one-at-a-time run (see isolated)."""
+        None when the journal cannot stand for a one-at-a-time run (see isolated). A lone
+        workgroup that faults has a run too (IsolatedRun.fault): with one workgroup there is
+        no order to get wrong, and an independent journal means it saw what a direct run
+        sees up to the fault."""
         memory = self.device.memory
         scratch = HazardReport() if self.device.check_hazards else None
         trial = LaunchStats()
         memory.defer_writes()
+        fault = None
         try:
-            ex = self.batch(batch, 0, scratch, trial, per_workgroup=True)
-        except (EmulatorError, WriteConflict):
+            self.batch(batch, 0, scratch, trial, per_workgroup=True)
+        except WriteConflict:
             return memory.take_journal().read, None
+        except EmulatorError as exc:
+            if len(batch) > 1:
+                return memory.take_journal().read, None
+            fault = str(exc)
         journal = memory.take_journal()
-        if not journal.independent:
+        if not journal.independent or self.last is None:  # None: it failed before running
             return journal.read, None
-        events = (ex.timing.events or []) if ex.timing is not None else []
+        timing = self.last.timing
+        events = (timing.events or []) if timing is not None else []
         hazards = [(int(batch[slot]), hazard, where) for slot, hazard, where in events]
-        return journal.read, IsolatedRun(journal, hazards, trial.wave_instructions, trial.steps)
+        run = IsolatedRun(journal, hazards, trial.wave_instructions, trial.steps, fault)
+        return journal.read, run
 
     def shared_key(self, batch: np.ndarray) -> tuple:
         """Everything a batch's execution depends on but the contents of the memory it reads."""

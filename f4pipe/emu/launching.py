@@ -75,12 +75,17 @@ class LaunchFault(EmulatorError):
 
 @dataclass(frozen=True)
 class IsolatedRun:
-    """An isolated batch's deferred stores and what executing it cost."""
+    """An isolated batch's deferred stores and what executing it cost.
+
+    `fault`: the error a lone workgroup stopped at (None: it ran to the end). Its stores and
+    hazards up to there are what running it directly leaves before raising the same error,
+    since its loads never read what it stored (the journal is independent)."""
 
     journal: Journal
     hazards: list[tuple[int, Hazard, str]]  # (workgroup, hazard, where), as each met them
     wave_instructions: int
     steps: int
+    fault: str | None = None
 
 
 def apply_run(
