@@ -221,3 +221,28 @@ def test_a_repeated_try_takes_the_originals_side_from_the_cache(
     second = try_edit(edit, f4gemm_dir, toolchain, device="emulator")
     assert sorted(r.identical for r in second.runs) == [False, *[True] * (len(outputs) - 1)]
     assert second.static_hazards == first.static_hazards == []
+
+
+def test_a_first_try_runs_the_original_in_a_forked_process_meanwhile(
+    tmp_path, base_asm, toolchain, f4gemm_dir, monkeypatch
+):
+    """The first `try` on a kernel computes the original's outputs in a forked process while
+    it checks the edit statically (f4pipe.edits.trykernel._baseline_ahead): this process then
+    runs only the edit, and the bit-identity line compares with what the other one kept."""
+    import f4pipe.edits.trykernel as trykernel
+
+    monkeypatch.setenv("F4PIPE_CACHE", str(tmp_path / "cache"))
+    ran: list[Path] = []
+    real_run_gemm = trykernel.run_gemm
+
+    def run_gemm(device, entry, co_path, request):
+        ran.append(Path(co_path))
+        return real_run_gemm(device, entry, co_path, request)
+
+    monkeypatch.setattr(trykernel, "run_gemm", run_gemm)
+    edit = write(tmp_path, "nop", KEEPS_SEMANTICS["nop"](base_asm))
+    result = try_edit(edit, f4gemm_dir, toolchain, device="emulator")
+    assert result.passed and all(r.identical for r in result.runs)
+    original = result.prepared.original_co
+    assert ran and original not in ran, "the original ran here, not in the forked process"
+    assert len(ran) == len(result.runs)

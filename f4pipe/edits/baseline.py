@@ -38,12 +38,21 @@ def _entry(kind: str, key: str, suffix: str) -> Path:
     return version_dir(ROOT_NAME) / kind / f"{key}{suffix}"
 
 
+def _output_entry(co_path: Path, symbol: str, request: Any) -> Path:
+    return _entry("output", _key(sha256_file(co_path), symbol, request), ".npy")
+
+
+def has_original_output(co_path: Path, symbol: str, request: Any) -> bool:
+    """Whether the original's emulated D at `request` is kept."""
+    return _output_entry(co_path, symbol, request).is_file()
+
+
 def original_output(
     co_path: Path, symbol: str, request: Any, compute: Callable[[], np.ndarray]
 ) -> np.ndarray:
     """The original's emulated D at `request` (a GemmRequest): from the cache, or computed by
     `compute` and kept."""
-    path = _entry("output", _key(sha256_file(co_path), symbol, request), ".npy")
+    path = _output_entry(co_path, symbol, request)
     if path.is_file():
         return np.load(path, allow_pickle=False)
     d = compute()

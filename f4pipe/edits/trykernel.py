@@ -20,6 +20,7 @@ flow (f4pipe.analysis.hazards); a finding the original does not have fails the e
 
 from __future__ import annotations
 
+import multiprocessing
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -35,7 +36,7 @@ from f4pipe.core.errors import DeviceError, EmulatorError, HipVersionError, NoDe
 from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B
 from f4pipe.devices.opendevice import open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
-from f4pipe.edits.baseline import original_findings, original_output
+from f4pipe.edits.baseline import has_original_output, original_findings, original_output
 from f4pipe.edits.resources import FLAG as FIT_FLAG
 from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.host.matrices import Case
@@ -225,9 +226,7 @@ def run_case(
 
     A quick shape that is an unsafe edge for the kernel (noBpreShuffle's M edge) runs on
     f4pipe.aiter.shaperules's padded buffers: `try` judges the edit's arithmetic, not the edge."""
-    request = GemmRequest(
-        case.m, case.n, case.k, case.log2_k_split, seed_a, seed_b, edge_policy="pad"
-    )
+    request = _request(case, seed_a, seed_b)
     start = time.perf_counter()
     try:
         result = run_gemm(device, prepared.entry, prepared.co_path, request)
@@ -276,6 +275,49 @@ def run_case(
         identical=identical,
         seconds=time.perf_counter() - start,
     )
+
+
+def _request(case: Case, seed_a: int, seed_b: int) -> GemmRequest:
+    """A quick case's launch; an unsafe edge runs on padded buffers (see run_case)."""
+    return GemmRequest(case.m, case.n, case.k, case.log2_k_split, seed_a, seed_b, edge_policy="pad")
+
+
+def _baseline_ahead(
+    prepared: PreparedEdit, cases: list[Case], device: str, options: dict
+) -> multiprocessing.process.BaseProcess | None:
+    """A forked process that computes the original's emulated outputs at `cases` into the
+    baseline cache while this one checks the edit statically and predicts it (the first
+    `try` on a kernel: the two take about as long, and a machine has a core to spare); None
+    when they are kept already, no emulator runs or the platform cannot fork. Whatever it
+    leaves undone the run computes itself."""
+    if device not in ("auto", "emulator") or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    requests = [
+        replace(_request(c, options["seed_a"], options["seed_b"]), verify=False) for c in cases
+    ]
+    symbol = prepared.entry.symbol
+    if all(has_original_output(prepared.original_co, symbol, r) for r in requests):
+        return None
+    child = multiprocessing.get_context("fork").Process(
+        target=_compute_baseline,
+        args=(prepared, requests, options["check_hazards"]),
+        daemon=True,
+    )
+    child.start()
+    return child
+
+
+def _compute_baseline(prepared: PreparedEdit, requests: list[GemmRequest], hazards: bool) -> None:
+    """In the forked process: the original's outputs, kept; silent (the parent reports)."""
+    try:
+        device = open_device("emulator", check_hazards=hazards)
+        try:
+            for request in requests:
+                _original_output(device, prepared, request)
+        finally:
+            device.close()
+    except Exception:  # the parent runs what is missing and reports its errors
+        pass
 
 
 def new_static_hazards(prepared: PreparedEdit) -> list[str]:
@@ -370,12 +412,19 @@ def try_edit(
         target = Path(out_co) if out_co is not None else Path(tmp) / f"{Path(asm_path).stem}.co"
         prepared = prepare_edit(asm_path, co_dir, target, toolchain, kernel, fit_resources)
         result = TryResult(prepared)
+        todo = cases if cases is not None else quick_cases(prepared.entry)
+        options = {"seed_a": seed_a, "seed_b": seed_b, "check_hazards": check_hazards}
+        ahead = None
+        if not prepared.findings and baseline and cases is None:  # quick shapes only: an
+            # edit that fails early needs no original at the thorough ones
+            ahead = _baseline_ahead(prepared, todo, device, options)
         if not prepared.findings and check_hazards:
             result.static_hazards = new_static_hazards(prepared)
         if not prepared.findings:
             result.predicted, result.predicted_error = _predict(prepared)
+        if ahead is not None:
+            ahead.join()
         if not prepared.findings:
-            todo = cases if cases is not None else quick_cases(prepared.entry)
             devices = open_devices(device, check_hazards)
             try:
                 for dev in devices:
