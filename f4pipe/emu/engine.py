@@ -113,6 +113,8 @@ class Executor:
         # model's path recorder, f4pipe.perf.trace); None = nobody watches.
         self.observer: Callable[[Executor, Instruction, Sel], None] | None = None
         self.gpr_idx_active = False  # some wave has s_set_gpr_idx_on in force
+        #: Handlers' own caches for this batch (ops_mfma's decoded operands), by handler.
+        self.memo: dict[str, dict] = {}
 
     # --- naming -------------------------------------------------------------------------
 

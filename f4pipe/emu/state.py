@@ -49,6 +49,7 @@ class WaveState(Protocol):
     lds: np.ndarray  # uint32 [workgroups, LDS words]
     memory: GlobalMemory
     timing: TimingRun | None  # the timing model's hooks, None when hazards are not checked
+    memo: dict[str, dict]  # handlers' own caches for the batch, each under its own name
 
     # --- operand access -------------------------------------------------------------------
     def nsel(self, sel: Sel) -> int: ...
