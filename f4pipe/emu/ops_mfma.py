@@ -70,7 +70,7 @@ def _decoded_operand(ex: WaveState, op: Operand, sel: Sel, regs: np.ndarray) -> 
     if kept is not None and np.array_equal(kept[0], regs):
         return kept[1]
     decoded = _fp4_operand(regs)
-    decoded.flags.writeable = False
+    decoded.setflags(write=False)
     memo.pop(key, None)
     if len(memo) >= DECODED_KEPT:
         memo.pop(next(iter(memo)))
