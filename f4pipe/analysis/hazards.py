@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 from f4pipe.analysis.cfg import Cfg, build_cfg, program_key
 from f4pipe.analysis.timing import Hazard, TimingModel
-from f4pipe.arch.waitstates import RULE_BY_ID, check_pair, consumer_rules, produced_by
+from f4pipe.arch.waitstates import (
+    RULE_BY_ID,
+    RULES,
+    check_pair,
+    consumer_rules,
+    produced_by,
+)
 from f4pipe.codeobj.program import Program
 from f4pipe.core.cache import kept
 from f4pipe.core.errors import EmulatorError
@@ -50,9 +56,10 @@ def wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFinding]:
             bound = RULE_BY_ID[rule_id].bound(effects[pc])
             reach[rule_id] = max(reach.get(rule_id, 0), bound)
     wait_states = {pc: e.wait_states for pc, e in effects.items()}
+    live = tuple(r for r in RULES if r.rule in reach)  # the rules some producer here has
     for pc in cfg.order:
         consumer = effects[pc]
-        uses = [(r, regs) for r, regs in consumer_rules(consumer) if r.rule in reach]
+        uses = consumer_rules(consumer, live)
         if not uses:
             continue
         horizon = max(reach[r.rule] for r, _ in uses)

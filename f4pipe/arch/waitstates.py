@@ -501,10 +501,13 @@ class WaitStateViolation:
     actual: int
 
 
-def consumer_rules(consumer: Effects) -> list[tuple[WaitStateRule, Regs]]:
-    """The rules for which `consumer` uses registers in the hazardous way, with those registers."""
+def consumer_rules(
+    consumer: Effects, rules: tuple[WaitStateRule, ...] = RULES
+) -> list[tuple[WaitStateRule, Regs]]:
+    """The `rules` (default: all) for which `consumer` uses registers in the hazardous way,
+    with those registers."""
     out = []
-    for rule in RULES:
+    for rule in rules:
         if consumer.unit in rule.consumer_units:
             regs = rule.consumer(consumer)
             if regs:

@@ -191,15 +191,18 @@ class Program:
         """Every instruction of .text in order (a linear sweep: .text holds only code), each
         decoded once: `at` finds them, and they it."""
         if self._swept is None:
-            self._swept = [self.at(pc) for pc in self._sweep_pcs()]
+            self._swept = self.instructions_from(self.text_addr)
         return list(self._swept)
 
-    def _sweep_pcs(self) -> list[int]:
-        pcs, pc, end = [], self.text_addr, self.text_addr + len(self.text)
+    def instructions_from(self, pc: int) -> list[Instruction]:
+        """The instructions from `pc` to the end of .text (a linear sweep from there), through
+        `at`, so the emulator and every pass share one decode of each."""
+        out, end = [], self.text_addr + len(self.text)
         while pc < end:
-            pcs.append(pc)
-            pc += self.at(pc).size
-        return pcs
+            inst = self.at(pc)
+            out.append(inst)
+            pc += inst.size
+        return out
 
     def at(self, pc: int) -> Instruction:
         """The instruction at `pc` (decoded on first use)."""

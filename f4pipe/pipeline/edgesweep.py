@@ -460,12 +460,11 @@ def store_evidence(co_path: Path, symbol: str) -> StoreEvidence:
     A linear pass, not a full data-flow analysis: every kernarg field is loaded at the top and
     the epilogue follows the main loop in address order in all 35 kernels, so a register's
     taint at a store is the one its last write in address order gave it."""
-    from f4pipe.arch.decode import decode_all
     from f4pipe.arch.disasm import format_instruction
     from f4pipe.codeobj.program import Program
 
     prog = Program.load(co_path, symbol)
-    insts = decode_all(prog.text[prog.entry - prog.text_addr :], prog.entry)
+    insts = prog.instructions_from(prog.entry)
     taint: dict[int, Taint] = {}
     scc: Taint = _NONE
     stores = 0
