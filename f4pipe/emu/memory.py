@@ -235,6 +235,8 @@ class GlobalMemory:
         self._owners: dict[int, int] | None = None
         #: Allocations set aside (hide_all_but): start -> bytes.
         self._hidden: dict[int, np.ndarray] = {}
+        #: _tables' arrays, found again after any change to the allocations or the partition.
+        self._tables_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # --- allocation ----------------------------------------------------------------------
 
@@ -246,6 +248,7 @@ class GlobalMemory:
         self._next = addr + -(-size // ALIGN) * ALIGN + GAP
         self._starts.append(addr)
         self._arrays[addr] = np.zeros(size, dtype=np.uint8)
+        self._tables_cache = None
         return addr
 
     def free(self, addr: int) -> None:
@@ -253,6 +256,7 @@ class GlobalMemory:
             raise EmulatorError(f"free of {addr:#x}, which is not an allocation start")
         del self._arrays[addr]
         self._starts.remove(addr)
+        self._tables_cache = None
 
     def array(self, addr: int) -> np.ndarray:
         """The byte array of the allocation starting at `addr`."""
@@ -273,6 +277,7 @@ class GlobalMemory:
         reaches an allocation of another launch raises EmulatorError: run alone, that launch
         would not have seen the allocation."""
         self._owners = owners
+        self._tables_cache = None
 
     def hide_all_but(self, keep: set[int]) -> None:
         """Set aside every allocation whose start is not in `keep` until show_all: a launch
@@ -280,12 +285,27 @@ class GlobalMemory:
         for start in [s for s in self._starts if s not in keep]:
             self._hidden[start] = self._arrays.pop(start)
             self._starts.remove(start)
+        self._tables_cache = None
 
     def show_all(self) -> None:
         """Bring back what hide_all_but set aside."""
         self._arrays.update(self._hidden)
         self._starts = sorted([*self._starts, *self._hidden])
         self._hidden.clear()
+        self._tables_cache = None
+
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(starts, ends, owners) of the allocations by address, as arrays for searchsorted;
+        ends and owners carry one more entry (0, -1) that an index of -1 (an address below
+        every allocation) picks. Kept until the allocations or the partition change: every
+        access of a batch of several launches looks them up."""
+        if self._tables_cache is None:
+            owners = self._owners or {}
+            starts = np.array(self._starts, dtype=np.int64)
+            ends = np.array([s + self._arrays[s].size for s in self._starts] + [0], dtype=np.int64)
+            owner_of = np.array([owners.get(s, -1) for s in self._starts] + [-1], dtype=np.int64)
+            self._tables_cache = (starts, ends, owner_of)
+        return self._tables_cache
 
     def _check_owners(self, addr: np.ndarray, owners: np.ndarray | None, what: str) -> None:
         """Under partition: raise LaunchesFault naming every launch with an access that
@@ -293,9 +313,7 @@ class GlobalMemory:
         allocation, before anything is read or written."""
         if self._owners is None or owners is None or addr.size == 0:
             return
-        starts = np.array(self._starts, dtype=np.int64)
-        ends = np.array([s + self._arrays[s].size for s in self._starts] + [0], dtype=np.int64)
-        owner_of = np.array([self._owners.get(s, -1) for s in self._starts] + [-1])
+        starts, ends, owner_of = self._tables()
         which = np.searchsorted(starts, addr, side="right") - 1  # -1: below every one
         good = (owner_of[which] == owners) & (addr + 4 <= ends[which]) & ((addr & 3) == 0)
         if not good.all():
@@ -346,8 +364,7 @@ class GlobalMemory:
 
     def _fault(self, addr: np.ndarray, what: str) -> EmulatorError:
         """Name the first address outside every allocation, relative to the one below it."""
-        starts = np.array(self._starts, dtype=np.int64)
-        ends = np.array([s + self._arrays[s].size for s in self._starts], dtype=np.int64)
+        starts, ends, _ = self._tables()
         which = np.searchsorted(starts, addr, side="right") - 1
         outside = (which < 0) | (addr + 4 > ends[np.maximum(which, 0)])
         bad = addr[outside]
@@ -386,9 +403,9 @@ class GlobalMemory:
             sel = np.ones(addr.shape, dtype=bool)
             return [(sel, start, arr.view(np.uint32), (addr - start) >> 2)]
         groups = []
-        starts = np.array(self._starts, dtype=np.int64)
+        starts = self._tables()[0]
         which = np.searchsorted(starts, addr, side="right") - 1
-        for i in np.unique(which):
+        for i in np.flatnonzero(np.bincount(which.ravel() + 1)) - 1:  # np.unique's, cheaper
             sel = which == i
             if i < 0:
                 raise self._fault(addr[sel], what)
