@@ -11,7 +11,7 @@ import pytest
 from emu_snippets import assemble
 
 from f4pipe.aiter.manifest import read_manifest
-from f4pipe.analysis.hazards import build_cfg
+from f4pipe.analysis.cfg import build_cfg
 from f4pipe.analysis.waits import advise, encode_waitcnt, patch_waits, states_by_pc
 from f4pipe.arch.effects import decode_waitcnt
 from f4pipe.cli import main

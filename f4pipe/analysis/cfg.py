@@ -51,6 +51,24 @@ def build_cfg(program: Program) -> Cfg:
     return cfg
 
 
+#: Graphs by program content (program_key): a kernel's static passes share one. Bounded like
+#: the findings' caches; a caller reads a graph, never changes it.
+_CFGS: dict[tuple, Cfg] = {}
+_MAX_CACHED = 128
+
+
+def cached_cfg(program: Program) -> Cfg:
+    """build_cfg(program), built once per program content."""
+    key = program_key(program)
+    cfg = _CFGS.get(key)
+    if cfg is None:
+        cfg = build_cfg(program)
+        if len(_CFGS) >= _MAX_CACHED:
+            _CFGS.pop(next(iter(_CFGS)))
+        _CFGS[key] = cfg
+    return cfg
+
+
 def program_key(program: Program) -> tuple:
     """What the findings depend on: the instructions (text, its address and the entry), the
     labels their messages print, and the workgroup bounds the LDS ranges take from the

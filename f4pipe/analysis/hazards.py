@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from f4pipe.analysis.cfg import Cfg, build_cfg, program_key
+from f4pipe.analysis.cfg import Cfg, cached_cfg, program_key
 from f4pipe.analysis.timing import Hazard, TimingModel
 from f4pipe.arch.waitstates import (
     RULE_BY_ID,
@@ -177,7 +177,7 @@ def analyse(program: Program) -> StaticReport:
     (f4pipe.analysis.ldsdma: a DS access or barrier that needs an outstanding DMA retired)."""
     from f4pipe.analysis.ldsdma import LdsDmaModel
 
-    cfg = build_cfg(program)
+    cfg = cached_cfg(program)
     model = TimingModel(program, frozenset())
     counters = kept(
         "counter-findings",
@@ -195,6 +195,6 @@ def analyse(program: Program) -> StaticReport:
 def timing_model(program: Program) -> TimingModel:
     """The run-time model of `program`, watching the pcs the static wait-state pass flags."""
     model = TimingModel(program, frozenset())
-    findings = cached_wait_state_findings(model, build_cfg(program))
+    findings = cached_wait_state_findings(model, cached_cfg(program))
     model.watch(frozenset(f.hazard.consumer_pc for f in findings))
     return model

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from f4pipe.analysis.cfg import build_cfg, program_key
+from f4pipe.analysis.cfg import cached_cfg, program_key
 from f4pipe.analysis.ldsranges import LdsRanges, is_dma_write, lds_ranges
 from f4pipe.analysis.timing import VM, Hazard, TimingModel
 from f4pipe.arch.effects import NO_OFFSETS, Effects
@@ -72,7 +72,7 @@ def _accesses_after(program: Program, succ: dict[int, tuple[int, ...]], pc: int)
 
 
 def dma_rules(program: Program, succ: dict[int, tuple[int, ...]]) -> DmaRules:
-    """The rules of one kernel (`succ`: its CFG, f4pipe.analysis.hazards.build_cfg)."""
+    """The rules of one kernel (`succ`: its CFG, f4pipe.analysis.cfg.build_cfg)."""
     ranges: LdsRanges = lds_ranges(program, succ)
     reg = {pc: DMA_REG_BASE + n for n, pc in enumerate(sorted(ranges.dma))}
     own = {pc: ranges.own_overlaps(pc) for pc in ranges.ds}
@@ -98,7 +98,7 @@ def cached_rules(program: Program) -> DmaRules:
     key = program_key(program)
     rules = _RULES.get(key)
     if rules is None:
-        rules = dma_rules(program, build_cfg(program).succ)
+        rules = dma_rules(program, cached_cfg(program).succ)
         if len(_RULES) >= _MAX_CACHED:
             _RULES.pop(next(iter(_RULES)))
         _RULES[key] = rules

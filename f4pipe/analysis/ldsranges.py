@@ -305,7 +305,7 @@ def _join_states(old: State, new: State, widen: bool) -> State:
 
 def lds_ranges(program: Program, succ: dict[int, tuple[int, ...]]) -> LdsRanges:
     """The bytes every reachable LDS DMA and DS access may touch (`succ`: the CFG,
-    f4pipe.analysis.hazards.build_cfg)."""
+    f4pipe.analysis.cfg.build_cfg)."""
     blocks = _blocks(program, succ)
     cyclic = _in_cycles(blocks, succ)
     fresh = {pc: pc for lead, pcs in blocks.items() if lead not in cyclic for pc in pcs}

@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from f4pipe.analysis.hazards import Cfg, build_cfg, counter_findings
+from f4pipe.analysis.cfg import Cfg, build_cfg
+from f4pipe.analysis.hazards import counter_findings
 from f4pipe.analysis.ldsdma import LdsDmaModel
 from f4pipe.analysis.timing import LGKM_MAX, VM_MAX, Hazard, TimingModel
 from f4pipe.arch.effects import NO_OFFSETS, Effects, effects_of

@@ -96,7 +96,7 @@ def _repairs(program) -> tuple[list[str], list[dict]]:
 def _explain(program, pc: int) -> list[str]:
     """The in-order bookkeeping at one pc: outstanding ops per counter in every state a path
     reaches it in, oldest first, and (at an s_waitcnt) which later instruction needs which."""
-    from f4pipe.analysis.hazards import build_cfg
+    from f4pipe.analysis.cfg import build_cfg
     from f4pipe.analysis.waits import advise_wait, states_by_pc
 
     cfg = build_cfg(program)

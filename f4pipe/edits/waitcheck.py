@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from f4pipe.analysis.hazards import build_cfg
+from f4pipe.analysis.cfg import build_cfg
 from f4pipe.analysis.timing import Hazard
 from f4pipe.analysis.waits import (
     BARRIER_RULES,
