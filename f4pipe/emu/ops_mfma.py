@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from f4pipe.arch.decode import Instruction, Operand
+from f4pipe.arch.isa import AGPR_BASE
 from f4pipe.core.numerics import e8m0_to_float, fp4_to_float
+from f4pipe.emu.native import fp4_mfma_in_place
 
 if TYPE_CHECKING:
     from f4pipe.emu.state import Sel, WaveState
@@ -259,6 +261,30 @@ def fp4_mfma(
     return (float64_sum if fast else exact_sum)(terms, c)
 
 
+def _register_file_indices(inst: Instruction) -> tuple[int, int, int, int, int, int] | None:
+    """The register file indices of A, B, C, D and the two scale registers when every
+    operand is a vector register (range) within the file, the form native.fp4_mfma_in_place
+    takes; else None (the numpy path, which also reports a bad range)."""
+    indices = []
+    for op, count in zip((*inst.srcs, inst.dst), (4, 4, 4, 1, 1, 4), strict=True):
+        if op.kind not in ("v", "a") or op.count != count or op.index + count > 256:
+            return None
+        indices.append(op.index + (AGPR_BASE if op.kind == "a" else 0))
+    a, b, c, scale_a, scale_b, d = indices
+    return a, b, c, d, scale_a, scale_b
+
+
+def _wave_indices(ex: WaveState, sel: Sel) -> np.ndarray:
+    """The selected waves' indices, int64 (kept for the whole-batch slice)."""
+    if not isinstance(sel, slice):
+        return np.ascontiguousarray(sel, dtype=np.int64)
+    memo = ex.memo.setdefault("wave-indices", {})
+    key = (sel.start, sel.stop, sel.step)
+    if key not in memo:
+        memo[key] = np.arange(ex.W, dtype=np.int64)[sel]
+    return memo[key]
+
+
 def v_mfma_scale_16x16x128(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     if inst.cbsz != FP4_FORMAT or inst.blgp != FP4_FORMAT:
         raise ex.error(
@@ -271,8 +297,15 @@ def v_mfma_scale_16x16x128(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     if not ex.exec_full:
         raise ex.error(inst, sel, "MFMA with a partial EXEC is not modelled")
     a_op, b_op, c_op, s0_op, s1_op = inst.srcs
-    ea = _scale_bytes(ex, s0_op, sel, (inst.op_sel & 1) + 2 * (inst.op_sel_hi & 1))
-    eb = _scale_bytes(ex, s1_op, sel, (inst.op_sel >> 1 & 1) + 2 * (inst.op_sel_hi >> 1 & 1))
+    byte_a = (inst.op_sel & 1) + 2 * (inst.op_sel_hi & 1)
+    byte_b = (inst.op_sel >> 1 & 1) + 2 * (inst.op_sel_hi >> 1 & 1)
+    registers = _register_file_indices(inst)
+    if registers is not None and fp4_mfma_in_place(
+        ex.vgpr, _wave_indices(ex, sel), registers, (byte_a, byte_b)
+    ):
+        return
+    ea = _scale_bytes(ex, s0_op, sel, byte_a)
+    eb = _scale_bytes(ex, s1_op, sel, byte_b)
     c = _accumulator(ex, c_op, sel)
     a_regs, b_regs = ex.vregs(a_op, sel), ex.vregs(b_op, sel)
     a = _decoded_operand(ex, a_op, sel, a_regs)

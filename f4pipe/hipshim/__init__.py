@@ -19,13 +19,11 @@ bench stage records as such and never as TFLOP/s.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 
 from f4pipe.arch import gfx950
-from f4pipe.core.errors import ToolchainError
+from f4pipe.core.native import compile_shared
 
 #: What the shim's hipGetDeviceProperties calls itself; HipDevice recognises the shim by it.
 SHIM_DEVICE_NAME = "f4pipe HIP shim (gfx950 emulator, not a GPU)"
@@ -39,40 +37,29 @@ def hip_version_number(major: int, minor: int, patch: int) -> int:
     return major * 10_000_000 + minor * 100_000 + patch
 
 
-def build_shim(root: Path, hip_version: int, cc: str | None = None) -> Path:
+def build_shim(root: Path, hip_version: int) -> Path:
     """Compile the shim into `<root>/lib/libamdhip64.so`, reporting HIP version `hip_version`
     (the integer of hip_version_number); return the library's path. The soname is the bare
     name, so a process that loaded it by path also satisfies dlopen("libamdhip64.so")."""
-    compiler = cc or os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        raise ToolchainError("no C compiler to build the HIP shim: apt-get install gcc")
     lib = Path(root) / "lib" / LIBRARY_NAME
     lib.parent.mkdir(parents=True, exist_ok=True)
     source = resources.files(__package__).joinpath(SOURCE_NAME)
+    flags = [
+        "-std=c11",
+        "-D_POSIX_C_SOURCE=199309L",
+        "-O1",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fvisibility=hidden",
+        f"-Wl,-soname,{LIBRARY_NAME}",
+        f'-DF4PIPE_SHIM_DEVICE_NAME="{SHIM_DEVICE_NAME}"',
+        f'-DF4PIPE_SHIM_ARCH="{SHIM_ARCH}"',
+        f"-DF4PIPE_SHIM_HIP_VERSION={int(hip_version)}",
+        f"-DF4PIPE_SHIM_LDS_BYTES={gfx950.LDS_BYTES_PER_CU}",
+    ]
     with resources.as_file(source) as src:
-        command = [
-            compiler,
-            "-std=c11",
-            "-D_POSIX_C_SOURCE=199309L",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-fPIC",
-            "-shared",
-            "-fvisibility=hidden",
-            f"-Wl,-soname,{LIBRARY_NAME}",
-            f'-DF4PIPE_SHIM_DEVICE_NAME="{SHIM_DEVICE_NAME}"',
-            f'-DF4PIPE_SHIM_ARCH="{SHIM_ARCH}"',
-            f"-DF4PIPE_SHIM_HIP_VERSION={int(hip_version)}",
-            f"-DF4PIPE_SHIM_LDS_BYTES={gfx950.LDS_BYTES_PER_CU}",
-            str(src),
-            "-o",
-            str(lib),
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise ToolchainError(f"building the HIP shim failed ({compiler}):\n{done.stderr.strip()}")
+        compile_shared(src, lib, flags, "the HIP shim")
     return lib
 
 
