@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from f4pipe.analysis import hazards
-from f4pipe.analysis.cfg import program_key
+from f4pipe.analysis.cfg import ByProgram, program_key
 from f4pipe.cli import main
 from f4pipe.codeobj.program import Program
 from f4pipe.core.cache import KEPT_DIR
@@ -23,7 +23,7 @@ SYMBOL = f"_ZN5aiter{len(KERNEL)}{KERNEL}E"
 def cache(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     monkeypatch.setenv("F4PIPE_CACHE", str(root))
-    monkeypatch.setattr(hazards, "_WAIT_STATE_FINDINGS", {})  # this process's memory: empty
+    monkeypatch.setattr(hazards, "_WAIT_STATE_FINDINGS", ByProgram())  # this process: empty
     return root
 
 
@@ -52,7 +52,7 @@ def test_a_command_keeps_a_kernels_findings_for_the_next(cache, f4gemm_dir, monk
     assert [p.parent.name for p in entries] == ["counter-findings", "wait-state-findings"]
     assert not stale.exists(), "another f4pipe source's entries are never read: removed"
 
-    monkeypatch.setattr(hazards, "_WAIT_STATE_FINDINGS", {})  # as a new process starts
+    monkeypatch.setattr(hazards, "_WAIT_STATE_FINDINGS", ByProgram())  # as a new process starts
     assert main(["hazards", co]) == 0
     assert calls == [1], "the second command read the kept findings"
     assert capsys.readouterr().out == first
@@ -64,7 +64,7 @@ def test_an_unreadable_entry_is_found_again_and_replaced(cache, f4gemm_dir, monk
     first = capsys.readouterr().out
     (entry,) = cache.glob(f"{KEPT_DIR}/*/wait-state-findings/*.pickle")
     entry.write_bytes(b"\x80\x05truncated")
-    monkeypatch.setattr(hazards, "_WAIT_STATE_FINDINGS", {})
+    monkeypatch.setattr(hazards, "_WAIT_STATE_FINDINGS", ByProgram())
     calls = counted_pass(monkeypatch)
     assert main(["hazards", co]) == 0
     assert calls == [1]

@@ -5,7 +5,9 @@ module of its own so that neither imports the other."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from f4pipe.codeobj.program import Program
 from f4pipe.core.errors import EmulatorError
@@ -51,22 +53,37 @@ def build_cfg(program: Program) -> Cfg:
     return cfg
 
 
-#: Graphs by program content (program_key): a kernel's static passes share one. Bounded like
-#: the findings' caches; a caller reads a graph, never changes it.
-_CFGS: dict[tuple, Cfg] = {}
-_MAX_CACHED = 128
+T = TypeVar("T")
+
+
+class ByProgram(Generic[T]):
+    """Values computed once per program content (program_key) and kept in this process: a
+    kernel's static passes (its graph, its LDS DMA rules, its wait-state findings) are each
+    asked for several times by one command. Bounded, the oldest dropped first: a command meets
+    a few dozen programs. A caller reads a value, never changes it."""
+
+    def __init__(self, bound: int = 128) -> None:
+        self._values: dict[tuple, T] = {}
+        self._bound = bound
+
+    def get(self, program: Program, build: Callable[[], T]) -> T:
+        """The value kept for this program's content, built (and kept) if there is none."""
+        key = program_key(program)
+        value = self._values.get(key)
+        if value is None:
+            value = build()
+            if len(self._values) >= self._bound:
+                self._values.pop(next(iter(self._values)))
+            self._values[key] = value
+        return value
+
+
+_CFGS: ByProgram[Cfg] = ByProgram()
 
 
 def cached_cfg(program: Program) -> Cfg:
     """build_cfg(program), built once per program content."""
-    key = program_key(program)
-    cfg = _CFGS.get(key)
-    if cfg is None:
-        cfg = build_cfg(program)
-        if len(_CFGS) >= _MAX_CACHED:
-            _CFGS.pop(next(iter(_CFGS)))
-        _CFGS[key] = cfg
-    return cfg
+    return _CFGS.get(program, lambda: build_cfg(program))
 
 
 def program_key(program: Program) -> tuple:

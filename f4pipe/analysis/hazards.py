@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from f4pipe.analysis.cfg import Cfg, cached_cfg, program_key
+from f4pipe.analysis.cfg import ByProgram, Cfg, cached_cfg, program_key
 from f4pipe.analysis.timing import Hazard, TimingModel
 from f4pipe.arch.waitstates import (
     RULE_BY_ID,
@@ -151,24 +151,24 @@ class StaticReport:
         return [f.hazard.message for f in (*self.wait_states, *self.counters)]
 
 
-#: Programs' wait-state findings by content (program_key): `try` checks the edit and its
-#: original statically and then launches both, and each launch's timing model needs the same
-#: pass, which is the costliest part of the static check. Bounded: a command meets a few dozen.
-#: Between commands they are kept in f4pipe's cache (f4pipe.core.cache.kept): every stage of a
-#: main job launches every kernel.
-_WAIT_STATE_FINDINGS: dict[tuple, tuple[StaticFinding, ...]] = {}
-_MAX_CACHED = 128
+#: Programs' wait-state findings by content: `try` checks the edit and its original statically
+#: and then launches both, and each launch's timing model needs the same pass, which is the
+#: costliest part of the static check. Between commands they are kept in f4pipe's cache
+#: (f4pipe.core.cache.kept): every stage of a main job launches every kernel.
+_WAIT_STATE_FINDINGS: ByProgram[tuple[StaticFinding, ...]] = ByProgram()
 
 
 def cached_wait_state_findings(model: TimingModel, cfg: Cfg) -> list[StaticFinding]:
     """wait_state_findings(model, cfg), computed once per program content."""
-    key = program_key(model.program)
-    found = _WAIT_STATE_FINDINGS.get(key)
-    if found is None:
-        found = kept("wait-state-findings", key, lambda: tuple(wait_state_findings(model, cfg)))
-        if len(_WAIT_STATE_FINDINGS) >= _MAX_CACHED:
-            _WAIT_STATE_FINDINGS.pop(next(iter(_WAIT_STATE_FINDINGS)))
-        _WAIT_STATE_FINDINGS[key] = found
+    program = model.program
+    found = _WAIT_STATE_FINDINGS.get(
+        program,
+        lambda: kept(
+            "wait-state-findings",
+            program_key(program),
+            lambda: tuple(wait_state_findings(model, cfg)),
+        ),
+    )
     return list(found)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from f4pipe.analysis.cfg import cached_cfg, program_key
+from f4pipe.analysis.cfg import ByProgram, cached_cfg
 from f4pipe.analysis.ldsranges import LdsRanges, is_dma_write, lds_ranges
 from f4pipe.analysis.timing import VM, Hazard, TimingModel
 from f4pipe.arch.effects import NO_OFFSETS, Effects
@@ -88,21 +88,13 @@ def dma_rules(program: Program, succ: dict[int, tuple[int, ...]]) -> DmaRules:
     return DmaRules(reg, own, published)
 
 
-#: Rules by program content (cfg.program_key): analyse, repairs and every wait's probe of
-#: one kernel share them. Bounded like the wait-state cache.
-_RULES: dict[tuple, DmaRules] = {}
-_MAX_CACHED = 128
+#: Rules by program content: analyse, repairs and every wait's probe of one kernel share them.
+_RULES: ByProgram[DmaRules] = ByProgram()
 
 
 def cached_rules(program: Program) -> DmaRules:
-    key = program_key(program)
-    rules = _RULES.get(key)
-    if rules is None:
-        rules = dma_rules(program, cached_cfg(program).succ)
-        if len(_RULES) >= _MAX_CACHED:
-            _RULES.pop(next(iter(_RULES)))
-        _RULES[key] = rules
-    return rules
+    """dma_rules(program, its graph), built once per program content."""
+    return _RULES.get(program, lambda: dma_rules(program, cached_cfg(program).succ))
 
 
 class LdsDmaModel(TimingModel):
