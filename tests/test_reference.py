@@ -57,3 +57,45 @@ def test_configurable_distribution():
     assert set(np.unique(a.dequantize()).tolist()) <= {1.0, -1.0}
     with pytest.raises(InputError, match="0xFF is NaN"):
         OperandDistribution(scale_max=255)
+
+
+def test_a_reference_is_reused_only_for_the_same_draw_and_alpha(monkeypatch):
+    """Runs at one shape share the reference (the seed matrix runs every kernel at
+    300x2048x1024); another seed, distribution or alpha gets its own, and none is writable."""
+    from f4pipe.host import gemm
+
+    monkeypatch.setattr(gemm, "_REFERENCES", {})
+    computed: list[float] = []
+
+    def counting(a, b, alpha=1.0):
+        computed.append(alpha)
+        return reference_gemm(a, b, alpha)
+
+    monkeypatch.setattr(gemm, "reference_gemm", counting)
+
+    def ref(**changes):
+        request = gemm.GemmRequest(m=4, n=8, k=64, **changes)
+        a = generate_operand(request.m, request.k, request.seed_a, request.distribution)
+        b = generate_operand(request.n, request.k, request.seed_b, request.distribution)
+        return gemm.reference_of(request, a, b)
+
+    first = ref()
+    assert ref() is first and len(computed) == 1
+    assert not first.flags.writeable
+    others = [ref(seed_a=5), ref(alpha=0.5), ref(distribution=OperandDistribution(codes=(1, 2)))]
+    assert len(computed) == 4
+    assert all(not np.array_equal(o, first) for o in others)
+    assert np.array_equal(ref(alpha=0.5), first * 0.5)  # exact: a power of two
+
+
+def test_the_reference_cache_keeps_few_bytes(monkeypatch):
+    from f4pipe.host import gemm
+
+    monkeypatch.setattr(gemm, "_REFERENCES", {})
+    monkeypatch.setattr(gemm, "REFERENCES_MAX_BYTES", 4 * 8 * 8 * 2)  # two 4x8 float64 refs
+    for seed in range(5):
+        request = gemm.GemmRequest(m=4, n=8, k=64, seed_a=seed)
+        a = generate_operand(4, 64, seed)
+        b = generate_operand(8, 64, request.seed_b)
+        gemm.reference_of(request, a, b)
+    assert [key[3] for key in gemm._REFERENCES] == [3, 4]  # the newest two, by seed_a

@@ -497,6 +497,31 @@ def run_gemms(
     return results
 
 
+#: The references reused between runs, by operand draw and alpha (reference_of), and the most
+#: bytes they may hold: the seed matrix runs all 35 kernels at 300x2048x1024 (4.9 MB), and one
+#: 2048x8192 reference (128 MB) is not worth keeping.
+_REFERENCES: dict[tuple, np.ndarray] = {}
+REFERENCES_MAX_BYTES = 32 << 20
+
+
+def reference_of(r: GemmRequest, a: MxOperand, b: MxOperand) -> np.ndarray:
+    """reference_gemm(a, b, r.alpha) for the operands r draws, computed once while kept: a
+    matrix runs many kernels at one shape in a row, and the float64 GEMM of each is a tenth of
+    a second or more. Read-only, so no caller changes what another is given."""
+    key = (r.m, r.n, r.k, r.seed_a, r.seed_b, r.distribution, kernel_alpha(r.alpha))
+    ref = _REFERENCES.get(key)
+    if ref is None:
+        ref = reference_gemm(a, b, r.alpha)
+        ref.setflags(write=False)
+        while _REFERENCES and sum(v.nbytes for v in _REFERENCES.values()) + ref.nbytes > (
+            REFERENCES_MAX_BYTES
+        ):
+            _REFERENCES.pop(next(iter(_REFERENCES)))
+        if ref.nbytes <= REFERENCES_MAX_BYTES:
+            _REFERENCES[key] = ref
+    return ref
+
+
 def _result(
     device: Device,
     entry: KernelEntry,
@@ -514,9 +539,7 @@ def _result(
     race_report = None if report is None else report.races
     hazard_report = None if report is None else report.hazards
     d = bf16_bits_to_float(d_bits[: r.m, : r.n])
-    verification = (
-        verify_output(d, reference_gemm(p.a, p.b, r.alpha), geometry.gdz) if r.verify else None
-    )
+    verification = verify_output(d, reference_of(r, p.a, p.b), geometry.gdz) if r.verify else None
     return GemmResult(
         kernel=entry.name,
         symbol=entry.symbol,
