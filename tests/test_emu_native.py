@@ -1,9 +1,10 @@
 """The FP4 MFMA's C fast path (f4pipe/emu/mfma_fp4.c) against the numpy code it replaces
 (f4pipe.emu.ops_mfma.fp4_mfma, the model), bit for bit: both of its paths (sums exact in
 float64; the TwoSum cascade), NaN scales and NaN payloads in C, infinities, signed zeros,
-subnormal C, zero blocks under extreme scales and results past float32's range; the SSE2
-build and the portable one; the source clean under -Werror; and real kernels, whose outputs
-and safety rows are the same with the C on and off.
+subnormal C, zero blocks under extreme scales and results past float32's range; the default
+build (AVX2's dot products where the CPU has them), SSE2's alone and the portable one; the
+source clean under -Werror; and real kernels, whose outputs and safety rows are the same with
+the C on and off.
 
 The C is built with the system compiler, which every machine f4pipe tests on has (.ci/run
 installs gcc): a missing compiler fails here rather than skipping."""
@@ -44,10 +45,15 @@ SPECIAL_C = np.array(
 )
 
 
-def _portable_library() -> Path:
+#: The builds besides the default one (AVX2's dot products where the CPU has them): SSE2's
+#: alone, and the portable C of non-x86 machines.
+BUILD_FLAGS = {"sse2": ["-DF4PIPE_NO_AVX2"], "portable": ["-DF4PIPE_PORTABLE"]}
+
+
+def _library(build: str) -> Path:
     with resources.as_file(resources.files("f4pipe.emu").joinpath(native.SOURCE_NAME)) as src:
-        flags = [*native.FLAGS, "-DF4PIPE_PORTABLE"]
-        return cached_library(src, flags, "the portable MFMA", native.LIBRARIES)
+        flags = [*native.FLAGS, *BUILD_FLAGS[build]]
+        return cached_library(src, flags, f"the {build} MFMA", native.LIBRARIES)
 
 
 def _function(build: str):
@@ -55,7 +61,7 @@ def _function(build: str):
         function = native.mfma_fp4()
         assert function is not None, "the C fast path did not build (see the log)"
         return function
-    function = ctypes.CDLL(str(_portable_library())).f4pipe_mfma_fp4
+    function = ctypes.CDLL(str(_library(build))).f4pipe_mfma_fp4
     function.argtypes, function.restype = native._ARGUMENTS, ctypes.c_int
     return function
 
@@ -126,7 +132,7 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("build", ["default", "portable"])
+@pytest.mark.parametrize("build", ["default", *BUILD_FLAGS])
 def test_c_equals_numpy_bit_for_bit(build: str) -> None:
     function = _function(build)
     paths = set()
@@ -186,7 +192,7 @@ def test_a_c_off_the_products_grid_takes_the_twosum_path() -> None:
 def test_the_source_is_clean_under_werror(tmp_path: Path) -> None:
     source = resources.files("f4pipe.emu").joinpath(native.SOURCE_NAME)
     with resources.as_file(source) as src:
-        for extra in ([], ["-DF4PIPE_PORTABLE"]):
+        for extra in ([], *BUILD_FLAGS.values()):
             flags = [*native.FLAGS, "-Werror", "-pedantic", *extra]
             compile_shared(src, tmp_path / "mfma.so", flags, "the MFMA", native.LIBRARIES)
 

@@ -20,6 +20,14 @@
 #if defined(__SSE2__) && !defined(F4PIPE_PORTABLE)
 #include <emmintrin.h>
 #endif
+/* AVX2's dot products (twice as wide) where the CPU running the library has it, chosen at run
+ * time: the library is built once and kept in a cache a cluster's nodes may share.
+ * F4PIPE_NO_AVX2 leaves them out (the tests build that too, to test the SSE2 path). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(F4PIPE_PORTABLE) && \
+    !defined(F4PIPE_NO_AVX2)
+#define F4PIPE_AVX2 1
+#include <immintrin.h>
+#endif
 
 #define LANES 64
 #define ROWS 16
@@ -171,6 +179,29 @@ static void row_dots(const uint32_t row[4], const int16_t pairs[256][2],
 #endif
 }
 
+#ifdef F4PIPE_AVX2
+/* row_dots with eight columns to a multiply-add: two per pair of items instead of four */
+__attribute__((target("avx2"))) static void row_dots_avx2(const uint32_t row[4],
+                                                          const int16_t pairs[256][2],
+                                                          const int16_t columns[PAIRS][ROWS][2],
+                                                          int32_t dot[ROWS]) {
+    __m256i low = _mm256_setzero_si256(), high = low;
+    for (int k = 0; k < PAIRS; k++) {
+        int32_t pair;
+        memcpy(&pair, pairs[(row[k / 4] >> (8 * (k % 4))) & 0xFF], sizeof pair);
+        __m256i items = _mm256_set1_epi32(pair);
+        const __m256i *eight = (const __m256i *)columns[k];
+        low = _mm256_add_epi32(low, _mm256_madd_epi16(items, _mm256_loadu_si256(eight)));
+        high = _mm256_add_epi32(high, _mm256_madd_epi16(items, _mm256_loadu_si256(eight + 1)));
+    }
+    _mm256_storeu_si256((__m256i *)dot, low);
+    _mm256_storeu_si256((__m256i *)(dot + 8), high);
+}
+#endif
+
+typedef void (*RowDots)(const uint32_t[4], const int16_t[256][2], const int16_t[PAIRS][ROWS][2],
+                        int32_t[ROWS]);
+
 /* s + t as numpy's add gives it on its arrays: when both are NaN, the first one's payload
  * (x86's and Arm's rule for the first source; a compiler may swap the operands of +). */
 static inline double add_as_numpy(double s, double t) { return isnan(s) ? s : s + t; }
@@ -199,7 +230,7 @@ static float round_sum_to_f32(const double parts[BLOCKS + 1]) {
 static void one_wave(uint32_t *vgpr, int64_t W, int64_t w, int64_t a_reg, int64_t b_reg,
                      int64_t c_reg, int64_t d_reg, int64_t sa_reg, int sa_shift,
                      int64_t sb_reg, int sb_shift, const int16_t pairs[256][2],
-                     const double *e8m0, int exact) {
+                     const double *e8m0, int exact, RowDots dots) {
     int16_t b[BLOCKS][PAIRS][ROWS][2];
     uint32_t a[LANES][4]; /* A's row r of block g: lane 16g + r of its four registers */
     double scale_a[BLOCKS][ROWS], scale_b[BLOCKS][ROWS], sum[ROWS][ROWS];
@@ -227,7 +258,7 @@ static void one_wave(uint32_t *vgpr, int64_t W, int64_t w, int64_t a_reg, int64_
     for (int g = 0; g < BLOCKS; g++) {
         for (int i = 0; i < ROWS; i++) {
             int32_t dot[ROWS];
-            row_dots(a[ROWS * g + i], pairs, (const int16_t(*)[ROWS][2])b[g], dot);
+            dots(a[ROWS * g + i], pairs, (const int16_t(*)[ROWS][2])b[g], dot);
             /* every finite term is exact; a NaN scale's term is the table's NaN */
             if (exact) {
                 for (int j = 0; j < ROWS; j++)
@@ -265,8 +296,12 @@ int f4pipe_mfma_fp4(uint32_t *vgpr, int64_t W, const int64_t *waves, int64_t n,
         pairs[byte][0] = fp4_twice[byte & 0xF];
         pairs[byte][1] = fp4_twice[byte >> 4];
     }
+    RowDots dots = row_dots;
+#ifdef F4PIPE_AVX2
+    if (__builtin_cpu_supports("avx2")) dots = row_dots_avx2;
+#endif
     for (int64_t k = 0; k < n; k++)
         one_wave(vgpr, W, waves[k], a_reg, b_reg, c_reg, d_reg, sa_reg, sa_shift, sb_reg,
-                 sb_shift, (const int16_t(*)[2])pairs, e8m0, exact);
+                 sb_shift, (const int16_t(*)[2])pairs, e8m0, exact, dots);
     return exact;
 }
