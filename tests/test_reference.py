@@ -6,8 +6,22 @@ import numpy as np
 import pytest
 
 from f4pipe.core.errors import InputError
+from f4pipe.host import reference
 from f4pipe.host.operands import OperandDistribution, generate_operand
-from f4pipe.host.reference import reference_gemm
+from f4pipe.host.reference import reference_gemm, shared_reference
+
+
+def counted_references(monkeypatch) -> list[float]:
+    """The alphas of the reference GEMMs computed from now on (each computed as before)."""
+    computed: list[float] = []
+    real = reference.reference_gemm
+
+    def counting(a, b, alpha=1.0):
+        computed.append(alpha)
+        return real(a, b, alpha)
+
+    monkeypatch.setattr(reference, "reference_gemm", counting)
+    return computed
 
 
 def naive_value(packed: np.ndarray, scales: np.ndarray, row: int, k: int) -> float:
@@ -61,41 +75,55 @@ def test_configurable_distribution():
 
 def test_a_reference_is_reused_only_for_the_same_draw_and_alpha(monkeypatch):
     """Runs at one shape share the reference (the seed matrix runs every kernel at
-    300x2048x1024); another seed, distribution or alpha gets its own, and none is writable."""
-    from f4pipe.host import gemm
+    300x2048x1024); another draw or alpha gets its own, and none is writable."""
+    monkeypatch.setattr(reference, "_REFERENCES", {})
+    computed = counted_references(monkeypatch)
+    a, b, other = (generate_operand(r, 64, seed) for r, seed in ((4, 1), (8, 2), (4, 3)))
 
-    monkeypatch.setattr(gemm, "_REFERENCES", {})
-    computed: list[float] = []
-
-    def counting(a, b, alpha=1.0):
-        computed.append(alpha)
-        return reference_gemm(a, b, alpha)
-
-    monkeypatch.setattr(gemm, "reference_gemm", counting)
-
-    def ref(**changes):
-        request = gemm.GemmRequest(m=4, n=8, k=64, **changes)
-        a = generate_operand(request.m, request.k, request.seed_a, request.distribution)
-        b = generate_operand(request.n, request.k, request.seed_b, request.distribution)
-        return gemm.reference_of(request, a, b)
-
-    first = ref()
-    assert ref() is first and len(computed) == 1
+    first = shared_reference(a, b, 1.0, ("a",))
+    assert shared_reference(a, b, 1.0, ("a",)) is first and len(computed) == 1
     assert not first.flags.writeable
-    others = [ref(seed_a=5), ref(alpha=0.5), ref(distribution=OperandDistribution(codes=(1, 2)))]
-    assert len(computed) == 4
-    assert all(not np.array_equal(o, first) for o in others)
-    assert np.array_equal(ref(alpha=0.5), first * 0.5)  # exact: a power of two
+    assert shared_reference(a, b, 1.0 + 2**-30, ("a",)) is first, "alpha as the kernel's f32"
+    halved = shared_reference(a, b, 0.5, ("a",))
+    assert np.array_equal(halved, first * 0.5)  # exact: a power of two
+    assert np.array_equal(shared_reference(other, b, 1.0, ("b",)), reference_gemm(other, b))
+    assert len(computed) == 3
 
 
 def test_the_reference_cache_keeps_few_bytes(monkeypatch):
-    from f4pipe.host import gemm
+    monkeypatch.setattr(reference, "_REFERENCES", {})
+    monkeypatch.setattr(reference, "REFERENCES_MAX_BYTES", 2 * 4 * 8 * 8)  # two 4x8 float64
+    a, b = generate_operand(4, 64, 1), generate_operand(8, 64, 2)
+    for draw in range(5):
+        shared_reference(a, b, 1.0, (draw,))
+    assert [key[0] for key in reference._REFERENCES] == [3, 4]  # the newest two
+    monkeypatch.setattr(reference, "REFERENCES_MAX_BYTES", 4 * 8 * 8 - 1)
+    shared_reference(a, b, 1.0, (5,))
+    assert list(reference._REFERENCES) == [], "one too large is not kept, nor kept room for"
 
-    monkeypatch.setattr(gemm, "_REFERENCES", {})
-    monkeypatch.setattr(gemm, "REFERENCES_MAX_BYTES", 4 * 8 * 8 * 2)  # two 4x8 float64 refs
-    for seed in range(5):
-        request = gemm.GemmRequest(m=4, n=8, k=64, seed_a=seed)
-        a = generate_operand(4, 64, seed)
-        b = generate_operand(8, 64, request.seed_b)
-        gemm.reference_of(request, a, b)
-    assert [key[3] for key in gemm._REFERENCES] == [3, 4]  # the newest two, by seed_a
+
+def test_verified_runs_at_one_shape_compare_with_their_own_draws_reference(f4gemm_dir, monkeypatch):
+    """run_gemm names the draw by everything that sets the operands: a run with B's seed,
+    the distribution or alpha changed is verified against its own reference, and passes."""
+    from f4pipe.aiter.manifest import read_manifest
+    from f4pipe.emu import EmulatorDevice
+    from f4pipe.host.gemm import GemmRequest, run_gemm
+
+    monkeypatch.setattr(reference, "_REFERENCES", {})
+    computed = counted_references(monkeypatch)
+    # one of the kernels that multiply by alpha (docs/user-guide.md, `--alpha`)
+    entry = next(e for e in read_manifest(f4gemm_dir) if e.name.endswith("_BpreShuffle_256x256"))
+    requests = [
+        GemmRequest(256, 256, 256),
+        GemmRequest(256, 256, 256),
+        GemmRequest(256, 256, 256, seed_b=7),
+        GemmRequest(256, 256, 256, distribution=OperandDistribution(codes=(2, 3, 9))),
+        GemmRequest(256, 256, 256, alpha=0.75),
+    ]
+    device = EmulatorDevice()
+    try:
+        results = [run_gemm(device, entry, f4gemm_dir / entry.co_name, r) for r in requests]
+    finally:
+        device.close()
+    assert all(r.verification.passed for r in results)
+    assert len(computed) == 4, "the second run reused the first's reference, no other did"

@@ -34,7 +34,7 @@ from f4pipe.host.operands import (
     OperandDistribution,
     generate_operand,
 )
-from f4pipe.host.reference import kernel_alpha, reference_gemm
+from f4pipe.host.reference import kernel_alpha, shared_reference
 from f4pipe.host.verify import Verification, verify_output
 
 if TYPE_CHECKING:
@@ -497,31 +497,6 @@ def run_gemms(
     return results
 
 
-#: The references reused between runs, by operand draw and alpha (reference_of), and the most
-#: bytes they may hold: the seed matrix runs all 35 kernels at 300x2048x1024 (4.9 MB), and one
-#: 2048x8192 reference (128 MB) is not worth keeping.
-_REFERENCES: dict[tuple, np.ndarray] = {}
-REFERENCES_MAX_BYTES = 32 << 20
-
-
-def reference_of(r: GemmRequest, a: MxOperand, b: MxOperand) -> np.ndarray:
-    """reference_gemm(a, b, r.alpha) for the operands r draws, computed once while kept: a
-    matrix runs many kernels at one shape in a row, and the float64 GEMM of each is a tenth of
-    a second or more. Read-only, so no caller changes what another is given."""
-    key = (r.m, r.n, r.k, r.seed_a, r.seed_b, r.distribution, kernel_alpha(r.alpha))
-    ref = _REFERENCES.get(key)
-    if ref is None:
-        ref = reference_gemm(a, b, r.alpha)
-        ref.setflags(write=False)
-        while _REFERENCES and sum(v.nbytes for v in _REFERENCES.values()) + ref.nbytes > (
-            REFERENCES_MAX_BYTES
-        ):
-            _REFERENCES.pop(next(iter(_REFERENCES)))
-        if ref.nbytes <= REFERENCES_MAX_BYTES:
-            _REFERENCES[key] = ref
-    return ref
-
-
 def _result(
     device: Device,
     entry: KernelEntry,
@@ -539,7 +514,9 @@ def _result(
     race_report = None if report is None else report.races
     hazard_report = None if report is None else report.hazards
     d = bf16_bits_to_float(d_bits[: r.m, : r.n])
-    verification = verify_output(d, reference_of(r, p.a, p.b), geometry.gdz) if r.verify else None
+    draw = (r.m, r.n, r.k, r.seed_a, r.seed_b, r.distribution)
+    ref = shared_reference(p.a, p.b, r.alpha, draw) if r.verify else None
+    verification = None if ref is None else verify_output(d, ref, geometry.gdz)
     return GemmResult(
         kernel=entry.name,
         symbol=entry.symbol,

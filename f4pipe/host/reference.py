@@ -8,6 +8,8 @@ order and a BLAS matmul equals a naive loop bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
 from f4pipe.core.errors import ShapeError
@@ -24,3 +26,31 @@ def reference_gemm(a: MxOperand, b: MxOperand, alpha: float = 1.0) -> np.ndarray
     if a.k != b.k:
         raise ShapeError(f"A has K={a.k} but B has K={b.k}")
     return (a.dequantize() @ b.dequantize().T) * kernel_alpha(alpha)
+
+
+#: The references reused between runs, by operand draw and alpha (shared_reference), and the
+#: most bytes they may hold: the seed matrix runs all 35 kernels at 300x2048x1024 (4.9 MB), and
+#: one 2048x8192 reference (128 MB) is not worth keeping.
+_REFERENCES: dict[tuple, np.ndarray] = {}
+REFERENCES_MAX_BYTES = 32 << 20
+
+
+def shared_reference(
+    a: MxOperand, b: MxOperand, alpha: float, draw: tuple[Hashable, ...]
+) -> np.ndarray:
+    """reference_gemm(a, b, alpha), computed once while kept for the same `draw` (whatever
+    determines a and b: shape, seeds, distribution): a matrix runs many kernels at one shape in
+    a row, and the float64 GEMM of each is a tenth of a second or more. Read-only, so no caller
+    changes what another is given."""
+    key = (*draw, kernel_alpha(alpha))
+    ref = _REFERENCES.get(key)
+    if ref is None:
+        ref = reference_gemm(a, b, alpha)
+        ref.setflags(write=False)
+        while _REFERENCES and sum(v.nbytes for v in _REFERENCES.values()) + ref.nbytes > (
+            REFERENCES_MAX_BYTES
+        ):
+            _REFERENCES.pop(next(iter(_REFERENCES)))
+        if ref.nbytes <= REFERENCES_MAX_BYTES:
+            _REFERENCES[key] = ref
+    return ref
