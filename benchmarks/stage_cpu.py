@@ -2,9 +2,10 @@
 the seed matrix's verify for one variant (51 checks), the splitk matrix, and the shape-edge
 safety sweep of all 35 kernels. Process start-up (one per job in the pipeline) is not in here.
 
-Target: the cold main job within 4 CPU-minutes with the seed matrix, original and
-rebuilt, safety sweep and audit on. Figures before and after the issue's work are in the
-README ("The two commands").
+The main job's own figure (target: at most 100 CPU-s) is benchmarks/main_job.py's; this
+script splits out the stages so a change to one can be measured, before and after, in one
+session. `--dump FILE` writes every row minus its timing column, so two commits' verdicts can
+be compared with `cmp`. docs/performance.md has the figures.
 Run: `nox -s bench` (or `python benchmarks/stage_cpu.py [--stage verify] [--kernels N]`).
 """
 
