@@ -148,6 +148,14 @@ static void decode_columns(const uint32_t *vgpr, int64_t W, int64_t base, int64_
     }
 }
 
+/* Items 2k and 2k + 1 of an A row (byte k of its four registers), twice their values, as
+ * one int32 of two int16: what each multiply-add of the dot products broadcasts. */
+static inline int32_t item_pair(const uint32_t row[4], const int16_t pairs[256][2], int k) {
+    int32_t pair;
+    memcpy(&pair, pairs[(row[k / 4] >> (8 * (k % 4))) & 0xFF], sizeof pair);
+    return pair;
+}
+
 /* dot[j] = sum over t of row item t * column j's item t (all 16 columns of one block); the
  * row is A's four registers of its lane, each byte a pair of items. */
 static void row_dots(const uint32_t row[4], const int16_t pairs[256][2],
@@ -156,9 +164,7 @@ static void row_dots(const uint32_t row[4], const int16_t pairs[256][2],
     /* four named sums: the compiler keeps them in registers */
     __m128i sum0 = _mm_setzero_si128(), sum1 = sum0, sum2 = sum0, sum3 = sum0;
     for (int k = 0; k < PAIRS; k++) {
-        int32_t pair;
-        memcpy(&pair, pairs[(row[k / 4] >> (8 * (k % 4))) & 0xFF], sizeof pair);
-        __m128i items = _mm_set1_epi32(pair);
+        __m128i items = _mm_set1_epi32(item_pair(row, pairs, k));
         const __m128i *four = (const __m128i *)columns[k];
         sum0 = _mm_add_epi32(sum0, _mm_madd_epi16(items, _mm_loadu_si128(four)));
         sum1 = _mm_add_epi32(sum1, _mm_madd_epi16(items, _mm_loadu_si128(four + 1)));
@@ -172,7 +178,9 @@ static void row_dots(const uint32_t row[4], const int16_t pairs[256][2],
 #else
     for (int j = 0; j < ROWS; j++) dot[j] = 0;
     for (int k = 0; k < PAIRS; k++) {
-        const int16_t *items = pairs[(row[k / 4] >> (8 * (k % 4))) & 0xFF];
+        int16_t items[2];
+        int32_t pair = item_pair(row, pairs, k);
+        memcpy(items, &pair, sizeof items);
         for (int j = 0; j < ROWS; j++)
             dot[j] += items[0] * columns[k][j][0] + items[1] * columns[k][j][1];
     }
@@ -187,9 +195,7 @@ __attribute__((target("avx2"))) static void row_dots_avx2(const uint32_t row[4],
                                                           int32_t dot[ROWS]) {
     __m256i low = _mm256_setzero_si256(), high = low;
     for (int k = 0; k < PAIRS; k++) {
-        int32_t pair;
-        memcpy(&pair, pairs[(row[k / 4] >> (8 * (k % 4))) & 0xFF], sizeof pair);
-        __m256i items = _mm256_set1_epi32(pair);
+        __m256i items = _mm256_set1_epi32(item_pair(row, pairs, k));
         const __m256i *eight = (const __m256i *)columns[k];
         low = _mm256_add_epi32(low, _mm256_madd_epi16(items, _mm256_loadu_si256(eight)));
         high = _mm256_add_epi32(high, _mm256_madd_epi16(items, _mm256_loadu_si256(eight + 1)));
