@@ -97,9 +97,10 @@ def test_the_reference_cache_keeps_few_bytes(monkeypatch):
     for draw in range(5):
         shared_reference(a, b, 1.0, (draw,))
     assert [key[0] for key in reference._REFERENCES] == [3, 4]  # the newest two
-    monkeypatch.setattr(reference, "REFERENCES_MAX_BYTES", 4 * 8 * 8 - 1)
-    shared_reference(a, b, 1.0, (5,))
-    assert list(reference._REFERENCES) == [], "one too large is not kept, nor kept room for"
+    wide = generate_operand(16, 64, 3)  # 16x8 float64: more than the bound
+    too_large = shared_reference(wide, b, 1.0, (5,))
+    assert too_large.shape == (16, 8)
+    assert [key[0] for key in reference._REFERENCES] == [3, 4], "not kept, nor room made for it"
 
 
 def test_verified_runs_at_one_shape_compare_with_their_own_draws_reference(f4gemm_dir, monkeypatch):

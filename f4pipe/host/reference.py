@@ -47,10 +47,8 @@ def shared_reference(
     if ref is None:
         ref = reference_gemm(a, b, alpha)
         ref.setflags(write=False)
-        while _REFERENCES and sum(v.nbytes for v in _REFERENCES.values()) + ref.nbytes > (
-            REFERENCES_MAX_BYTES
-        ):
-            _REFERENCES.pop(next(iter(_REFERENCES)))
-        if ref.nbytes <= REFERENCES_MAX_BYTES:
+        if ref.nbytes <= REFERENCES_MAX_BYTES:  # a larger one leaves the kept ones be
+            while sum(v.nbytes for v in _REFERENCES.values()) + ref.nbytes > REFERENCES_MAX_BYTES:
+                _REFERENCES.pop(next(iter(_REFERENCES)))
             _REFERENCES[key] = ref
     return ref
