@@ -24,6 +24,7 @@ from f4pipe.arch.effects import NO_OFFSETS
 W_SEQ_SHIFT, W_DMA_BIT, W_WAVE_MASK = 5, 1 << 4, 0xF
 SEQ_LIMIT = (1 << 26) - 1
 NEVER = np.iinfo(np.int64).max
+I32_MAX = np.iinfo(np.int32).max
 
 
 class LdsWords:
@@ -219,7 +220,9 @@ class TimingRun:
         stamp = (self.seq[waves] + 1).astype(np.int32)
         local = (waves - self.first_wave[waves])[:, None, None]
         if ex.exec_full:
-            lw.r_tag.reshape(-1)[flat * self.wpg + local] = stamp[:, None, None]
+            at = flat * self.wpg
+            at += local  # in place: the index is the largest array here
+            lw.r_tag.reshape(-1)[at] = stamp[:, None, None]
         else:
             m = np.broadcast_to(lanes[..., None], widx.shape)
             full = np.broadcast_to(stamp[:, None, None], widx.shape)
@@ -295,8 +298,9 @@ class TimingRun:
             retired = np.where(own, NEVER, retired)
         flat = rows * lw.shape[1] + widx  # [n, 64, ndw] into the tags' flat (word) views
         # [n, 64, ndw, wpg]: sequence + 1 of the last read
-        rseq1 = lw.r_tag.reshape(-1, self.wpg)[flat]
-        late = rseq1 > retired[:, None, None, :]
+        rseq1 = lw.r_tag.reshape(-1, self.wpg).take(flat, axis=0)  # take: 7x indexing's speed
+        # r_tag is int32: a bound past its range compares alike clipped, and half as wide
+        late = rseq1 > np.minimum(retired, I32_MAX).astype(np.int32)[:, None, None, :]
         if not ex.exec_full:
             late &= lanes[..., None, None]
         if late.any():

@@ -307,19 +307,6 @@ class GlobalMemory:
             self._tables_cache = (starts, ends, owner_of)
         return self._tables_cache
 
-    def _check_owners(self, addr: np.ndarray, owners: np.ndarray | None, what: str) -> None:
-        """Under partition: raise LaunchesFault naming every launch with an access that
-        would fault (misaligned, outside every allocation) or reaches another launch's
-        allocation, before anything is read or written."""
-        if self._owners is None or owners is None or addr.size == 0:
-            return
-        starts, ends, owner_of = self._tables()
-        which = np.searchsorted(starts, addr, side="right") - 1  # -1: below every one
-        good = (owner_of[which] == owners) & (addr + 4 <= ends[which]) & ((addr & 3) == 0)
-        if not good.all():
-            launches = frozenset(int(j) for j in np.unique(owners[~good]))
-            raise LaunchesFault(f"{what}: a faulting or cross-launch access", launches)
-
     # --- race detection ------------------------------------------------------------------
 
     def begin_launch(self) -> None:
@@ -381,39 +368,58 @@ class GlobalMemory:
             f"{start:#x} ({bad.size} dwords outside every allocation)"
         )
 
-    def _word_index(
-        self, addr: np.ndarray, what: str
-    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Group dword addresses by allocation: (selector, uint32 view, word index) triples."""
-        return [(sel, words, idx) for sel, _, words, idx in self._word_groups(addr, what)]
-
     def _word_groups(
-        self, addr: np.ndarray, what: str
-    ) -> list[tuple[np.ndarray, int, np.ndarray, np.ndarray]]:
-        """(selector, allocation start, uint32 view, word index) per allocation touched."""
-        if addr.size == 0:
+        self, addr: np.ndarray, what: str, owners: np.ndarray | None = None
+    ) -> list[WordGroup]:
+        """The dword addresses `addr` grouped by the allocation holding them, after every
+        check: misaligned or outside every allocation raises EmulatorError; under partition,
+        with `owners` (the launch of each address's wave), one that would fault or reaches
+        another launch's allocation raises LaunchesFault first, naming every such launch.
+
+        One allocation lookup (searchsorted) serves the checks and the grouping, and a
+        stable sort of the allocation numbers makes each group a run of positions: a batch
+        of several launches touches tens of allocations per instruction, and a boolean mask
+        per allocation cost a pass over every address each."""
+        flat = addr.reshape(-1)
+        if flat.size == 0:
             return []
-        if (addr & 3).any():
-            bad = int(addr[(addr & 3) != 0][0])
-            raise EmulatorError(f"{what}: misaligned dword address {bad:#x}")
-        lo, hi = int(addr.min()), int(addr.max()) + 4
-        found = self._locate(lo, hi)
-        if found is not None:
-            start, arr = found
-            sel = np.ones(addr.shape, dtype=bool)
-            return [(sel, start, arr.view(np.uint32), (addr - start) >> 2)]
+        partitioned = self._owners is not None and owners is not None
+        if not partitioned:
+            if (flat & 3).any():
+                bad = int(flat[(flat & 3) != 0][0])
+                raise EmulatorError(f"{what}: misaligned dword address {bad:#x}")
+            found = self._locate(int(flat.min()), int(flat.max()) + 4)
+            if found is not None:
+                start, arr = found
+                return [WordGroup(None, start, arr.view(np.uint32), (flat - start) >> 2)]
+        starts, ends, owner_of = self._tables()
+        which = np.searchsorted(starts, flat, side="right") - 1  # -1: below every one
+        if partitioned:
+            good = (owner_of[which] == owners.reshape(-1)) & (flat + 4 <= ends[which])
+            good &= (flat & 3) == 0
+            if not good.all():
+                launches = frozenset(int(j) for j in np.unique(owners.reshape(-1)[~good]))
+                raise LaunchesFault(f"{what}: a faulting or cross-launch access", launches)
+        else:
+            outside = flat + 4 > ends[which]  # ends[-1] is 0: below every allocation
+            if outside.any():
+                first = int(which[outside].min())
+                raise self._fault(flat[which == first], what)
+        counts = np.bincount(which)  # every which >= 0 now
+        used = np.flatnonzero(counts)
+        if used.size == 1:
+            start = int(starts[used[0]])
+            words = self._arrays[start].view(np.uint32)
+            return [WordGroup(None, start, words, (flat - start) >> 2)]
+        small = np.int16 if starts.size < np.iinfo(np.int16).max else np.int64
+        order = np.argsort(which.astype(small), kind="stable")  # C order within a group
+        ends_at = np.cumsum(counts)
         groups = []
-        starts = self._tables()[0]
-        which = np.searchsorted(starts, addr, side="right") - 1
-        for i in np.flatnonzero(np.bincount(which.ravel() + 1)) - 1:  # np.unique's, cheaper
-            sel = which == i
-            if i < 0:
-                raise self._fault(addr[sel], what)
+        for i in used:
+            positions = order[ends_at[i] - counts[i] : ends_at[i]]
             start = int(starts[i])
-            arr = self._arrays[start]
-            if int(addr[sel].max()) + 4 > start + arr.size:
-                raise self._fault(addr[sel], what)
-            groups.append((sel, start, arr.view(np.uint32), (addr[sel] - start) >> 2))
+            words = self._arrays[start].view(np.uint32)
+            groups.append(WordGroup(positions, start, words, (flat[positions] - start) >> 2))
         return groups
 
     def read_dwords(
@@ -421,16 +427,14 @@ class GlobalMemory:
     ) -> np.ndarray:
         """uint32 at each (int64) address; shape follows `addr`. `owners`: the launch of
         each address's wave, checked against partition's."""
-        self._check_owners(addr, owners, what)
-        groups = self._word_groups(addr, what)
-        self._note_read([start for _, start, _, _ in groups])
-        if len(groups) == 1 and groups[0][0].all():  # one allocation holds every address
-            _, _, words, idx = groups[0]
-            return words[idx]
-        out = np.zeros(addr.shape, dtype=np.uint32)
-        for sel, _, words, idx in groups:
-            out[sel] = words[idx]
-        return out
+        groups = self._word_groups(addr, what, owners)
+        self._note_read([g.start for g in groups])
+        if len(groups) == 1 and groups[0].positions is None:
+            return groups[0].words[groups[0].index].reshape(addr.shape)
+        out = np.empty(addr.size, dtype=np.uint32)
+        for g in groups:
+            out[g.positions] = g.words[g.index]
+        return out.reshape(addr.shape)
 
     def write_dwords(
         self,
@@ -446,12 +450,11 @@ class GlobalMemory:
         `writers` (same shape as addr): the launch-order workgroup of each dword, for race
         detection while a launch is recorded; `site` names the store in race reports;
         `owners` as in read_dwords."""
-        self._check_owners(addr, owners, what)
-        groups = self._word_groups(addr, what)
+        groups = self._word_groups(addr, what, owners)
         if self._journal is not None:
             if writers is None:
                 raise WriteConflict("a deferred store does not name its writers")
-            self._journal.written.update(start for _, start, _, _ in groups)
+            self._journal.written.update(g.start for g in groups)
             self._journal.stores.append(
                 DeferredStore(
                     addr.copy(),
@@ -462,17 +465,30 @@ class GlobalMemory:
                 )
             )
             return
-        for sel, start, words, idx in groups:
-            whole = sel.all()
-            words[idx] = values if whole else values[sel]
-            if self._log is not None and writers is not None:
-                w = writers if whole else writers[sel]
-                self._log.record(start, words.size, idx, w, site or what)
+        flat_values = np.broadcast_to(values, addr.shape).reshape(-1)
+        flat_writers = None if writers is None else np.broadcast_to(writers, addr.shape).ravel()
+        for g in groups:
+            g.words[g.index] = g.pick(flat_values)
+            if self._log is not None and flat_writers is not None:
+                self._log.record(g.start, g.words.size, g.index, g.pick(flat_writers), site or what)
 
-    def dword_views(
-        self, addr: np.ndarray, what: str
-    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """For read-modify-write operations (atomics): (selector, uint32 view, index) groups."""
+    def dword_views(self, addr: np.ndarray, what: str) -> list[WordGroup]:
+        """For read-modify-write operations (atomics): the groups of `addr` (flat) by
+        allocation, each with its uint32 view and word indices."""
         if self._journal is not None:
             raise WriteConflict("an atomic cannot be deferred")
-        return self._word_index(addr, what)
+        return self._word_groups(addr, what)
+
+
+@dataclass(frozen=True)
+class WordGroup:
+    """The addresses of one access that fall in one allocation."""
+
+    positions: np.ndarray | None  # their positions in the flattened access; None: all of it
+    start: int  # the allocation's device address
+    words: np.ndarray  # the allocation as uint32
+    index: np.ndarray  # word index into `words` of each address, in C order
+
+    def pick(self, per_address: np.ndarray) -> np.ndarray:
+        """This group's elements of a flat array with one element per address."""
+        return per_address if self.positions is None else per_address[self.positions]

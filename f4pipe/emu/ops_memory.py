@@ -57,6 +57,17 @@ def _lds_flat(ex: WaveState, sel: Sel, widx: np.ndarray) -> np.ndarray:
     return _wg_rows(ex, sel) * ex.lds.shape[1] + widx
 
 
+def _lds_store(ex: WaveState, sel: Sel, widx: np.ndarray, data: np.ndarray) -> None:
+    """Write data [n, 64, ndw] to the words widx of each selected wave's LDS, active lanes
+    only (in C order: for a word two lanes write, the higher lane's value stays)."""
+    if ex.exec_full:  # every lane active: one scatter, no masks
+        ex.lds.reshape(-1)[_lds_flat(ex, sel, widx)] = data
+        return
+    rows = np.broadcast_to(_wg_rows(ex, sel), widx.shape)
+    mask = np.broadcast_to(ex.lane_mask(sel)[..., None], widx.shape)
+    ex.lds[rows[mask], widx[mask]] = data[mask]
+
+
 def ds_read(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ndw = isa.DS_DWORDS[inst.name]
     addr = ex.v(inst.srcs[0], sel).astype(np.int64) + inst.offset
@@ -76,16 +87,15 @@ def ds_write(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     if ex.timing is not None:
         ex.timing.lds_write(ex, inst, sel, widx, ex.lane_mask(sel), dma=False)
     data = np.stack(list(ex.vregs(inst.srcs[1], sel)), axis=-1)  # [n, 64, ndw]
-    rows = np.broadcast_to(_wg_rows(ex, sel), widx.shape)
-    mask = np.broadcast_to(ex.lane_mask(sel)[..., None], widx.shape)
-    ex.lds[rows[mask], widx[mask]] = data[mask]
+    _lds_store(ex, sel, widx, data)
 
 
 # --- buffers -------------------------------------------------------------------------------
 
 
 def buffer_addresses(ex: WaveState, inst: Instruction, sel: Sel, ndw: int):
-    """(addresses int64 [n, 64, ndw], in-range-and-active bool [n, 64, ndw])."""
+    """(addresses int64 [n, 64, ndw], in-range-and-active bool [n, 64, ndw]); either may be
+    a read-only broadcast view."""
     vaddr, _, srsrc, soffset = inst.srcs
     rs = ex.sgpr[srsrc.index : srsrc.index + 4, sel].astype(np.int64)  # [4, n]
     base = rs[0] | ((rs[1] & 0xFFFF) << 32)
@@ -95,43 +105,38 @@ def buffer_addresses(ex: WaveState, inst: Instruction, sel: Sel, ndw: int):
         raise ex.error(inst, sel, "swizzled buffer resources are not modelled")
     if ((rs[3] >> 23) & 1).any():
         raise ex.error(inst, sel, "buffer resources with ADD_TID_ENABLE are not modelled")
-    soff = np.broadcast_to(np.asarray(ex.s(soffset, sel), dtype=np.int64), base.shape)
-    n = base.shape[0]
-    zero = np.zeros((n, 64), dtype=np.int64)
-    if inst.idxen and inst.offen:
-        index = ex.v(vaddr, sel).astype(np.int64)
-        voff = ex.vgpr[vaddr.index + 1, sel].astype(np.int64)
-    elif inst.idxen:
-        index, voff = ex.v(vaddr, sel).astype(np.int64), zero
-    elif inst.offen:
-        index, voff = zero, ex.v(vaddr, sel).astype(np.int64)
-    else:
-        index, voff = zero, zero
-    offset = voff + inst.offset  # [n, 64]
+    soff = np.asarray(ex.s(soffset, sel), dtype=np.int64)
+    shape = (base.shape[0], 64, ndw)
     comp = 4 * np.arange(ndw, dtype=np.int64)
-    addr = (
-        (base + soff)[:, None, None]
-        + (index * stride[:, None])[..., None]
-        + offset[..., None]
-        + comp
-    )
+    # offset [n, 64, 1] or a scalar: the VGPR offset (offen) plus the instruction's
+    offset = inst.offset
+    if inst.offen:
+        voff = ex.vgpr[vaddr.index + 1, sel] if inst.idxen else ex.v(vaddr, sel)
+        offset = (voff.astype(np.int64) + inst.offset)[..., None]
+    addr = (base + soff)[:, None, None] + offset + comp
     if inst.idxen:
         if (stride == 0).any():
             raise ex.error(inst, sel, "idxen with a zero-stride buffer resource is not modelled")
-        in_range = np.broadcast_to((index < num_records[:, None])[..., None], addr.shape)
+        index = ex.v(vaddr, sel).astype(np.int64)[..., None]  # [n, 64, 1]
+        addr = addr + index * stride[:, None, None]
+        in_range = index < num_records[:, None, None]
     else:
-        in_range = (offset[..., None] + comp) < num_records[:, None, None]
+        in_range = (offset + comp) < num_records[:, None, None]
     ok = in_range & ex.lane_mask(sel)[..., None]
-    return addr, ok
+    return np.broadcast_to(addr, shape), np.broadcast_to(ok, shape)
 
 
 def buffer_load(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     ndw = isa.MUBUF_DWORDS[inst.name]
     addr, ok = buffer_addresses(ex, inst, sel, ndw)
-    data = np.zeros(addr.shape, dtype=U32)
-    data[ok] = ex.memory.read_dwords(
-        addr[ok], f"{inst.name} (global memory)", owners=ex.access_owners(sel, addr.shape, ok)
-    )
+    what = f"{inst.name} (global memory)"
+    if ok.all():  # every lane active and in range: no masking on either side
+        data = ex.memory.read_dwords(addr, what, owners=ex.access_owners(sel, addr.shape))
+    else:
+        data = np.zeros(addr.shape, dtype=U32)
+        data[ok] = ex.memory.read_dwords(
+            addr[ok], what, owners=ex.access_owners(sel, addr.shape, ok)
+        )
     if inst.lds:
         _load_to_lds(ex, inst, sel, data, ndw)
         return
@@ -150,9 +155,7 @@ def _load_to_lds(ex: WaveState, inst: Instruction, sel: Sel, data: np.ndarray, n
     widx = _lds_index(ex, inst, sel, addr, ndw)
     if ex.timing is not None:
         ex.timing.lds_write(ex, inst, sel, widx, ex.lane_mask(sel), dma=True)
-    rows = np.broadcast_to(_wg_rows(ex, sel), widx.shape)
-    mask = np.broadcast_to(ex.lane_mask(sel)[..., None], widx.shape)
-    ex.lds[rows[mask], widx[mask]] = data[mask]
+    _lds_store(ex, sel, widx, data)
 
 
 def buffer_store(ex: WaveState, inst: Instruction, sel: Sel) -> None:
@@ -212,10 +215,10 @@ def _bf16_pair_to_f32(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _apply_pk_add(
     ex: WaveState, inst: Instruction, sel: Sel, addr: np.ndarray, data: np.ndarray
 ) -> None:
-    for group, words, idx in ex.memory.dword_views(addr, f"{inst.name} (global memory)"):
-        d = data if group.all() else data[group]
+    for group in ex.memory.dword_views(addr, f"{inst.name} (global memory)"):
+        words, idx = group.words, group.index
         old_lo, old_hi = _bf16_pair_to_f32(words[idx])
-        add_lo, add_hi = _bf16_pair_to_f32(d.astype(U32))
+        add_lo, add_hi = _bf16_pair_to_f32(group.pick(data).astype(U32))
         with np.errstate(all="ignore"):
             lo = float_to_bf16_bits(old_lo + add_lo).astype(U32)
             hi = float_to_bf16_bits(old_hi + add_hi).astype(U32)
