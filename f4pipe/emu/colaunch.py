@@ -260,21 +260,13 @@ def _trial(
         return set()
     events = (ex.timing.events or []) if ex.timing is not None else []
     wave_owner = owner[ex.wg]
+    stores_of = _stores_by_launch(journal, owner, linear, len(launches))
     runs: list[Outcome] = []
     for j in range(len(launches)):
         if j in ex.dropped:
             runs.append(FAULTED)
             continue
-        stores = []
-        for store in journal.stores:
-            mine = owner[store.writers] == j
-            if mine.any():
-                writers = linear[store.writers[mine]]
-                stores.append(
-                    DeferredStore(
-                        store.addr[mine], store.values[mine], store.what, writers, store.site
-                    )
-                )
+        stores = stores_of[j]
         hazards = [(int(linear[g]), hz, where) for g, hz, where in events if owner[g] == j]
         runs.append(
             IsolatedRun(
@@ -285,3 +277,26 @@ def _trial(
             )
         )
     return journal.read, runs
+
+
+def _stores_by_launch(
+    journal: Journal, owner: np.ndarray, linear: np.ndarray, launches: int
+) -> list[list[DeferredStore]]:
+    """Each launch's part of every deferred store, in store order (and C order within one),
+    its writers renumbered within the launch. One stable sort per store, not a pass over
+    the store per launch: a batch holds tens of launches."""
+    stores_of: list[list[DeferredStore]] = [[] for _ in range(launches)]
+    for store in journal.stores:
+        addr, values, writers = (a.reshape(-1) for a in (store.addr, store.values, store.writers))
+        launch = owner[writers]
+        order = np.argsort(launch, kind="stable")
+        counts = np.bincount(launch, minlength=launches)
+        ends = np.cumsum(counts)
+        for j in np.flatnonzero(counts):
+            part = order[ends[j] - counts[j] : ends[j]]
+            stores_of[j].append(
+                DeferredStore(
+                    addr[part], values[part], store.what, linear[writers[part]], store.site
+                )
+            )
+    return stores_of

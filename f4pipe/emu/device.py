@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_WAVES_PER_BATCH = 512
 DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
+#: The LDS bookkeeping arrays by waves per workgroup (EmulatorDevice._lds_pool).
+_LDS_POOLS: dict[int, LdsWords] = {}
 
 
 @dataclass
@@ -126,7 +128,6 @@ class EmulatorDevice:
         self.shared_runs = shared_runs
         self._programs: dict[tuple[Path, str], Program] = {}
         self._models: dict[int, TimingModel] = {}
-        self._lds_words: LdsWords | None = None
         self._buffers: dict[int, DeviceBuffer] = {}
         #: Attached to every batch's Executor (Executor.observer): sees each step before it
         #: executes. The cycle model's path recorder (f4pipe.perf.trace) sets it.
@@ -328,12 +329,15 @@ class EmulatorDevice:
     # --- helpers -------------------------------------------------------------------------
 
     def _lds_pool(self, num_wg: int, words: int, waves_per_group: int) -> LdsWords:
-        """The LDS bookkeeping arrays, reused across batches and launches (see LdsWords)."""
-        pool = self._lds_words
+        """The LDS bookkeeping arrays, reused across batches, launches and devices (see
+        LdsWords): the shape-edge sweep makes two devices per kernel, and zeroing tens of
+        MB of tags for each cost about 0.6 CPU-s of its 29. One set per workgroup size, for the
+        process: batches run one at a time, each leaving the tags old for the next."""
+        pool = _LDS_POOLS.get(waves_per_group)
         if pool is None or not pool.fits(num_wg, words, waves_per_group):
             per_batch = max(1, self.max_waves_per_batch // waves_per_group)
             pool = LdsWords(max(num_wg, per_batch), words, waves_per_group)
-            self._lds_words = pool
+            _LDS_POOLS[waves_per_group] = pool
         return pool
 
     def _timing_model(self, prog: Program) -> TimingModel:
