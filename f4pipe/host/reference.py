@@ -25,7 +25,13 @@ def reference_gemm(a: MxOperand, b: MxOperand, alpha: float = 1.0) -> np.ndarray
     """float64 [M, N] = alpha * A @ B^T for A [M, K] and B [N, K]."""
     if a.k != b.k:
         raise ShapeError(f"A has K={a.k} but B has K={b.k}")
-    return (a.dequantize() @ b.dequantize().T) * kernel_alpha(alpha)
+    return reference_of_values(a.dequantize(), b.dequantize(), alpha)
+
+
+def reference_of_values(a: np.ndarray, b: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    """reference_gemm of operands already dequantized (float64 [M, K] and [N, K]), for a
+    caller that pairs each operand with several others (the shape-edge sweep)."""
+    return (a @ b.T) * kernel_alpha(alpha)
 
 
 #: The references reused between runs, by operand draw and alpha (shared_reference), and the
