@@ -103,6 +103,34 @@ def test_buffer_loads_read_zero_past_num_records_per_dword(toolchain) -> None:
     assert np.array_equal(ex.vgpr[10, 0], u32(np.where(off < 520, words[(off + 64) // 4], 0)))
 
 
+def test_structured_and_offsetless_buffer_loads_check_their_own_range(toolchain) -> None:
+    """idxen: address base + index * stride (+ the VGPR offset with offen), out of range when
+    index >= num_records; neither idxen nor offen: every lane reads base + inst_offset."""
+    mem = GlobalMemory()
+    addr = mem.alloc(4096)
+    mem.array(addr).view(np.uint32)[:] = np.arange(1024, dtype=np.uint32) + 1
+    words = mem.array(addr).view(np.uint32)
+    stride = 32  # bytes per record
+    sharp = {8: addr & 0xFFFFFFFF, 9: (addr >> 32) | (stride << 16), 10: 40, 11: 0x00020000}
+    ex = _run(
+        toolchain,
+        """
+        buffer_load_dwordx2 v[4:5], v1, s[8:11], 0 idxen offset:4
+        buffer_load_dword v6, v[2:3], s[8:11], 0 idxen offen
+        buffer_load_dword v7, off, s[8:11], 0 offset:12
+        """,
+        {1: u32(LANE), 2: u32(LANE), 3: u32(LANE % 8 * 4)},  # v[2:3]: index, offset
+        sharp,
+        memory=mem,
+    )
+    for i in range(2):
+        want = np.where(LANE < 40, words[(LANE * stride + 4 + 4 * i) // 4], 0)
+        assert np.array_equal(ex.vgpr[4 + i, 0], u32(want)), i
+    want = np.where(LANE < 40, words[(LANE * stride + LANE % 8 * 4) // 4], 0)
+    assert np.array_equal(ex.vgpr[6, 0], u32(want))
+    assert np.array_equal(ex.vgpr[7, 0], u32(np.full(64, words[3])))
+
+
 def test_buffer_stores_drop_out_of_range_dwords_and_leave_the_rest(toolchain) -> None:
     mem = GlobalMemory()
     addr = mem.alloc(2048)

@@ -113,17 +113,23 @@ def buffer_addresses(ex: WaveState, inst: Instruction, sel: Sel, ndw: int):
     if inst.offen:
         voff = ex.vgpr[vaddr.index + 1, sel] if inst.idxen else ex.v(vaddr, sel)
         offset = (voff.astype(np.int64) + inst.offset)[..., None]
-    addr = (base + soff)[:, None, None] + offset + comp
+    rel = offset + comp  # [n, 64, ndw], or [ndw] without offen: the range check's offset
+    addr = rel + (base + soff)[:, None, None]
     if inst.idxen:
         if (stride == 0).any():
             raise ex.error(inst, sel, "idxen with a zero-stride buffer resource is not modelled")
         index = ex.v(vaddr, sel).astype(np.int64)[..., None]  # [n, 64, 1]
-        addr = addr + index * stride[:, None, None]
+        addr = addr + index * stride[:, None, None]  # [n, 64, ndw] even without offen
         in_range = index < num_records[:, None, None]
     else:
-        in_range = (offset + comp) < num_records[:, None, None]
+        in_range = rel < num_records[:, None, None]
     ok = in_range & ex.lane_mask(sel)[..., None]
-    return np.broadcast_to(addr, shape), np.broadcast_to(ok, shape)
+    return _full(addr, shape), _full(ok, shape)
+
+
+def _full(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`array` broadcast to `shape` (a read-only view), or itself when it has that shape."""
+    return array if array.shape == shape else np.broadcast_to(array, shape)
 
 
 def buffer_load(ex: WaveState, inst: Instruction, sel: Sel) -> None:
