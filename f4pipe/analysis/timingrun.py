@@ -30,8 +30,9 @@ I32_MAX = np.iinfo(np.int32).max
 class LdsWords:
     """Per workgroup slot and LDS word: the last write's tag; per wave slot: its last read's.
 
-    Kept by the device and reused (see the tag comment), so the large arrays are allocated and
-    faulted in once, not per batch. `base` is the first sequence number the next batch uses."""
+    Kept for the process (EmulatorDevice._lds_pool) and reused (see the tag comment), so the
+    large arrays are allocated and faulted in once, not per batch or device. `base` is the
+    first sequence number the next batch uses."""
 
     def __init__(self, num_wg: int, words: int, waves_per_group: int) -> None:
         self.shape = (num_wg, words, waves_per_group)
