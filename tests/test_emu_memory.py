@@ -9,7 +9,7 @@ import pytest
 from emu_snippets import make_executor, u32
 
 from f4pipe.core.errors import EmulatorError
-from f4pipe.emu.memory import GlobalMemory
+from f4pipe.emu.memory import GlobalMemory, positions_by_key
 
 LANE = np.arange(64)
 
@@ -220,6 +220,26 @@ def test_atomic_pk_add_bf16_rounds_each_half_and_serialises_same_address_lanes(t
     assert lo[40] == 33.0  # 1 + 32 * 1.0, each add exact
     assert hi[40] == 256.0  # every +1 rounds back to 256 (ulp 2): serial, not a sum of 32
     assert lo[41] == 1.0 and hi[41] == 256.0  # untouched
+
+
+def test_an_access_across_allocations_lands_in_each_in_c_order() -> None:
+    """One access spanning allocations is split per allocation; a dword written twice keeps
+    the later value (C order), as within one allocation."""
+    mem = GlobalMemory()
+    a, b = mem.alloc(64), mem.alloc(64)
+    addr = np.array([[b, a + 4], [b + 8, a], [b + 8, b + 60]], dtype=np.int64)
+    mem.write_dwords(addr, u32(np.arange(6) + 1).reshape(3, 2))
+    assert mem.read_dwords(addr).tolist() == [[1, 2], [5, 4], [5, 6]]
+    assert mem.array(a).view(np.uint32)[:2].tolist() == [4, 2]
+    assert mem.array(b).view(np.uint32)[[0, 2, 15]].tolist() == [1, 5, 6]
+    with pytest.raises(EmulatorError, match="past the end of the 64-byte allocation"):
+        mem.read_dwords(np.array([a, b + 64], dtype=np.int64))
+
+
+def test_positions_by_key_lists_each_key_once_with_its_positions_in_order() -> None:
+    keys = np.array([[2, 0, 2], [1, 0, 2]])
+    got = [(k, p.tolist()) for k, p in positions_by_key(keys, np.bincount(keys.ravel()))]
+    assert got == [(0, [1, 4]), (1, [3]), (2, [0, 2, 5])]
 
 
 # --- race detection -------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from f4pipe.emu.launching import (
     initial_state,
     order_workgroups,
 )
-from f4pipe.emu.memory import DeferredStore, Journal, WriteConflict
+from f4pipe.emu.memory import DeferredStore, Journal, WriteConflict, positions_by_key
 
 if TYPE_CHECKING:  # the device imports this module when it first runs staged launches
     from f4pipe.emu.device import EmulatorDevice
@@ -283,17 +283,12 @@ def _stores_by_launch(
     journal: Journal, owner: np.ndarray, linear: np.ndarray, launches: int
 ) -> list[list[DeferredStore]]:
     """Each launch's part of every deferred store, in store order (and C order within one),
-    its writers renumbered within the launch. One stable sort per store, not a pass over
-    the store per launch: a batch holds tens of launches."""
+    its writers renumbered within the launch."""
     stores_of: list[list[DeferredStore]] = [[] for _ in range(launches)]
     for store in journal.stores:
         addr, values, writers = (a.reshape(-1) for a in (store.addr, store.values, store.writers))
         launch = owner[writers]
-        order = np.argsort(launch, kind="stable")
-        counts = np.bincount(launch, minlength=launches)
-        ends = np.cumsum(counts)
-        for j in np.flatnonzero(counts):
-            part = order[ends[j] - counts[j] : ends[j]]
+        for j, part in positions_by_key(launch, np.bincount(launch)):
             stores_of[j].append(
                 DeferredStore(
                     addr[part], values[part], store.what, linear[writers[part]], store.site

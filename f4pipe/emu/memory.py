@@ -411,12 +411,8 @@ class GlobalMemory:
             start = int(starts[used[0]])
             words = self._arrays[start].view(np.uint32)
             return [WordGroup(None, start, words, (flat - start) >> 2)]
-        small = np.int16 if starts.size < np.iinfo(np.int16).max else np.int64
-        order = np.argsort(which.astype(small), kind="stable")  # C order within a group
-        ends_at = np.cumsum(counts)
         groups = []
-        for i in used:
-            positions = order[ends_at[i] - counts[i] : ends_at[i]]
+        for i, positions in positions_by_key(which, counts):
             start = int(starts[i])
             words = self._arrays[start].view(np.uint32)
             groups.append(WordGroup(positions, start, words, (flat[positions] - start) >> 2))
@@ -478,6 +474,16 @@ class GlobalMemory:
         if self._journal is not None:
             raise WriteConflict("an atomic cannot be deferred")
         return self._word_groups(addr, what)
+
+
+def positions_by_key(keys: np.ndarray, counts: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(key, its positions in the flat `keys`, in C order) for every key that occurs, in key
+    order; `counts` is np.bincount(keys). One stable sort instead of a boolean mask per key:
+    an access of a batch of launches spans tens of allocations, a store tens of launches."""
+    small = np.int16 if counts.size <= np.iinfo(np.int16).max else np.int64
+    order = np.argsort(keys.reshape(-1).astype(small), kind="stable")
+    ends = np.cumsum(counts)
+    return [(int(k), order[ends[k] - counts[k] : ends[k]]) for k in np.flatnonzero(counts)]
 
 
 @dataclass(frozen=True)
