@@ -39,10 +39,12 @@ def atol_for(max_abs_ref: float, gdz: int) -> float:
     return (ATOL_FRACTION_SPLITK if gdz > 1 else ATOL_FRACTION) * max_abs_ref
 
 
-def _bad(err: np.ndarray, abs_ref: np.ndarray, atol: float) -> np.ndarray:
-    """The criterion itself. NaN in got counts as bad: the comparison is False for NaN, so
-    test "not <="."""
-    return ~(err <= atol + RTOL * abs_ref)
+def _within(err: np.ndarray, abs_ref: np.ndarray, atol: float) -> np.ndarray:
+    """The criterion itself: err <= atol + rtol * |ref|. NaN in got counts as bad: the
+    comparison is False for NaN, so bad is "not within"."""
+    limit = abs_ref * RTOL
+    limit += atol
+    return err <= limit
 
 
 def bad_mask(got: np.ndarray, ref: np.ndarray, gdz: int) -> np.ndarray:
@@ -53,7 +55,7 @@ def bad_mask(got: np.ndarray, ref: np.ndarray, gdz: int) -> np.ndarray:
         raise ShapeError(f"output shape {got.shape} differs from reference shape {ref.shape}")
     abs_ref = np.abs(ref)
     atol = atol_for(float(abs_ref.max()) if ref.size else 0.0, gdz)
-    return _bad(np.abs(got - ref), abs_ref, atol)
+    return ~_within(np.abs(got - ref), abs_ref, atol)
 
 
 def verify_output(got: np.ndarray, ref: np.ndarray, gdz: int) -> Verification:
@@ -74,9 +76,7 @@ def verify_output(got: np.ndarray, ref: np.ndarray, gdz: int) -> Verification:
     atol = atol_for(max_abs_ref, gdz)
     err = np.subtract(got, ref)
     np.abs(err, out=err)
-    limit = abs_ref * RTOL
-    limit += atol
-    bad = err.size - int(np.count_nonzero(err <= limit))  # NaN in got: not <=, so bad
+    bad = err.size - int(np.count_nonzero(_within(err, abs_ref, atol)))
     max_abs_err = _max_or_inf(err)
     significant = abs_ref > atol
     max_rel_err = 0.0
