@@ -18,7 +18,8 @@ from f4pipe.cli import main
 from f4pipe.codeobj.program import Program
 from f4pipe.edits.trykernel import open_devices, quick_cases
 from f4pipe.edits.waitcheck import verify_loosening
-from f4pipe.perf.predict import KernelProfile, wait_change_cycles
+from f4pipe.perf.predict import wait_change_cycles
+from f4pipe.perf.profile import KernelProfile
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 BUF = "s[8:11], 0 offen"
