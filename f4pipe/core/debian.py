@@ -136,7 +136,7 @@ class PrivateApt:
         would bring onto this machine: apt's own resolver, reading the machine's dpkg status,
         so what is installed already is left out (its libraries are the machine's)."""
         sim = self.run(["apt-get", "--simulate", "--no-install-recommends", "install", *packages])
-        return [f"{m['name']}={m['version']}" for m in _INST_RE.finditer(sim)]
+        return simulated_installs(sim)
 
     def download(self, packages: Iterable[str]) -> list[Path]:
         """Download `packages` (names, or name=version) as .deb files; return them sorted."""
@@ -147,6 +147,12 @@ class PrivateApt:
 
 
 _INST_RE = re.compile(r"^Inst (?P<name>\S+) (?:\[[^]]*\] )?\((?P<version>\S+)", re.M)
+
+
+def simulated_installs(text: str) -> list[str]:
+    """`name=version` of each `Inst` line of `apt-get --simulate install` (new packages and
+    upgrades, whose line names the installed version in brackets first)."""
+    return [f"{m['name']}={m['version']}" for m in _INST_RE.finditer(text)]
 
 
 @contextmanager
