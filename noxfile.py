@@ -152,7 +152,7 @@ def newcomer(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def report_screenshot(session: nox.Session) -> None:
-    """Render a result set's report in headless Chromium (apt package `chromium`) to a PNG:
+    """Render a result set's report in headless Chromium (on PATH, else provisioned) to a PNG:
     `nox -s report_screenshot -- results/<aiter-id>/report/index.html -o shot.png`."""
     install(session)
     session.run("python", "scripts/screenshot_report.py", *session.posargs)
