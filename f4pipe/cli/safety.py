@@ -147,23 +147,33 @@ def run_coverage(
     """`audit-tuned --shapes/--shape`: what aiter runs for each shape, and the tables' key
     findings. Exit 1 if a shape runs an unsafe kernel or makes aiter raise."""
     from f4pipe.aiter.lookup import build_index, key_findings
-    from f4pipe.aiter.traffic import coverage_row, format_row, groups, parse_shape, read_shapes
+    from f4pipe.aiter.traffic import (
+        coverage_row,
+        format_row,
+        groups,
+        parse_shape,
+        predicted_shape,
+        read_shapes,
+    )
     from f4pipe.aiter.tuned import read_tuned
     from f4pipe.core.schemas import COVERAGE
 
     specs = [s for path in args.shapes for s in read_shapes(path)]
     specs += [parse_shape(text) for text in args.shape]
     index = build_index({name: read_tuned(path) for name, path in tables.items()})
+    found = [
+        g for spec in specs for g in groups(index, manifest, spec, cu_num=args.cu_num, gfx=args.gfx)
+    ]
+    rankings = {}
     predictor = None
     if args.predict:
         from f4pipe.perf.predict import Predictor
 
         predictor = Predictor(manifest)
-    rows = [
-        coverage_row(g, predictor)
-        for spec in specs
-        for g in groups(index, manifest, spec, cu_num=args.cu_num, gfx=args.gfx)
-    ]
+        shapes = sorted({predicted_shape(g) for g in found if g.resolution.outcome != "error"})
+        ranked = predictor.rank_shapes([(*shape, None) for shape in shapes])
+        rankings = dict(zip(shapes, ranked, strict=True))
+    rows = [coverage_row(g, rankings.get(predicted_shape(g))) for g in found]
     written = write_if_asked(args.output, rows, COVERAGE)
     findings = key_findings(index)
     print(

@@ -8,6 +8,7 @@ the unit that bounds it, an edit's predicted change, a wait's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -196,15 +197,38 @@ class Predictor:
     ) -> list[Ranked]:
         """Every kernel (or `kernels`) at the shape, safe ones ranked fastest first, then the
         unsafe ones (rank 0)."""
-        entries = list(self.manifest) if kernels is None else kernels
-        check_shape(m, n, k, log2_k_split if any(e.splitk for e in entries) else 0)
-        rows = predict_rows(self, entries, [m] * len(entries), [n] * len(entries),
-                            [k] * len(entries), log2_k_split, warm, explain)  # fmt: skip
-        preds = [
-            (rows.prediction(i, e, (m, n, k, log2_k_split)), is_safe(e, m, n, k))
-            for i, e in enumerate(entries)
-        ]
-        safe = sorted((p for p in preds if p[1]), key=lambda p: p[0].us)
-        unsafe = sorted((p for p in preds if not p[1]), key=lambda p: p[0].us)
-        ranked = [Ranked(p, True, i + 1) for i, (p, _) in enumerate(safe)]
-        return ranked + [Ranked(p, False, 0) for p, _ in unsafe]
+        return self.rank_shapes([(m, n, k, kernels)], log2_k_split, warm, explain)[0]
+
+    def rank_shapes(
+        self,
+        shapes: Sequence[tuple[int, int, int, list[KernelEntry] | None]],
+        log2_k_split: int = 0,
+        warm: bool = False,
+        explain: bool = False,
+    ) -> list[list[Ranked]]:
+        """rank of every (M, N, K, kernels or None for all) in one pass of the batch path (a
+        shape list of thousands costs a few numpy passes per kernel, not thousands)."""
+        entries, rows, shape_of = [], [], []
+        for i, (m, n, k, kernels) in enumerate(shapes):
+            chosen = list(self.manifest) if kernels is None else kernels
+            check_shape(m, n, k, log2_k_split if any(e.splitk for e in chosen) else 0)
+            entries += chosen
+            rows += [(m, n, k)] * len(chosen)
+            shape_of += [i] * len(chosen)
+        m, n, k = (np.array([r[j] for r in rows], dtype=np.int64) for j in range(3))
+        got = predict_rows(self, entries, m, n, k, log2_k_split, warm, explain)
+        preds: list[list[tuple[Prediction, bool]]] = [[] for _ in shapes]
+        for row, (e, (a, b, c), i) in enumerate(zip(entries, rows, shape_of, strict=True)):
+            p = got.prediction(row, e, (a, b, c, log2_k_split))
+            preds[i].append((p, is_safe(e, a, b, c)))
+        return [ranked(p) for p in preds]
+
+
+def ranked(preds: list[tuple[Prediction, bool]]) -> list[Ranked]:
+    """(prediction, safe) pairs as Ranked: the safe ones fastest first, then the unsafe ones
+    (rank 0)."""
+    safe = sorted((p for p in preds if p[1]), key=lambda p: p[0].us)
+    unsafe = sorted((p for p in preds if not p[1]), key=lambda p: p[0].us)
+    return [Ranked(p, True, i + 1) for i, (p, _) in enumerate(safe)] + [
+        Ranked(p, False, 0) for p, _ in unsafe
+    ]
