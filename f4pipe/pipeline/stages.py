@@ -33,6 +33,7 @@ from f4pipe.core.device import Device
 from f4pipe.core.errors import ConfigError, DeviceError, EmulatorError, ShapeError
 from f4pipe.core.layout import NO_DEVICE, PRIMARY_ARCH, SEED_A, SEED_B
 from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.core.verdicts import RUN_VERDICTS
 from f4pipe.devices.devinfo import CLOCK_FIELDS, DEVICE_FIELDS, clock_fields
 from f4pipe.host.gemm import (
     NOT_TIMED_NO_HARDWARE,
@@ -263,10 +264,6 @@ def _splitk_row(
     return row | {"k_num": geometry.k_num, "k_per_tg": geometry.k_per_tg}
 
 
-#: Statuses that are verdicts of a run, hence worth storing (not "skipped" or "error").
-_VERDICTS = ("passed", "failed", "hazard")
-
-
 def _stored(
     stage: str,
     device: Device | None,
@@ -295,7 +292,7 @@ def _stored(
         inputs,
         {"aiter_id": settings.keys.aiter_id, "variant": settings.variant},
         lambda: [make_row(device, manifest, settings, entry, log2, case)],
-        keep=lambda r: r["status"] in _VERDICTS,
+        keep=lambda r: r["status"] in RUN_VERDICTS,
     )
     return row
 
