@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.core.cache import cache_root
 from f4pipe.core.errors import InputError, ToolchainError
 from f4pipe.core.fsio import atomic_dir, atomic_path, read_json_file, write_json
@@ -168,7 +169,7 @@ def knows_gfx950(bin_dir: Path) -> bool:
             [
                 str(bin_dir / "llvm-mc"),
                 "-triple=amdgcn-amd-amdhsa",
-                "-mcpu=gfx950",
+                f"-mcpu={ARCH}",
                 "-filetype=null",
             ],
             input=probe,

@@ -28,8 +28,9 @@ import numpy as np
 
 from f4pipe.analysis.timing import HazardReport, TimingModel
 from f4pipe.analysis.timingrun import LdsWords, TimingRun
+from f4pipe.arch.gfx950 import ARCH, NUM_CU
 from f4pipe.codeobj.program import Program
-from f4pipe.core.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
+from f4pipe.core.device import DeviceBuffer
 from f4pipe.core.errors import EmulatorError, NoDeviceError
 from f4pipe.core.fsio import write_text
 from f4pipe.core.layout import EMULATOR_DEVICE_ID
@@ -95,8 +96,8 @@ class EmulatorDevice:
     """
 
     device_id = EMULATOR_DEVICE_ID
-    arch = EMULATOR_ARCH
-    num_cu = EMULATED_NUM_CU
+    arch = ARCH
+    num_cu = NUM_CU
     can_time = False
 
     def __init__(
