@@ -13,7 +13,14 @@ from matplotlib.colors import to_rgba
 from f4pipe.aiter.shaperules import EDGE_CLASSES
 from f4pipe.compare.changes import safety_changes
 from f4pipe.core.schemas import KEY_FIELDS, SAFETY, read_table, write_rows
-from f4pipe.core.verdicts import SAFETY_COLOURS, SAFETY_MEANINGS, SAFETY_RANK, SAFETY_VERDICTS
+from f4pipe.core.verdicts import (
+    BENCH_STATUSES,
+    RUN_STATUSES,
+    SAFETY_COLOURS,
+    SAFETY_MEANINGS,
+    SAFETY_RANK,
+    SAFETY_VERDICTS,
+)
 from f4pipe.report.plots import safety_heatmap_rgba
 from f4pipe.report.safety import safety_section
 
@@ -61,11 +68,14 @@ def test_every_verdict_has_a_rank_a_colour_and_a_meaning():
     assert len(set(SAFETY_COLOURS.values())) == len(SAFETY_VERDICTS)
 
 
-def test_the_schema_comment_lists_the_verdicts_in_their_order():
-    """core/schemas.py documents safety.parquet's verdict column; it must name the home's
-    words, in the home's order."""
-    text = (Path(__file__).parents[1] / "f4pipe/core/schemas.py").read_text()
-    assert f"# verdict: {' | '.join(SAFETY_VERDICTS)} (" in text
+def test_the_schema_comments_list_the_verdicts_and_statuses_in_their_order():
+    """core/schemas.py documents the tables' verdict and status columns; it must name the
+    home's words, in the home's order."""
+    lines = (Path(__file__).parents[1] / "f4pipe/core/schemas.py").read_text().splitlines()
+    text = " ".join(line.removeprefix("# ") for line in lines if line.startswith("# "))
+    assert f"verdict: {' | '.join(SAFETY_VERDICTS)} (" in text
+    runs, bench = (" | ".join(f'"{s}"' for s in words) for words in (RUN_STATUSES, BENCH_STATUSES))
+    assert f"status: {runs} (verify, splitk); {bench} (bench)." in text
 
 
 def test_a_hazard_row_renders_in_the_report_heatmap_and_compare(tmp_path):
