@@ -4,6 +4,7 @@ blank heatmap cell)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -76,6 +77,12 @@ def test_the_schema_comments_list_the_verdicts_and_statuses_in_their_order():
     assert f"verdict: {' | '.join(SAFETY_VERDICTS)} (" in text
     runs, bench = (" | ".join(f'"{s}"' for s in words) for words in (RUN_STATUSES, BENCH_STATUSES))
     assert f"status: {runs} (verify, splitk); {bench} (bench)." in text
+
+
+@pytest.mark.parametrize("caption", ["safety.rst", "safety_heatmap.rst"])
+def test_the_report_captions_name_every_verdict(caption):
+    text = (Path(__file__).parents[1] / "workflow/report" / caption).read_text()
+    assert [v for v in SAFETY_VERDICTS if not re.search(rf"\b{v}\b", text)] == []
 
 
 def test_a_hazard_row_renders_in_the_report_heatmap_and_compare(tmp_path):
