@@ -45,8 +45,9 @@ BENCH_DEFAULTS = {
 
 
 def test_the_schema_and_the_config_state_the_bench_protocol_s_defaults() -> None:
-    """The schema's descriptions say each default ("(default 5)") and config/config.yaml sets
-    it: both must be the protocol's, which the command line uses too."""
+    """The schema's descriptions say each default ("(default 5)"), config/config.yaml sets it
+    and the user guide's config table names it: all must be the protocol's, which the command
+    line uses too."""
     props = SCHEMA["$defs"]["stage"]["properties"]
     stated = {
         key: yaml.safe_load(re.search(r"\(default (\S+?)\)", props[key]["description"])[1])
@@ -56,6 +57,13 @@ def test_the_schema_and_the_config_state_the_bench_protocol_s_defaults() -> None
     bench = yaml.safe_load((ROOT / "config/config.yaml").read_text())["bench"]
     assert {key: bench[key] for key in BENCH_DEFAULTS} == BENCH_DEFAULTS
     assert bench["iters"] == BENCH_ITERS
+    guide = (ROOT / "docs/user-guide.md").read_text()
+    stated_in_guide = (
+        f"`iters` (timed launches per case, default {BENCH_ITERS}), `repeats` "
+        f"({Protocol.repeats}), `warmup` ({Protocol.warmup} launches), `warmup_ms` "
+        f"({Protocol.warmup_ms:g}), `cold` (true: rotate `rotate_mib`, {COLD_ROTATE_BYTES >> 20},"
+    )
+    assert stated_in_guide in guide
 
 
 def test_every_table_has_one_schema_and_every_gemm_stage_one_runner() -> None:
