@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from f4pipe.aiter.manifest import Manifest, read_manifest
 from f4pipe.aiter.tables import CONFIGS_PATH
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_artifact_keys,
@@ -379,9 +380,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cu-num", type=int, default=256, help="the device's CU count for --shapes (default 256)"
     )
-    p.add_argument(
-        "--gfx", default="gfx950", help="the device's arch for --shapes (default gfx950)"
-    )
+    p.add_argument("--gfx", default=ARCH, help=f"the device's arch for --shapes (default {ARCH})")
     p.add_argument(
         "--findings",
         action="store_true",

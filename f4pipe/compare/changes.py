@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.aiter.tuned import TARGET_ARCH
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.compare.asmfacts import fact_changes, instruction_diff
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
@@ -388,7 +388,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
         return None
     cols = [*AUDIT_KEY, "line", "kernel", "symbol", "log2_k_split", "status", "emulated"]
     cols += ["lookup_finding"]  # null in sets written before the lookup model
-    fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", TARGET_ARCH)) for t in (ta, tb))
+    fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", ARCH)) for t in (ta, tb))
     m = merge_sets(fa.drop_duplicates(AUDIT_KEY), fb.drop_duplicates(AUDIT_KEY), AUDIT_KEY)
     rows = []
     for _, r in m.iterrows():
@@ -398,7 +398,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
         change = "added" if state_a == "-" else "removed" if state_b == "-" else "changed"
         rows.append(
             {
-                "table": r["csv"] + (f" [{r['gfx']}]" if r["gfx"] != TARGET_ARCH else ""),
+                "table": r["csv"] + (f" [{r['gfx']}]" if r["gfx"] != ARCH else ""),
                 "line B": fmt_value(r["line B"]),
                 "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",
                 "change": change,

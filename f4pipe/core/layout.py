@@ -69,9 +69,8 @@ NO_DEVICE = "none"
 
 # --- architectures ---------------------------------------------------------------------------
 
-#: The architecture every stage serves: its f4gemm/ and its tables sit at the top of a fetched
-#: aiter and of a result set.
-PRIMARY_ARCH = "gfx950"
+#: The architecture every stage serves (f4pipe.arch.gfx950.ARCH): its f4gemm/ and its tables
+#: sit at the top of a fetched aiter and of a result set.
 #: Each other architecture a fetch took (aiter's gfx1250 f4gemm) is listed and round-tripped
 #: into `<result set>/architectures/<arch>/`: these tables and a roundtrip/ directory. The
 #: stages beyond the round trip launch, time and choose gfx950's kernels only.

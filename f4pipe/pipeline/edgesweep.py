@@ -51,6 +51,7 @@ from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import EmulatorError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.core.verdicts import SAFETY_RANK
 from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm, run_gemms
 from f4pipe.host.kernarg import KERNARG_FIELDS, BufferLayout
 from f4pipe.host.operands import generate_operand
@@ -291,8 +292,7 @@ def sweep_kernel(
 
 
 def _worst(outcomes: Sequence[OrderOutcome]) -> OrderOutcome:
-    rank = {"fault": 4, "wrong": 3, "hazard": 2, "race": 1, "safe": 0}
-    return max(outcomes, key=lambda o: rank[verdict_of([o])])
+    return max(outcomes, key=lambda o: SAFETY_RANK[verdict_of([o])])
 
 
 def _row(

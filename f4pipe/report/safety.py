@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from f4pipe.aiter.shaperules import EDGE_CLASSES
+from f4pipe.core.verdicts import SAFETY_MEANINGS, SAFETY_RANK, worst_verdict
 from f4pipe.pipeline.audit import format_finding
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.plots import HEATMAP_PNG, plot_predicted_vs_recorded, plot_safety_heatmap
@@ -20,12 +21,6 @@ from f4pipe.report.render import (
     in_kernel_order,
     short_kernel,
 )
-
-VERDICT_RANK = {"safe": 0, "race": 1, "wrong": 2, "fault": 3}
-
-
-def _worst_verdict(rows: pd.DataFrame) -> str:
-    return "" if not len(rows) else max(rows["verdict"], key=VERDICT_RANK.__getitem__)
 
 
 def _padding_cell(rows: pd.DataFrame) -> str:
@@ -47,7 +42,7 @@ def _safety_cell(rows: pd.DataFrame) -> str:
         return "-"
     if "scale_pad" in rows and rows[["scale_pad", "k_pad"]].drop_duplicates().shape[0] > 1:
         return _padding_cell(rows)
-    worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+    worst = rows.loc[rows["verdict"].map(SAFETY_RANK).idxmax()]
     v = str(worst["verdict"])
     if v == "wrong" and worst["bad"]:
         return (
@@ -74,7 +69,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
     counts = []
     for edge in EDGE_CLASSES:
         cell = raw[raw["edge_class"] == edge].groupby("kernel")["verdict"]
-        worst = cell.agg(lambda v: max(v, key=VERDICT_RANK.__getitem__))
+        worst = cell.agg(worst_verdict)
         tally = worst.value_counts()
         counts.append(f"{edge}: " + ", ".join(f"{n} {v}" for v, n in sorted(tally.items())))
     disagree = df[~df["agrees"]]
@@ -95,12 +90,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         )
         sec.headline = f"{len(disagree)} rows: rules and emulator disagree"
     sec.state = "bad" if len(disagree) else "info"
-    sec.notes.append(
-        "safe: D[:M,:N] right and no canary outside it moved in every workgroup order, no "
-        "races; race: right here, but two workgroups store to one address (hardware order "
-        "decides); wrong: first bad element (expected, got) in some order; fault: the kernel "
-        "left its buffers (the emulator refuses; hardware writes or reads whatever is there)"
-    )
+    sec.notes.append("; ".join(f"{v}: {meaning}" for v, meaning in SAFETY_MEANINGS.items()))
     sec.notes.append(
         f"orders: {', '.join(sorted(set(df['orders'])))}; kernel names drop "
         f"the prefix {KERNEL_PREFIX}"
@@ -132,7 +122,8 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
     if out_dir is not None:
         worst = {
             short_kernel(str(kernel)): {
-                edge: _worst_verdict(rows[rows["edge_class"] == edge]) for edge in EDGE_CLASSES
+                edge: worst_verdict(rows.loc[rows["edge_class"] == edge, "verdict"])
+                for edge in EDGE_CLASSES
             }
             for kernel, rows in raw.groupby("kernel", sort=False)
         }
@@ -140,7 +131,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         sec.plot = plot_safety_heatmap(cells, out_dir / HEATMAP_PNG)
     repro = []
     for (kernel, edge), rows in raw[raw["verdict"] != "safe"].groupby(["kernel", "edge_class"]):
-        worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+        worst = rows.loc[rows["verdict"].map(SAFETY_RANK).idxmax()]
         repro.append(f"# {short_kernel(str(kernel))} {edge}: {worst['verdict']}")
         repro.append(str(worst["reproducer"]))
     if repro:
