@@ -238,7 +238,7 @@ def test_changed_aiter_source_reruns_under_a_new_id(pipeline_run: Path, f4gemm_d
     assert "checkpoint aiter_id:" not in out
     planned = set(re.findall(r"results/(local-[0-9a-f]{12})/", out))
     assert planned and before not in planned
-    assert re.search(r"(checkpoint|rule) fetch:", out) and "rule toolchain:" in out
+    assert re.search(r"(checkpoint|rule) fetch:", out) and "rule toolchain_json:" in out
 
 
 def without_provenance(summary: str) -> str:

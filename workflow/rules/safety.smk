@@ -47,6 +47,7 @@ rule audit_tuned:
     input:
         fetched=AITER_DIR,
         toolchain=TOOLCHAIN,
+        checked=CONFIG_FACT,
     output:
         report(
             RESULTS / table_file("audit"),
