@@ -32,7 +32,7 @@ from f4pipe.cli.args import (
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import write_bytes
-from f4pipe.core.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
+from f4pipe.core.layout import BASE_VARIANTS, SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.fetch import extract_wheel_file, fetch_aiter
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 
@@ -78,6 +78,7 @@ def run_safety(args: argparse.Namespace) -> int:
         orders=orders,
         store=store,
         workers=args.workers,
+        variant=args.variant,
     )
     written = write_if_asked(args.output, rows, SAFETY)
     counts: dict[str, int] = {}
@@ -314,6 +315,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_store(p)
     add_workers(p)
     p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
+    p.add_argument(
+        "--variant",
+        default=BASE_VARIANTS[0],
+        help="the rows' variant: original (default) or an edit's edit-<name>",
+    )
     p.add_argument(
         "--order",
         action="append",

@@ -366,11 +366,16 @@ def get_store_args(wildcards):
 
 
 def get_safety_rows(wildcards):
-    """The shape-edge sweep's rows (original code objects): one job, or one per kernel."""
+    """The shape-edge sweep's rows: the original code objects' (one job, or one per kernel)
+    and each edit's, whose variant holds its one kernel (the rebuilt objects are not swept:
+    their bytes are proved equivalent to the originals')."""
+    swept = [ORIGINAL, *(spec.variant for spec in EDITS.values())]
     if PER_VARIANT_JOBS:
-        return [RESULTS / "safety" / ORIGINAL / f"{EVERY_KERNEL}.parquet"]
+        return [RESULTS / "safety" / v / f"{EVERY_KERNEL}.parquet" for v in swept]
     return [
-        RESULTS / "safety" / ORIGINAL / f"{k}.parquet" for k in get_kernels(wildcards)
+        RESULTS / "safety" / v / f"{k}.parquet"
+        for v in swept
+        for k in get_variant_kernels(wildcards, v)
     ]
 
 
