@@ -72,6 +72,8 @@ rule toolchain_json:
         TOOLCHAIN,
     log:
         LOGS / "toolchain.log",
+    conda:
+        "../envs/f4pipe.yaml"
     shell:
         # copied beside, then renamed: never half-written (a plain copy: no f4pipe start-up)
         "(cp {input:q} {output:q}.part && mv {output:q}.part {output:q}) 2> {log:q}"
