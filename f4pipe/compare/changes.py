@@ -16,7 +16,7 @@ from f4pipe.arch.gfx950 import ARCH
 from f4pipe.compare.asmfacts import fact_changes, instruction_diff
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
-from f4pipe.core.layout import K_PADDINGS, ROUNDTRIP_DIR, SCALE_PADDINGS
+from f4pipe.core.layout import BASE_VARIANTS, K_PADDINGS, ROUNDTRIP_DIR, SCALE_PADDINGS
 from f4pipe.pipeline.archive import PROVENANCE_NAME
 from f4pipe.pipeline.resultset import RUN_KEY, ResultSet, find_aiter_provenance
 from f4pipe.report.render import (
@@ -325,7 +325,7 @@ def gemm_changes(a: ResultSet, b: ResultSet, name: str) -> pd.DataFrame | None:
     return pd.DataFrame(rows)
 
 
-SAFETY_KEY = ["kernel", "edge_class", "m", "n", "k", "policy", "scale_pad", "k_pad"]
+SAFETY_KEY = ["variant", "kernel", "edge_class", "m", "n", "k", "policy", "scale_pad", "k_pad"]
 #: What a safety table written before the K-tail classes ran every cell under: the C++ driver's
 #: scale padding, A and B unpadded in K (core.layout SCALE_PADDINGS[0], K_PADDINGS[0]).
 PADDING_BEFORE_K_TAILS = {"scale_pad": SCALE_PADDINGS[0], "k_pad": K_PADDINGS[0]}
@@ -333,9 +333,14 @@ PADDING_BEFORE_K_TAILS = {"scale_pad": SCALE_PADDINGS[0], "k_pad": K_PADDINGS[0]
 
 def _with_paddings(table: pd.DataFrame) -> pd.DataFrame:
     """The safety table with its padding columns, filled for a set written before them: the
-    K-tail classes run one shape under several paddings, so a cell is known only with them."""
+    K-tail classes run one shape under several paddings, so a cell is known only with them.
+    And its variant, filled (original) for a set written before edits were swept."""
     missing = {c: v for c, v in PADDING_BEFORE_K_TAILS.items() if c not in table.columns}
-    return table.assign(**missing) if missing else table
+    table = table.assign(**missing) if missing else table
+    variant = table["variant"] if "variant" in table.columns else None
+    return table.assign(
+        variant=BASE_VARIANTS[0] if variant is None else variant.fillna(BASE_VARIANTS[0])
+    )
 
 
 def safety_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
@@ -353,6 +358,7 @@ def safety_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
             continue
         rows.append(
             {
+                "variant": r["variant"],
                 "kernel": short_kernel(r["kernel"]),
                 "edge": r["edge_class"],
                 "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",

@@ -64,6 +64,17 @@ def device_fact_file(kind: str) -> str:
     return f"device-{kind}.json"
 
 
+def toolchain_fact_file(bin_dir_key: str) -> str:
+    """The toolchain found for one configured `toolchain.bin_dir` (f4pipe.pipeline.facts.
+    fact_key): a result set's toolchain.json is a copy of it."""
+    return f"toolchain-{bin_dir_key}.json"
+
+
+def config_fact_file(aiter_id: str, names_key: str) -> str:
+    """The config check of one aiter id: the config's names it confirmed (fact_key)."""
+    return f"config-{aiter_id}-{names_key}.json"
+
+
 #: device_id of rows that no device produced (kernels, roundtrip).
 NO_DEVICE = "none"
 
