@@ -44,6 +44,7 @@ def _row(edge: str, verdict: str, k: int) -> dict:
         "rule_safe": True, "agrees": verdict == "safe",
         **dict.fromkeys(("first_bad_row", "first_bad_col", "expected", "got")),
         **dict.fromkeys(("reused_from", "reuse_key")),
+        "variant": "original",
     }  # fmt: skip
 
 
