@@ -21,41 +21,11 @@ import numpy as np
 from f4pipe.analysis.timing import LGKM_MAX, VM_MAX
 from f4pipe.analysis.waits import Repair
 from f4pipe.codeobj.program import Program
-from f4pipe.core.errors import InputError
+from f4pipe.codeobj.sourcemap import pc_lines, program_code
 
 #: Most wait states one s_nop supplies (s_nop 7).
 MAX_NOP_STATES = 8
 MARK = "// f4pipe waits:"
-
-
-def pc_lines(asm: list[str], program: Program) -> dict[int, int]:
-    """pc -> index of its line in `asm` (co2asm's layout), checked mnemonic by mnemonic."""
-    label = f"{program.symbol}:"
-    try:
-        start = next(i for i, line in enumerate(asm) if line.strip() == label) + 1
-    except StopIteration:
-        raise InputError(f"no label {label} in the assembly") from None
-    by_pc = {inst.pc: inst for inst in program.instructions()}
-    pc = min(by_pc)
-    out: dict[int, int] = {}
-    for i in range(start, len(asm)):
-        text = asm[i].split("//", 1)[0].strip()
-        if not asm[i].strip():
-            break
-        if not text or text.endswith(":"):
-            continue
-        inst = by_pc.get(pc)
-        if inst is None:
-            break
-        word = text.split()[0]
-        if not word.startswith(".") and word != inst.text_name:
-            raise InputError(
-                f"line {i + 1} `{text}` is not the instruction at pc {pc:#x} "
-                f"({inst.text_name}): the assembly does not match its code object"
-            )
-        out[pc] = i
-        pc += inst.size
-    return out
 
 
 def original_pcs(
@@ -63,11 +33,11 @@ def original_pcs(
 ) -> dict[int, int]:
     """pc in the applied text's program -> pc of the same instruction in the original (lines
     this module inserted, marked `inserted`, have none)."""
-    orig_pc = {line: pc for pc, line in pc_lines(original, original_program).items()}
+    orig_pc = {line: pc for pc, line in pc_lines(original, original_program.symbol, program_code(original_program)).items()}
     inserted = [f"{MARK} inserted" in text for text in applied]
     before = np.cumsum([0, *inserted])  # inserted lines above each line
     out = {}
-    for pc, line in pc_lines(applied, program).items():
+    for pc, line in pc_lines(applied, program.symbol, program_code(program)).items():
         shift = int(before[line])
         if not inserted[line] and line - shift in orig_pc:
             out[pc] = orig_pc[line - shift]
@@ -117,7 +87,7 @@ def apply_repairs(
     loosened: dict[int, tuple[int, int]] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the new lines, one line per change saying what and why)."""
-    where = pc_lines(asm, program)
+    where = pc_lines(asm, program.symbol, program_code(program))
     inserts: dict[int, list[str]] = {}
     changes: list[str] = []
     for r in merge_repairs(fixes):
