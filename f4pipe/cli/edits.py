@@ -132,7 +132,7 @@ def cmd_asmdiff(args: argparse.Namespace) -> int:
 
     tc = toolchain_from_args(args)
     with tempfile.TemporaryDirectory(prefix="f4pipe-asmdiff-") as tmp:
-        a_co, a_asm = _as_object(Path(args.a), Path(tmp), tc, "a")
+        a_co, _ = _as_object(Path(args.a), Path(tmp), tc, "a")
         b_co, b_asm = _as_object(Path(args.b), Path(tmp), tc, "b")
         a = dataclasses.replace(read_listing(a_co, tc, args.kernel), path=Path(args.a))
         b = dataclasses.replace(

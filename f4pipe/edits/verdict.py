@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +82,9 @@ class StaticVerdict:
         if self.timing_skipped:
             return f"static checks: descriptor ok; timing not checked ({self.timing_skipped})"
         if not self.timing:
-            return "static checks: ok (descriptor; timing over every path: nothing the original lacks)"
+            return (
+                "static checks: ok (descriptor; timing over every path: nothing the original lacks)"
+            )
         return (
             f"static checks: descriptor ok; timing over every path: {len(self.timing)} "
             "finding(s) the original does not have"
@@ -91,9 +92,7 @@ class StaticVerdict:
 
     def findings(self) -> list[str]:
         """Every finding, located: descriptor ones first, then timing in `hazards`' order."""
-        return [f.render() for f in self.descriptor] + [
-            self.where.locate(m) for m in self.timing
-        ]
+        return [f.render() for f in self.descriptor] + [self.where.locate(m) for m in self.timing]
 
     def text(self, limit: int | None = None) -> str:
         """The summary line and the findings (at most `limit`, then how many more)."""

@@ -33,7 +33,8 @@ def original_pcs(
 ) -> dict[int, int]:
     """pc in the applied text's program -> pc of the same instruction in the original (lines
     this module inserted, marked `inserted`, have none)."""
-    orig_pc = {line: pc for pc, line in pc_lines(original, original_program.symbol, program_code(original_program)).items()}
+    original_lines = pc_lines(original, original_program.symbol, program_code(original_program))
+    orig_pc = {line: pc for pc, line in original_lines.items()}
     inserted = [f"{MARK} inserted" in text for text in applied]
     before = np.cumsum([0, *inserted])  # inserted lines above each line
     out = {}
