@@ -116,7 +116,10 @@ class Manifest:
         for name, owners in endings.items():
             ratio = difflib.SequenceMatcher(None, wanted, name).ratio()
             if len(owners) == 1 and ratio >= 0.6:  # difflib.get_close_matches' cutoff
-                same = len(os.path.commonprefix([wanted, name]))  # ties: the longer prefix
+                same = next(
+                    (i for i, (a, b) in enumerate(zip(wanted, name)) if a != b),
+                    min(len(wanted), len(name)),
+                )  # ties: the longer common start
                 scored.append((-ratio, -same, name))
         return [name for *_, name in sorted(scored)[:count]]
 
