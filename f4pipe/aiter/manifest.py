@@ -117,7 +117,7 @@ class Manifest:
             ratio = difflib.SequenceMatcher(None, wanted, name).ratio()
             if len(owners) == 1 and ratio >= 0.6:  # difflib.get_close_matches' cutoff
                 same = next(
-                    (i for i, (a, b) in enumerate(zip(wanted, name)) if a != b),
+                    (i for i, (a, b) in enumerate(zip(wanted, name, strict=False)) if a != b),
                     min(len(wanted), len(name)),
                 )  # ties: the longer common start
                 scored.append((-ratio, -same, name))
