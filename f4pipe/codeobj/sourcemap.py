@@ -21,8 +21,6 @@ from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
 
 _PC = re.compile(r"\bpc (0x[0-9a-fA-F]+)\b")
-#: The trailing comment `co2asm --pc-comments` writes after each instruction.
-PC_COMMENT = "// pc {pc:#x}"
 
 
 def pc_lines(
