@@ -20,7 +20,8 @@ from f4pipe.codeobj.program import Program
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
 
-_PC = re.compile(r"\bpc (0x[0-9a-fA-F]+)\b")
+#: A pc as the analyses write it, with the `(label+0x...)` a Locator may have added already.
+_PC = re.compile(r"\bpc (0x[0-9a-fA-F]+)\b(?: \([\w.$]+(?:\+0x[0-9a-f]+)?\))?")
 
 
 def pc_lines(
