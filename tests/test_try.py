@@ -147,7 +147,8 @@ def test_try_cli_exit_codes_and_diff_file(tmp_path, base_asm, toolchain, f4gemm_
     assert (
         main(["try", str(bad), "--kernel", KERNEL, "--diff", str(tmp_path / "m.txt"), *common]) == 1
     )
-    assert "first D[" in capsys.readouterr().out.strip().splitlines()[-1]
+    *_, verdict, step = capsys.readouterr().out.strip().splitlines()
+    assert "first D[" in verdict and step.startswith("next:   f4pipe asmdiff ")
     assert main(["try", str(tmp_path / "missing.s"), *common]) == 2
     assert (
         main(["try", str(good), "--kernel", "f4gemm_bf16_per1x32Fp4_BpreShuffle_64x128", *common])

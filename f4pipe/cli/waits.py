@@ -338,7 +338,8 @@ def cmd_waits(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                _json(program.symbol, findings, missing_rows, advice, verified, predicted),
+                _json(program.symbol, findings, missing_rows, advice, verified, predicted)
+                | {"advice_dropped": dropped},
                 indent=1,
             )
         )
