@@ -308,10 +308,10 @@ def cmd_waits(args: argparse.Namespace) -> int:
         program, co_path = _program(args, Path(tmp))
         if args.apply or args.loosen:
             return cmd_apply(args, program, co_path, Path(tmp))
-        if args.explain is not None:
-            print("\n".join(_explain(program, int(args.explain, 0))))
-            return EXIT_OK
         where = locator(program, _given(args, co_path))
+        if args.explain is not None:
+            print("\n".join(where.locate(s) for s in _explain(program, int(args.explain, 0))))
+            return EXIT_OK
         report = analyse(program)
         findings = report.messages()
         missing, missing_rows = _repairs(program, where)
