@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from f4pipe.codeobj.assemble import MAX_ASM_BYTES
 from f4pipe.codeobj.program import Program
@@ -116,3 +117,12 @@ def source_locator(
     """The Locator of a kernel read from the `.s` `given`, whose lines are `asm`."""
     lines = {pc: i + 1 for pc, i in pc_lines(asm, symbol, code, strict=False).items()}
     return Locator(str(given), lines, labels)
+
+
+def launch_locate(co_path: Path, symbol: str, *reports: Any) -> Callable[[str], str]:
+    """How a launch's reports (races, hazards: anything with a `count`) name places: each pc
+    with its nearest label in the code object, so a verify or safety detail and its
+    reproducer can be found in co2asm's .s; as is when they found nothing."""
+    if not any(r is not None and r.count for r in reports):
+        return str
+    return locator(Program.load(co_path, symbol), co_path).locate

@@ -16,6 +16,7 @@ import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.aiter.shaperules import check_paddings, check_shape, k_tail, padded_launch
+from f4pipe.codeobj.sourcemap import launch_locate
 from f4pipe.core.device import Device, DeviceBuffer, LaunchReport, measures_throughput
 from f4pipe.core.errors import EmulatorError, InputError, ShapeError
 from f4pipe.core.layout import SEED_A, SEED_B
@@ -526,7 +527,7 @@ def _result(
     r, geometry = p.request, p.geometry
     race_report = None if report is None else report.races
     hazard_report = None if report is None else report.hazards
-    located = _locate_in(p.co_path, entry.symbol, race_report, hazard_report)
+    located = launch_locate(p.co_path, entry.symbol, race_report, hazard_report)
     d = bf16_bits_to_float(d_bits[: r.m, : r.n])
     draw = (r.m, r.n, r.k, r.seed_a, r.seed_b, r.distribution)
     ref = shared_reference(p.a, p.b, r.alpha, draw) if r.verify else None
@@ -597,15 +598,3 @@ def hazard_fields(
         "advisories": report.advisories,
         "advisory_summary": located(advisory),
     }
-
-
-def _locate_in(co_path: Path, symbol: str, *reports: Any) -> Callable[[str], str]:
-    """How a launch's findings name places: each pc with its nearest label in the code object
-    (f4pipe.codeobj.sourcemap), so a reproducer's hazard or race can be found in co2asm's .s;
-    as is when the launch found nothing."""
-    if not any(r is not None and r.count for r in reports):
-        return str
-    from f4pipe.codeobj.program import Program
-    from f4pipe.codeobj.sourcemap import locator
-
-    return locator(Program.load(co_path, symbol), co_path).locate
