@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
-from f4pipe.arch.gfx950 import Occupancy, render_change
+from f4pipe.arch.gfx950 import Occupancy
 from f4pipe.codeobj.sourcemap import Locator
 from f4pipe.codeobj.toolchain import Toolchain
 from f4pipe.core.device import Device
@@ -180,12 +180,13 @@ class TryResult:
         if self.predicted is None:
             return self.predicted_error
         if self.occupancy is not None and self.occupancy[0] != self.occupancy[1]:
-            (c0, c1) = self.predicted.loop_cycles
+            (c0, c1), (b, a) = self.predicted.loop_cycles, self.occupancy
             return (
                 "the cycle model does not see occupancy, which this edit changes ("
-                f"{render_change(*self.occupancy)}): it replays one workgroup's waves on a "
-                f"CU, so its main loop {c0:.0f} -> {c1:.0f} clk per 256 of K (PREDICTED) "
-                "leaves that out; time it on an MI355X"
+                f"{b.workgroups_per_cu} -> {a.workgroups_per_cu} workgroups per CU, "
+                f"{b.waves_per_simd} -> {a.waves_per_simd} waves per SIMD): it replays one "
+                f"workgroup's waves on a CU, so its main loop {c0:.0f} -> {c1:.0f} clk per 256 "
+                "of K (PREDICTED) leaves that out; time it on an MI355X"
             )
         return self.predicted.render()
 
