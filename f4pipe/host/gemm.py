@@ -7,7 +7,7 @@ gfx950 emulator differ only in the Device they pass; the bytes a kernel sees are
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,7 @@ import psutil
 
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.aiter.shaperules import check_paddings, check_shape, k_tail, padded_launch
+from f4pipe.codeobj.sourcemap import launch_locate
 from f4pipe.core.device import Device, DeviceBuffer, LaunchReport, measures_throughput
 from f4pipe.core.errors import EmulatorError, InputError, ShapeError
 from f4pipe.core.layout import SEED_A, SEED_B
@@ -352,6 +353,7 @@ class _Prepared:
     d_buf: DeviceBuffer
     kernarg_for: Any  # (a, b, scale_a, scale_b addresses) -> kernarg bytes
     kernarg: bytes
+    co_path: Path  # the code object launched (its pcs are what a hazard names)
 
 
 def _prepare(device: Device, entry: KernelEntry, co_path: Path, r: GemmRequest) -> _Prepared:
@@ -397,7 +399,19 @@ def _prepare(device: Device, entry: KernelEntry, co_path: Path, r: GemmRequest) 
 
     kernarg = kernarg_for(a_buf.addr, b_buf.addr, sa_buf.addr, sb_buf.addr)
     return _Prepared(
-        r, layout, padding, geometry, a, b, images, kernel, buffers, d_buf, kernarg_for, kernarg
+        r,
+        layout,
+        padding,
+        geometry,
+        a,
+        b,
+        images,
+        kernel,
+        buffers,
+        d_buf,
+        kernarg_for,
+        kernarg,
+        co_path,
     )
 
 
@@ -507,6 +521,7 @@ def _result(
     r, geometry = p.request, p.geometry
     race_report = None if report is None else report.races
     hazard_report = None if report is None else report.hazards
+    located = launch_locate(p.co_path, entry.symbol, race_report, hazard_report)
     d = bf16_bits_to_float(d_bits[: r.m, : r.n])
     draw = (r.m, r.n, r.k, r.seed_a, r.seed_b, r.distribution)
     ref = shared_reference(p.a, p.b, r.alpha, draw) if r.verify else None
@@ -532,8 +547,8 @@ def _result(
         layout=p.layout,
         padding=p.padding,
         races=None if race_report is None else race_report.count,
-        race_summary="" if race_report is None else race_report.summary(),
-        **hazard_fields(hazard_report),
+        race_summary="" if race_report is None else located(race_report.summary()),
+        **hazard_fields(hazard_report, located),
         launch=report,
         launch_us=series,
         rotation_copies=copies,
@@ -563,14 +578,17 @@ def _rotation(device, images: DeviceOperands, protocol, buffers, kernarg_for):
     return kernargs, one_set * len(kernargs)
 
 
-def hazard_fields(report: HazardReport | None) -> dict[str, Any]:
-    """GemmResult's hazard fields from a launch's HazardReport (None: not checked)."""
+def hazard_fields(
+    report: HazardReport | None, located: Callable[[str], str] = str
+) -> dict[str, Any]:
+    """GemmResult's hazard fields from a launch's HazardReport (None: not checked), each pc
+    rendered by `located`."""
     if report is None:
         return {}
     advisory = report.advisory[0].message if report.advisory else ""
     return {
         "hazards": report.count,
-        "hazard_summary": report.summary() if report.count else "",
+        "hazard_summary": located(report.summary()) if report.count else "",
         "advisories": report.advisories,
-        "advisory_summary": advisory,
+        "advisory_summary": located(advisory),
     }
