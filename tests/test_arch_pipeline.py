@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from gfx1250_objects import KERNEL, build, two_architecture_repo
+from gfx1250_objects import GFX1250_MANIFEST, KERNEL, build, git, two_architecture_repo
 from workflow_run import KERNELS, TEST_CONFIG, snakemake
 
 from f4pipe.fetch.sources import git_id
@@ -105,3 +105,44 @@ def test_an_architecture_the_source_lacks_is_one_line_and_exit_2(two_arch_run) -
         "gfx1250); leave gfx1300 out of the config's `architectures`" in failed.stderr
     )
     assert "Traceback" not in failed.stderr
+
+
+def test_an_update_of_gfx1250_alone_is_named_kernel_by_kernel(two_arch_run, toolchain) -> None:
+    """Two revisions that differ only in hsa/gfx1250/f4gemm (f4_tiny rebuilt with another
+    constant and a cluster of 2x4, f4_tiny2 added): compare and the second report's first card
+    name both, and compare exits 1."""
+    work, aiter_id = two_arch_run
+    set_architectures(work, "all")
+    assert snakemake(work, "all").returncode == 0
+    repo = work / "aiter-src"
+    gfx1250 = repo / "hsa" / "gfx1250" / "f4gemm"
+    build(toolchain, KERNEL.replace("0x3f800000", "0x40000000"), gfx1250 / "f4_tiny.co")
+    build(toolchain, KERNEL.replace("f4_tiny", "f4_tiny2"), gfx1250 / "f4_tiny2.co")
+    (gfx1250 / "f4gemm.csv").write_text(
+        GFX1250_MANIFEST.replace(",4,4,", ",2,4,")
+        + "128,256,mxfp4,0,1,1,1,bf16,f4_tiny2,f4_tiny2.co\n"
+    )
+    for name in ("f4_tiny.s", "f4_tiny.o", "f4_tiny2.s", "f4_tiny2.o"):
+        (gfx1250 / name).unlink()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "gfx1250 rebuilt")
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    config["aiter"]["rev"] = git(repo, "rev-parse", "HEAD")
+    write_config(work, config)
+    done = snakemake(work, "all")
+    assert done.returncode == 0, done.stdout + done.stderr
+    new_id = git_id_of(repo)
+
+    a, b = (str(work / "results" / i) for i in (aiter_id, new_id))
+    compared = subprocess.run(
+        ["f4pipe", "compare", a, b], capture_output=True, text=True, cwd=work, check=False
+    )
+    assert compared.returncode == 1, compared.stdout + compared.stderr
+    out = compared.stdout
+    assert "gfx1250 code objects changed: 2" in out
+    assert "  changed: gfx1250 f4_tiny (" in out and "  added: gfx1250 f4_tiny2 (" in out
+    assert "  added: gfx1250 f4_tiny2\n" in out
+    assert "  gfx1250 f4_tiny cluster: 4x4 -> 2x4" in out
+    assert "code objects changed: 0" in out  # gfx950's: the same bytes
+    html = (work / "results" / new_id / "report" / "index.html").read_text()
+    assert "gfx1250: 1 kernels added, 1 changed" in html

@@ -59,7 +59,9 @@ def test_changes_since_the_newest_archive_of_another_aiter_id(result_sets, tmp_p
     first = cards_of(page)[0]
     assert first["title"] == "Changed since wheel-subset" and first["state"] == "bad"
     total = sum(counts.values())
-    assert first["headline"] == f"{total} verdict inputs changed"
+    # every architecture's kernels are named on the card (gfx950's edited kernel here)
+    assert record["architectures"] == {"gfx950": "1 kernels changed"}
+    assert first["headline"] == f"gfx950: 1 kernels changed; {total} verdict inputs changed"
     assert f"{total} verdict inputs changed since wheel-subset" in first["verdict"]
     assert "1 code objects" in first["verdict"] and newest.name in page
 

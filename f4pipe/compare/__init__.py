@@ -27,12 +27,18 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from f4pipe.compare.archs import (
+    ArchitectureChanges,
+    architecture_changes,
+    card_counts,
+    per_architecture_cards,
+)
 from f4pipe.compare.changes import (
     GEMM_METRICS,
     CodeObjectChange,
@@ -86,6 +92,8 @@ class Comparison:
     safety: pd.DataFrame | None
     audit: pd.DataFrame | None
     throughput: pd.DataFrame | None
+    #: Each architecture beside gfx950 that either set holds (f4pipe.compare.archs).
+    architectures: list[ArchitectureChanges] = field(default_factory=list)
 
     def verdict_changes(self) -> dict[str, int]:
         """Per kind, how many changes a verdict depends on (provenance and throughput aside)."""
@@ -99,7 +107,14 @@ class Comparison:
         }
         counts = {name: 0 if df is None else len(df) for name, df in tables.items()}
         counts["code objects"] = len(self.code_objects)
+        for arch in self.architectures:
+            counts |= arch.counts()
         return counts
+
+    def architecture_cards(self) -> dict[str, str]:
+        """Per architecture whose kernels changed: "4 kernels added, 5 changed"."""
+        gfx950 = card_counts(self.kernels, self.code_objects, self.manifest, self.roundtrip)
+        return per_architecture_cards(gfx950, self.architectures)
 
     @property
     def differs(self) -> bool:
@@ -140,6 +155,8 @@ class Comparison:
         lines.append(f"aiter source changes: {len(self.provenance)}")
         lines += [f"  {r['item']}: {r['A']} -> {r['B']}" for _, r in self.provenance.iterrows()]
         lines.append(f"round-trip verdicts changed: {len(self.roundtrip)}")
+        for arch in self.architectures:
+            lines += arch.summary_lines()
         for name, df in self.gemm.items():
             lines.append(f"{name} results changed: {'not in both sets' if df is None else len(df)}")
             if df is not None:
@@ -223,6 +240,8 @@ class Comparison:
             "safety": records(self.safety),
             "audit": records(self.audit),
             "throughput": records(self.throughput),
+            "architecture_cards": self.architecture_cards(),
+            "architectures": {a.arch: a.as_json() for a in self.architectures},
         }
 
 
@@ -252,4 +271,5 @@ def compare_sets(
         safety=safety_changes(a, b),
         audit=audit_changes(a, b),
         throughput=throughput_deltas(a, b, floor_pct, across_machines),
+        architectures=architecture_changes(a, b),
     )

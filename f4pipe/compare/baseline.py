@@ -103,6 +103,7 @@ def comparison_record(comparison: Comparison, baseline: Baseline) -> ChangesReco
         regressions=comparison.regressions,
         summary=lines[:SUMMARY_LINES],
         summary_omitted=max(0, len(lines) - SUMMARY_LINES),
+        architectures=comparison.architecture_cards(),
     )
 
 

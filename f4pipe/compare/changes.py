@@ -17,6 +17,7 @@ from f4pipe.compare.asmfacts import fact_changes, instruction_diff
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
 from f4pipe.core.layout import BASE_VARIANTS, K_PADDINGS, ROUNDTRIP_DIR, SCALE_PADDINGS
+from f4pipe.core.schemas import KERNEL_EXTRA_COLUMNS
 from f4pipe.pipeline.archive import PROVENANCE_NAME
 from f4pipe.pipeline.resultset import RUN_KEY, ResultSet, find_aiter_provenance
 from f4pipe.report.render import (
@@ -123,6 +124,7 @@ MANIFEST_ATTRIBUTES = (
     "co_name",
     "arch",
     "code_object_version",
+    *KERNEL_EXTRA_COLUMNS,  # gfx1250's own columns (null for gfx950's kernels)
 )
 
 
@@ -152,6 +154,15 @@ def kernel_list_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
 def manifest_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
     """Per kernel in both sets (renamed ones paired), each manifest attribute that differs;
     plus the manifest's header spelling when both fetch records name it."""
+    rows = manifest_attribute_changes(a, b)
+    ha, hb = (aiter_fetch(rs).get("manifest_header") for rs in (a, b))
+    if ha and hb and ha != hb:
+        rows.append({"kernel": "(manifest CSV)", "attribute": "header", "A": ha, "B": hb})
+    return pd.DataFrame(rows, columns=["kernel", "attribute", "A", "B"])
+
+
+def manifest_attribute_changes(a: ResultSet, b: ResultSet) -> list[dict[str, str]]:
+    """Per kernel in both kernels tables (renamed ones paired), each attribute that differs."""
     rows = []
     ka, kb = a.table("kernels"), b.table("kernels")
     if ka is not None and kb is not None:
@@ -165,10 +176,7 @@ def manifest_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame:
                 )
                 if va != vb:
                     rows.append({"kernel": kb_name, "attribute": attr, "A": va, "B": vb})
-    ha, hb = (aiter_fetch(rs).get("manifest_header") for rs in (a, b))
-    if ha and hb and ha != hb:
-        rows.append({"kernel": "(manifest CSV)", "attribute": "header", "A": ha, "B": hb})
-    return pd.DataFrame(rows, columns=["kernel", "attribute", "A", "B"])
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from f4pipe.compare import Comparison, set_label
+from f4pipe.compare.archs import ArchitectureChanges
 from f4pipe.compare.changes import change_text
 from f4pipe.core.fsio import atomic_dir
 from f4pipe.report.plots import pyplot, save_figure
@@ -81,6 +82,21 @@ def _code_object_section(c: Comparison) -> Section:
     return sec
 
 
+def _architecture_section(arch: ArchitectureChanges) -> Section:
+    """One architecture beside gfx950: its kernels, manifest, code objects and round trip,
+    one row per change, as the summary names them."""
+    lines = arch.summary_lines()
+    changed = sum(arch.counts().values())
+    sec = Section(
+        f"arch-{arch.arch}",
+        f"{arch.arch} code objects",
+        f"{changed} changes" if changed else f"no {arch.arch} kernel changed",
+        "bad" if changed else "ok",
+    )
+    sec.code[f"{arch.arch}: every change"] = lines
+    return sec
+
+
 def _table_section(key: str, title: str, df: pd.DataFrame | None, what: str) -> Section:
     if df is None:
         return Section(key, title, f"{what}: not in both sets", "none")
@@ -108,6 +124,7 @@ def comparison_sections(c: Comparison, out_dir: Path | None) -> list[Section]:
     sections.append(
         _table_section("roundtrip", "Round-trip verdicts", c.roundtrip, "round-trip verdicts")
     )
+    sections += [_architecture_section(arch) for arch in c.architectures]
     sections.append(
         _table_section("verify", "Verification results", c.gemm["verify"], "verification results")
     )

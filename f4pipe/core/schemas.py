@@ -52,6 +52,8 @@ def with_keys(*fields: pa.Field) -> pa.Schema:
     return pa.schema([*KEY_FIELDS, *fields])
 
 
+#: The manifest columns of a kernel beside gfx950's, as kernels.parquet keeps them.
+KERNEL_EXTRA_COLUMNS = ("intype", "a_preshuffle", "cluster", "scale", "outtype")
 KERNELS = with_keys(
     pa.field("kernel", pa.string(), nullable=False),  # .co stem, the pipeline's wildcard
     pa.field("tile_m", pa.int32(), nullable=False),
@@ -64,6 +66,9 @@ KERNELS = with_keys(
     pa.field("size", pa.int64(), nullable=False),
     pa.field("arch", pa.string(), nullable=False),
     pa.field("code_object_version", pa.int32(), nullable=False),
+    # gfx1250's own manifest columns (f4pipe.aiter.manifest GFX1250_EXTRA; cluster as XxY), so
+    # compare sees a change of any of them; null for gfx950's kernels
+    *(pa.field(name, pa.string()) for name in KERNEL_EXTRA_COLUMNS),
 )
 
 #: Where a row came from (f4pipe.pipeline.resultstore): `reused_from` is the aiter id whose run
@@ -404,6 +409,7 @@ COVERAGE = pa.schema(
 #: Columns added to a table after its first release: an older file lacking them reads with
 #: nulls there, so an archived set stays comparable with a new one.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "kernels": KERNEL_EXTRA_COLUMNS,
     "audit": (
         "gfx",
         "emu_orders",

@@ -14,14 +14,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from f4pipe.aiter.aiterdir import AiterDir
-from f4pipe.aiter.manifest import Manifest, read_manifest
+from f4pipe.aiter.manifest import KernelEntry, Manifest, read_manifest
 from f4pipe.arch.gfx950 import ARCH
 from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.codeobj.toolchain import Toolchain
 from f4pipe.core.errors import ConfigError, InputError
 from f4pipe.core.fsio import sha256_file
 from f4pipe.core.layout import ROUNDTRIP_DIR, table_file
-from f4pipe.core.schemas import KERNELS, ROUNDTRIP, ArtifactKeys, write_rows
+from f4pipe.core.schemas import (
+    KERNEL_EXTRA_COLUMNS,
+    KERNELS,
+    ROUNDTRIP,
+    ArtifactKeys,
+    write_rows,
+)
 from f4pipe.pipeline.resultstore import ResultStore, Row
 from f4pipe.pipeline.roundtrip import roundtrip_dir
 
@@ -52,9 +58,20 @@ def kernel_rows(manifest: Manifest, keys: ArtifactKeys) -> list[Row]:
                 "size": path.stat().st_size,
                 "arch": co.arch,
                 "code_object_version": co.code_object_version,
+                **extra_columns(e),
             }
         )
     return rows
+
+
+def extra_columns(entry: KernelEntry) -> dict[str, str | None]:
+    """kernels.parquet's columns for a manifest's own columns beside gfx950's (null for
+    gfx950's): what compare lines up kernel by kernel."""
+    extra = dict(entry.extra)
+    if not extra:
+        return dict.fromkeys(KERNEL_EXTRA_COLUMNS)
+    cells = {c: extra[c] for c in KERNEL_EXTRA_COLUMNS if c in extra}
+    return {**cells, "cluster": f"{extra['cluster_x']}x{extra['cluster_y']}"}
 
 
 def chosen_architectures(aiter: AiterDir, chosen: Sequence[str] | None) -> list[str]:

@@ -13,7 +13,7 @@ archives, as the step's JSON records the baseline's archive by name.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import pandas as pd
 
@@ -48,6 +48,9 @@ class ChangesRecord(TypedDict):
     regressions: int  # measured runs slower beyond the noise
     summary: list[str]  # the first SUMMARY_LINES of `f4pipe compare`'s summary
     summary_omitted: int  # lines after those
+    #: Per architecture whose kernels changed, "4 kernels added, 5 changed" (absent: written
+    #: before every architecture was compared)
+    architectures: NotRequired[dict[str, str]]
 
 
 TITLE = "Changed since"
@@ -92,7 +95,9 @@ def changes_section(record: ChangesRecord | None) -> Section:
     slower, unsafe = record["regressions"], record["newly_unsafe"]
     sec.state = "bad" if record["differs"] or slower else "ok"
     sec.verdict = _verdict(baseline["label"], changed, unsafe, slower)
-    sec.headline = _headline(total, unsafe, slower)
+    cards = architecture_lines(record.get("architectures", {}))
+    sec.verdict += "".join(f"; {line}" for line in cards)
+    sec.headline = "; ".join([*cards, _headline(total, unsafe, slower)])
     sec.notes.append(
         f"baseline: {baseline['archive']} (in the archives directory's {baseline['aiter_id']}/), "
         "the newest archive of another aiter id when the changes step ran (by file time); "
@@ -105,6 +110,12 @@ def changes_section(record: ChangesRecord | None) -> Section:
         lines.append(f"... {record['summary_omitted']} more lines (f4pipe compare)")
     sec.code["f4pipe compare's summary (first lines)"] = lines
     return sec
+
+
+def architecture_lines(cards: dict[str, str]) -> list[str]:
+    """Per architecture whose kernels changed, "gfx1250: 4 kernels added, 5 changed": an update
+    of one architecture's code objects is named on the card, not only counted."""
+    return [f"{arch}: {text}" for arch, text in cards.items()]
 
 
 def _verdict(label: str, changed: dict[str, int], unsafe: int, slower: int) -> str:
