@@ -127,6 +127,9 @@ def test_pypi_fetch_records_wheel_and_rerun_is_offline(tmp_path: Path) -> None:
         result.f4gemm_dir.parent, result.f4gemm_dir, tuple(e.co_name for e in manifest)
     )
     wheel, wheel_sha = ensure_wheel(PYPI)
+    # the release's host facts, read from the wheel (tests/test_hostfacts.py)
+    host = record["source"].pop("host_facts")
+    assert host["scale padding (e8m0_shuffle)"]["value"] == "arbitrary"
     assert record["source"] == {
         "kind": "pypi",
         "package": DEFAULT_PACKAGE,
@@ -249,6 +252,9 @@ def test_git_fetch_branch_then_pinned_commit_offline(
     result = fetch_aiter(source, res)
     assert result.fetched and result.aiter_id == f"git-{commit[:12]}"
     record = assert_fetched_copy(result.f4gemm_dir.parent, repo / GIT_F4GEMM_PATH, SAMPLE)
+    # this tree holds no host code: every fact unknown, naming the file
+    host = record["source"].pop("host_facts")
+    assert {f["value"] for f in host.values()} == {"unknown"}
     assert record["source"] == {
         "kind": "git",
         "url": url,
@@ -341,6 +347,9 @@ def test_local_accepts_both_aiter_asm_dir_meanings(tmp_path: Path, aiter_tree: P
     result = fetch_aiter(seed_meaning, res)
     assert result.fetched and result.aiter_id.startswith("local-")
     record = assert_fetched_copy(result.f4gemm_dir.parent, f4gemm, SAMPLE)
+    # this tree holds no host code: every fact unknown, naming the file
+    host = record["source"].pop("host_facts")
+    assert {f["value"] for f in host.values()} == {"unknown"}
     assert record["source"] == {
         "kind": "local",
         "path": str(aiter_tree / "hsa"),

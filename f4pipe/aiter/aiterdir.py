@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from f4pipe.aiter.hostfacts import HOST_FACTS_KEY, HostFact, facts_from_record
 from f4pipe.aiter.manifest import MANIFEST_NAME, find_f4gemm_dir, read_manifest
 from f4pipe.aiter.tables import CONFIGS_PATH, find_tables
 from f4pipe.arch.gfx950 import ARCH
@@ -82,6 +83,12 @@ class AiterDir:
 
     def is_fetched(self) -> bool:
         return self.provenance_json.is_file()
+
+    def host_facts(self) -> dict[str, HostFact] | None:
+        """The release's host facts its fetch read (f4pipe.aiter.hostfacts); None for a fetch
+        made before f4pipe read them."""
+        recorded = self.provenance().get("source", {}).get(HOST_FACTS_KEY)
+        return None if recorded is None else facts_from_record(recorded)
 
     def provenance(self) -> dict[str, Any]:
         """The provenance record; FetchError if absent or unreadable."""

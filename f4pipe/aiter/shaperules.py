@@ -37,8 +37,10 @@ and slack after B, then hand back D[:M, :N]. The same sweep proves it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from f4pipe.aiter.hostfacts import MISSTRIDED, SCALE_WRITERS, UNKNOWN, HostFact
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.core.errors import ConfigError, ShapeError
 from f4pipe.core.layout import K_PADDINGS, SCALE_PADDINGS
@@ -240,15 +242,41 @@ def k_tail_violation(
     )
 
 
-def k_tail_answers(entry: KernelEntry, m: int, n: int, k: int) -> str:
-    """The K-tail rule's answer under every padding, in one line (audits, reports)."""
+def release_k_tail(
+    entry: KernelEntry, m: int, n: int, k: int, facts: Mapping[str, HostFact] | None
+) -> str:
+    """The K-tail rule's answer under the padding each scale writer of the fetched release
+    writes (f4pipe.aiter.hostfacts), e8m0_shuffle's first; a writer f4pipe does not know, or a
+    fetch that did not read them, says so and leaves the answer to every padding's."""
+    if facts is None:
+        return "this release's scale padding: not read (fetched before f4pipe read host code)"
+    parts = []
+    for name in SCALE_WRITERS:
+        fact = facts.get(name)
+        if fact is None or fact.value == UNKNOWN:
+            said = fact.words if fact is not None else f"{name}: not read"
+            parts.append(f"{said}: every padding's verdict")
+            continue
+        padding = fact.value.removesuffix(MISSTRIDED)
+        misread = fact.value.endswith(MISSTRIDED) and m > 32  # rows past the first group
+        wrong = misread or k_tail_violation(entry, m, n, k, padding, K_PADDINGS[0]) is not None
+        parts.append(f"{fact.words} [{fact.where()}]: {'wrong' if wrong else 'safe'}")
+    return "; ".join(parts)
+
+
+def k_tail_answers(
+    entry: KernelEntry, m: int, n: int, k: int, facts: Mapping[str, HostFact] | None = None
+) -> str:
+    """The K-tail rule's answer under the release's own padding first (`facts`, the fetch
+    record's host facts; None: not read), then under every padding, in one line."""
     answers = [
         f"scale padding {scale_pad}, K padding {k_pad}: "
         + ("wrong" if k_tail_violation(entry, m, n, k, scale_pad, k_pad) else "safe")
         for scale_pad in SCALE_PADDINGS
         for k_pad in K_PADDINGS
     ]
-    return f"K={k} (K % 256 = {k % K_BLOCK}) by padding: " + ", ".join(answers)
+    release = release_k_tail(entry, m, n, k, facts)
+    return f"K={k} (K % 256 = {k % K_BLOCK}): {release}; by padding: " + ", ".join(answers)
 
 
 def violations(

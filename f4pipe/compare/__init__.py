@@ -42,6 +42,7 @@ from f4pipe.compare.archs import (
 from f4pipe.compare.changes import (
     GEMM_METRICS,
     CodeObjectChange,
+    aiter_fetch,
     audit_changes,
     change_text,
     code_object_changes,
@@ -53,6 +54,8 @@ from f4pipe.compare.changes import (
     safety_changes,
     throughput_deltas,
 )
+from f4pipe.compare.hostfacts import COLUMNS as HOST_COLUMNS
+from f4pipe.compare.hostfacts import host_fact_changes
 from f4pipe.core.errors import InputError
 from f4pipe.pipeline.archive import SUFFIX, extract_archive
 from f4pipe.pipeline.resultset import ResultSet
@@ -94,6 +97,8 @@ class Comparison:
     throughput: pd.DataFrame | None
     #: Each architecture beside gfx950 that either set holds (f4pipe.compare.archs).
     architectures: list[ArchitectureChanges] = field(default_factory=list)
+    #: The release's host facts that changed (f4pipe.compare.hostfacts).
+    host_facts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=HOST_COLUMNS))
 
     def verdict_changes(self) -> dict[str, int]:
         """Per kind, how many changes a verdict depends on (provenance and throughput aside)."""
@@ -109,6 +114,7 @@ class Comparison:
         counts["code objects"] = len(self.code_objects)
         for arch in self.architectures:
             counts |= arch.counts()
+        counts["host facts"] = len(self.host_facts)
         return counts
 
     def architecture_cards(self) -> dict[str, str]:
@@ -154,6 +160,8 @@ class Comparison:
         ]
         lines.append(f"aiter source changes: {len(self.provenance)}")
         lines += [f"  {r['item']}: {r['A']} -> {r['B']}" for _, r in self.provenance.iterrows()]
+        lines.append(f"host facts changed (this release's host code): {len(self.host_facts)}")
+        lines += [f"  {r['fact']}: {r['A']} -> {r['B']}" for _, r in self.host_facts.iterrows()]
         lines.append(f"round-trip verdicts changed: {len(self.roundtrip)}")
         for arch in self.architectures:
             lines += arch.summary_lines()
@@ -241,6 +249,7 @@ class Comparison:
             "audit": records(self.audit),
             "throughput": records(self.throughput),
             "architecture_cards": self.architecture_cards(),
+            "host_facts": records(self.host_facts),
             "architectures": {a.arch: a.as_json() for a in self.architectures},
         }
 
@@ -272,4 +281,5 @@ def compare_sets(
         audit=audit_changes(a, b),
         throughput=throughput_deltas(a, b, floor_pct, across_machines),
         architectures=architecture_changes(a, b),
+        host_facts=host_fact_changes(aiter_fetch(a), aiter_fetch(b)),
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from f4pipe.aiter.hostfacts import HOST_FACTS_KEY
 from f4pipe.arch.gfx950 import ARCH
 from f4pipe.compare.asmfacts import fact_changes, instruction_diff
 from f4pipe.core.errors import InputError
@@ -209,7 +210,11 @@ def _source_facts(record: dict[str, Any]) -> dict[str, str]:
     """The facts of a fetch record a reader compares: source, digests of manifest and tables."""
     if not record:
         return {}
-    out = {f"source {k}": str(v) for k, v in sorted(record.get("source", {}).items())}
+    out = {
+        f"source {k}": str(v)
+        for k, v in sorted(record.get("source", {}).items())
+        if k != HOST_FACTS_KEY  # compared fact by fact (compare.hostfacts)
+    }
     out["content sha256"] = str(record.get("content_sha256", "-"))
     for name, info in sorted(record.get("files", {}).items()):
         if name.endswith(".csv"):

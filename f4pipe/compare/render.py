@@ -121,6 +121,7 @@ def comparison_sections(c: Comparison, out_dir: Path | None) -> list[Section]:
     ]
     if len(c.provenance):
         sections[-1].state = "info"
+    sections.append(_table_section("host", "This release's host code", c.host_facts, "host facts"))
     sections.append(
         _table_section("roundtrip", "Round-trip verdicts", c.roundtrip, "round-trip verdicts")
     )

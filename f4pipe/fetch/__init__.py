@@ -57,6 +57,7 @@ from f4pipe.aiter.aiterdir import (
     named_content,
     other_arch_dirs,
 )
+from f4pipe.aiter.hostfacts import HOST_FILES
 from f4pipe.aiter.manifest import MANIFEST_NAME
 from f4pipe.aiter.tables import CONFIGS_PATH
 from f4pipe.core.errors import ChecksumError, FetchError, ManifestError
@@ -65,6 +66,7 @@ from f4pipe.core.layout import (
     PROVENANCE_JSON,
     aiter_dir,
 )
+from f4pipe.fetch.hostcode import HOST_FACTS, aiter_root_above, tree_host_facts, wheel_host_facts
 from f4pipe.fetch.process import run_fetch_tool
 from f4pipe.fetch.record import FetchResult, complete_tables, fetch_into, fetch_result, locked
 from f4pipe.fetch.sources import (
@@ -188,6 +190,7 @@ def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) ->
                 "wheel_size": wheel.stat().st_size,
                 "f4gemm_dir": f"{wheel.name}:{WHEEL_F4GEMM_PREFIX}",
                 "tables_dir": f"{wheel.name}:{CONFIGS_PATH}",
+                HOST_FACTS: wheel_host_facts(wheel),
             }
             where = provenance["f4gemm_dir"]
             return fetch_into(
@@ -254,6 +257,7 @@ def _git_checkout_f4gemm(src: GitSource, repo: Path, commit: str) -> Path:
             "--no-cone",
             f"/{GIT_HSA_PATH}/*/{F4GEMM_DIR}/",
             f"/{CONFIGS_PATH}/**/*a4w4*",
+            *(f"/{path}" for path in HOST_FILES),  # the host facts (fetch.hostcode)
         ],
         ["git", "-c", "advice.detachedHead=false", "checkout", "-q", commit],
     ]
@@ -294,6 +298,7 @@ def _fetch_git(src: GitSource, resources_dir: Path) -> FetchResult:
                 "commit": commit,
                 "f4gemm_dir": GIT_F4GEMM_PATH,
                 "tables_dir": CONFIGS_PATH,
+                HOST_FACTS: tree_host_facts(repo),
             }
             where = f"{GIT_F4GEMM_PATH} of commit {commit} of {src.url}"
             others = other_architectures(repo, f"commit {commit} of {src.url}")
@@ -340,6 +345,7 @@ def _fetch_local(src: LocalSource, resources_dir: Path) -> FetchResult:
             "path": str(src.path),
             "f4gemm_dir": str(directory.resolve()),
             "tables_dir": str(configs) if configs is not None else "",
+            HOST_FACTS: tree_host_facts(aiter_root_above(directory)),
         }
         others = {arch: (d, str(d)) for arch, (d, _) in content.others.items()}
         result = fetch_into(

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from f4pipe.aiter.aiterdir import AiterDir
+from f4pipe.aiter.hostfacts import HostFact
 from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.aiter.shaperules import (
     EDGE_K_MIN,
@@ -291,7 +293,9 @@ def retune_fields(predictor: Predictor, entry: KernelEntry, row: dict[str, Any])
     return out
 
 
-def _check(row: dict[str, Any], entry: KernelEntry) -> list[Violation]:
+def _check(
+    row: dict[str, Any], entry: KernelEntry, facts: Mapping[str, HostFact] | None = None
+) -> list[Violation]:
     """Hold a row against the shape and edge rules; marks it unsafe. The edge violations."""
     m, n, k = row["m"], row["n"], row["k"]
     problems = []
@@ -302,7 +306,7 @@ def _check(row: dict[str, Any], entry: KernelEntry) -> list[Violation]:
     found = violations(entry, m, n, k)
     problems += [v.message for v in found]
     if k_tail(k) and found:
-        problems.append(k_tail_answers(entry, m, n, k))
+        problems.append(k_tail_answers(entry, m, n, k, facts))
     if problems:
         row.update(
             status="unsafe",
@@ -331,6 +335,8 @@ def audit_tuned(
     df = read_tuned(csv_path)
     asm = df[df["kernelName"].astype(str).str.startswith(ASM_PREFIX)]
     by_symbol = {e.symbol: e for e in manifest}
+    holder = AiterDir.holding(manifest.directory)  # the release's own host facts, if fetched
+    facts = holder.host_facts() if holder is not None else None
     rows = []
     for _, r in asm.iterrows():
         gfx = str(r[GFX_COLUMN]).strip() if GFX_COLUMN in df.columns else ""
@@ -345,7 +351,7 @@ def audit_tuned(
             row["kernel"] = entry.name
             if predictor is not None:
                 row.update(retune_fields(predictor, entry, row))
-            if _check(row, entry) and emulate:
+            if _check(row, entry, facts) and emulate:
                 shape = _emulation_shape(entry, row["m"], row["n"], row["k"])
                 emu, reuse = _stored_emulation(
                     store, keys, entry, manifest.co_path(entry), shape, orders
