@@ -168,6 +168,19 @@ def print_result(result: GemmResult, device: Device) -> None:
         print(f"{PREFIX} time: not measured ({result.not_timed_reason})")
 
 
+def release_k_tail_note(f4gemm_dir: Path, entry: KernelEntry, m: int, n: int, k: int) -> str:
+    """For a K tail, the verdict under the fetched release's own scale padding (its host
+    facts) before the padding this run uses; "" without a K tail."""
+    from f4pipe.aiter.aiterdir import AiterDir
+    from f4pipe.aiter.shaperules import k_tail, release_k_tail
+
+    if not k_tail(k):
+        return ""
+    holder = AiterDir.holding(f4gemm_dir)
+    facts = holder.host_facts() if holder is not None else None
+    return "K tail under this release's host code: " + release_k_tail(entry, m, n, k, facts)
+
+
 def run_gemm_command(args: argparse.Namespace) -> int:
     from f4pipe.aiter.shaperules import check_shape
     from f4pipe.devices.opendevice import open_device
@@ -212,6 +225,9 @@ def run_gemm_command(args: argparse.Namespace) -> int:
             print(f"{PREFIX} kernel: {entry.name} (tile {entry.tile_m}x{entry.tile_n}; {how})")
             if ignored:
                 print(f"{PREFIX} note: {ignored}")
+            release = release_k_tail_note(manifest.directory, entry, args.m, args.n, args.k)
+            if release:
+                print(f"{PREFIX} {release}")
         result = run_gemm(device, entry, manifest.co_path(entry), request)
         if result.padding and not args.json:
             print(f"{PREFIX} padded output: {result.padding}; D[:M, :N] returned")

@@ -68,7 +68,14 @@ from f4pipe.core.layout import (
 )
 from f4pipe.fetch.hostcode import HOST_FACTS, aiter_root_above, tree_host_facts, wheel_host_facts
 from f4pipe.fetch.process import run_fetch_tool
-from f4pipe.fetch.record import FetchResult, complete_tables, fetch_into, fetch_result, locked
+from f4pipe.fetch.record import (
+    FetchResult,
+    complete_source,
+    complete_tables,
+    fetch_into,
+    fetch_result,
+    locked,
+)
 from f4pipe.fetch.sources import (
     DEFAULT_PACKAGE,
     DEFAULT_VERSION,
@@ -176,6 +183,9 @@ def _fetch_pypi(src: PypiSource, resources_dir: Path, cache_dir: Path | None) ->
                 with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:
                     configs = extract_tables(wheel, Path(tmp))
                     complete_tables(target, configs, f"{wheel.name}:{CONFIGS_PATH}")
+            if HOST_FACTS not in record["source"]:  # fetched before f4pipe read host code
+                wheel, _ = ensure_wheel(src, cache_dir=cache_dir)
+                complete_source(target, HOST_FACTS, wheel_host_facts(wheel))
             return fetch_result(target, fetched=False)
         wheel, wheel_sha = ensure_wheel(src, cache_dir=cache_dir)
         with tempfile.TemporaryDirectory(prefix="f4pipe-wheel-") as tmp:

@@ -142,6 +142,15 @@ def complete_tables(target: Path, configs_dir: Path | None, where: str) -> dict[
     return record
 
 
+def complete_source(target: Path, key: str, value: Any) -> dict[str, Any]:
+    """Add one item to the source of a fetch recorded without it (the host facts of a wheel
+    fetched before f4pipe read them); the rewritten provenance. No file changes."""
+    record = AiterDir(target).provenance()
+    record["source"][key] = value
+    write_json(target / PROVENANCE_JSON, record)
+    return record
+
+
 @contextlib.contextmanager
 def locked(lock_path: Path) -> Iterator[None]:
     """Serialise fetches of one id (parallel Snakemake jobs, pytest-xdist workers)."""

@@ -9,11 +9,13 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.aiter.shaperules import EDGE_CLASSES
-from f4pipe.core.layout import BASE_VARIANTS
+from f4pipe.aiter.aiterdir import AiterDir
+from f4pipe.aiter.hostfacts import MISSTRIDED, SCALE_SHUFFLE, UNKNOWN, HostFact
+from f4pipe.aiter.shaperules import EDGE_CLASSES, EDGE_K_TAIL, EDGE_K_TAIL_ROW
+from f4pipe.core.layout import BASE_VARIANTS, K_PADDINGS
 from f4pipe.core.verdicts import SAFETY_MEANINGS, SAFETY_RANK, worst_verdict
 from f4pipe.pipeline.audit import format_finding
-from f4pipe.pipeline.resultset import ResultSet
+from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 from f4pipe.report.plots import HEATMAP_PNG, plot_predicted_vs_recorded, plot_safety_heatmap
 from f4pipe.report.render import (
     KERNEL_PREFIX,
@@ -24,6 +26,7 @@ from f4pipe.report.render import (
 )
 
 ORIGINAL = BASE_VARIANTS[0]
+K_TAIL_CLASSES = (EDGE_K_TAIL, EDGE_K_TAIL_ROW)
 
 
 def _padding_cell(rows: pd.DataFrame) -> str:
@@ -118,6 +121,35 @@ def _edit_lines(
     return lines, broke
 
 
+def release_facts(rs: ResultSet) -> dict[str, HostFact] | None:
+    """The host facts of the aiter the set was made from, when its fetch is beside it (a set
+    stand-in built from tables alone has none)."""
+    if not isinstance(rs, ResultSet):
+        return None
+    path = find_aiter_provenance(rs.directory.resolve(), rs.aiter_id)
+    return AiterDir(path.parent).host_facts() if path is not None else None
+
+
+def release_k_tail_line(raw: pd.DataFrame, facts: dict[str, HostFact] | None) -> str:
+    """The K-tail cells under the padding the release's e8m0_shuffle writes, stated before
+    every padding's answer: "K tails under uninitialised scale padding (this release's
+    e8m0_shuffle): 30 of 35 kernels wrong"; "" when the sweep ran no K tail."""
+    tails = raw[raw["edge_class"].isin(K_TAIL_CLASSES)] if "scale_pad" in raw else raw.iloc[:0]
+    if not len(tails):
+        return ""
+    fact = (facts or {}).get(SCALE_SHUFFLE)
+    if fact is None or fact.value == UNKNOWN:
+        said = fact.words if fact is not None else "this release's scale padding: not read"
+        return f"K tails: {said}: every padding's verdict below"
+    padding = fact.value.removesuffix(MISSTRIDED)
+    mine = tails[(tails["scale_pad"] == padding) & (tails["k_pad"] == K_PADDINGS[0])]
+    bad = mine.loc[mine["verdict"] != "safe", "kernel"].nunique()
+    return (
+        f"K tails under {fact.words} [{fact.where()}]: {bad} of {mine['kernel'].nunique()} "
+        "kernels not safe"
+    )
+
+
 def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
     """The original code objects' sweep (the heatmap, the counts), and each edit's kernel
     beside its original's row, with every edge the edit breaks named in words."""
@@ -149,6 +181,9 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         f"{len(padded)} unsafe shapes"
     )
     sec.headline = f"unsafe edges in {unsafe} of {kernels} kernels"
+    release = release_k_tail_line(raw, release_facts(rs))
+    if release:
+        sec.verdict = f"{release}; {sec.verdict}"
     if len(disagree):
         sec.verdict = (
             f"{len(disagree)} row(s) where the rules disagree with the emulator; {sec.verdict}"
