@@ -103,6 +103,35 @@ def test_hip_path_runs_on_the_shim(shim_lib, f4gemm_dir):
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
 
 
+def test_isa_tests_run_through_the_hip_path_on_the_shim(shim_lib):
+    """`F4PIPE_HW=1 pytest -m isa`, the command an MI355X owner runs, end to end on the shim:
+    every instruction case on the emulator and through hip-python, compared bit for bit
+    (this proves the harness, not the hardware)."""
+    env = shim_environment(shim_lib) | {"F4PIPE_HW": "1"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "isa",
+            "tests/test_isa.py",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert "test_hw_mode_runs_every_case_through_the_hip_path PASSED" in proc.stdout
+    assert "SKIPPED" not in proc.stdout and "FAILED" not in proc.stdout, proc.stdout[-3000:]
+
+
 def run_f4pipe(lib: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`python -m f4pipe ARGS` in a new process whose hip-python finds the shim `lib`."""
     return subprocess.run(

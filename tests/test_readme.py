@@ -146,6 +146,10 @@ COMMANDS: dict[str, Run | Excluded] = {
     ),
     "f4pipe gemm -m 8192 -n 8192 -k 8192 --device hip --iters 50": Excluded(NEEDS_GPU),
     "nox -s hardware": Excluded(NEEDS_GPU),
+    "F4PIPE_HW=1 python -m pytest -m isa -v -p no:cacheprovider --junitxml=isa-mi355x.xml "
+    "tests/test_isa.py": Excluded(
+        "needs a gfx950 GPU (tests/test_hipshim.py runs the same command on the HIP shim)"
+    ),
     "snakemake --workflow-profile workflow/profiles/slurm all": Excluded(
         "needs snakemake-executor-plugin-slurm and a Slurm cluster (tests/test_cluster.py runs "
         "the DAG through a cluster executor)"
