@@ -34,6 +34,7 @@ from f4pipe.core.errors import ConfigError, DeviceError, EmulatorError, ShapeErr
 from f4pipe.core.layout import NO_DEVICE, PRIMARY_ARCH, SEED_A, SEED_B
 from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.devices.devinfo import CLOCK_FIELDS, DEVICE_FIELDS, clock_fields
+from f4pipe.emu.ops_memory import DEFAULT_ATOMIC_ROUNDING, atomic_rounding
 from f4pipe.host.gemm import (
     NOT_TIMED_NO_HARDWARE,
     SHIM_TIME_NOTE,
@@ -289,6 +290,8 @@ def _stored(
             "toolchain_id": settings.keys.toolchain_id,
             "f4pipe": f4pipe_identity(),
         }
+        if atomic_rounding() != DEFAULT_ATOMIC_ROUNDING:  # an emulator run under another
+            inputs["bf16_atomic_rounding"] = atomic_rounding()  # assumption is another result
     (row,) = reuse_or_run(
         store,
         stage,
