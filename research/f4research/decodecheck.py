@@ -284,9 +284,9 @@ def main() -> int:
     else:
         from f4pipe.aiter.manifest import read_manifest
         from f4pipe.core.cache import cache_root
-        from f4pipe.fetch import DEFAULT_SOURCE, fetch_aiter
+        from f4pipe.fetch import PypiSource, fetch_aiter
 
-        f4gemm = fetch_aiter(DEFAULT_SOURCE, cache_root() / "test-resources").f4gemm_dir
+        f4gemm = fetch_aiter(PypiSource(), cache_root() / "test-resources").f4gemm_dir
         paths = [f4gemm / e.co_name for e in read_manifest(f4gemm)]
     tally = compare_code_objects(paths)
     print(tally.summary())
