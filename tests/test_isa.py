@@ -6,14 +6,12 @@ emulator there (docs/user-guide.md, "Validating the emulator on an MI355X")."""
 
 from __future__ import annotations
 
-import math
-
 import ml_dtypes
 import numpy as np
 import pytest
 from isa_kernels import LANE, Case, hw_mode, run_everywhere
+from mfma_model import mfma_model, result_registers
 
-from f4pipe.core.numerics import e8m0_to_float, fp4_to_float
 from f4pipe.emu.device import EmulatorDevice
 
 pytestmark = pytest.mark.isa
@@ -311,37 +309,6 @@ def test_bf16_atomic_rounds_each_half_and_serialises_lanes(toolchain, devices) -
 # --- the scaled FP4 MFMA ---------------------------------------------------------------------
 
 
-def _mfma_model(a, b, c, sa, sb) -> np.ndarray:
-    """D[i][j] (f32 bits in the result layout: register i % 4 of lane j + 16 (i // 4)) as the
-    exact sum of C and the scaled FP4 products, rounded once (docs/reference/gfx950.md)."""
-
-    def elements(regs):
-        nib = (regs[:, None, :] >> (4 * np.arange(8))[None, :, None]) & 0xF  # [4, 8, 64]
-        vals = fp4_to_float(nib.reshape(32, 64).astype(np.uint8))  # t = 8 reg + nibble
-        out = np.zeros((16, 128))
-        for lane in range(64):
-            g, r = divmod(lane, 16)
-            out[r, 32 * g : 32 * g + 32] = vals[:, lane]
-        return out
-
-    def scales(reg):
-        out = np.zeros((16, 4))
-        for lane in range(64):
-            g, r = divmod(lane, 16)
-            out[r, g] = e8m0_to_float(np.array([reg[lane] & 0xFF], np.uint8))[0]
-        return out
-
-    am, bm, sam, sbm = elements(a), elements(b), scales(sa), scales(sb)
-    d = np.zeros((4, 64), np.float32)
-    for i in range(16):
-        for j in range(16):
-            lane, reg = j + 16 * (i // 4), i % 4
-            terms = [float(c[reg, lane].view(np.float32))]
-            terms += [am[i, k] * bm[j, k] * sam[i, k // 32] * sbm[j, k // 32] for k in range(128)]
-            d[reg, lane] = np.float32(math.fsum(terms))
-    return d.view(np.uint32)
-
-
 def _mfma_case(a, b, c, sa, sb) -> Case:
     regs = {f"v{r}": a[r] for r in range(4)} | {f"v{4 + r}": b[r] for r in range(4)}
     regs |= {f"a{8 + r}": c[r] for r in range(4)} | {"v12": sa, "v13": sb}
@@ -369,6 +336,6 @@ def test_scaled_fp4_mfma(toolchain, devices, order_matters: bool) -> None:
         c = u32(RNG.integers(-8, 8, (4, 64)).astype(np.float32).view(np.uint32))
     out = run_everywhere(toolchain, devices, _mfma_case(a, b, c, sa, sb))
     got = np.stack([out[f"a{8 + r}"] for r in range(4)])
-    assert np.array_equal(got, _mfma_model(a, b, c, sa, sb))
+    assert np.array_equal(got, result_registers(mfma_model(a, b, c, sa, sb, 0, 0)))
     if not order_matters:
         assert np.array_equal(got.view(np.float32), np.round(got.view(np.float32) * 4) / 4)
