@@ -16,8 +16,6 @@ from f4pipe.aiter.manifest import read_manifest
 from f4pipe.arch import isa
 from f4pipe.arch.decode import decode_one
 
-pytest.importorskip("tinygrad")
-
 #: The oracle's generated kernels checked here (compiling 120 costs about 1 s).
 ORACLE_SEEDS = list(range(120))
 
