@@ -277,7 +277,12 @@ def compare_code_objects(paths: Iterable) -> Tally:
 
 
 def main() -> int:
+    from importlib.util import find_spec
     from pathlib import Path
+
+    if find_spec("tinygrad") is None:
+        print("f4research decodecheck: needs tinygrad (pip install -e '.[test]')", file=sys.stderr)
+        return 2
 
     if len(sys.argv) > 1:
         paths = [Path(p) for p in sys.argv[1:]]
