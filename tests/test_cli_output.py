@@ -46,7 +46,7 @@ def test_hazards_takes_assembly_as_waits_and_try_do(tmp_path, toolchain, f4gemm_
     tool = ["--toolchain-bin", str(toolchain.bin_dir)]
     assert main(["hazards", str(asm), *tool]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"k.s:_ZN5aiter41{KERNEL}E: ") and "0 wait-state and 0 counter" in out
+    assert out.startswith(f"{asm}:_ZN5aiter41{KERNEL}E: ") and "0 wait-state and 0 counter" in out
     # the .s is what is checked: without a main-loop wait it has counter findings, exit 1
     broken = tmp_path / "nowait.s"
     text = asm.read_text()

@@ -147,7 +147,8 @@ def test_try_cli_exit_codes_and_diff_file(tmp_path, base_asm, toolchain, f4gemm_
     assert (
         main(["try", str(bad), "--kernel", KERNEL, "--diff", str(tmp_path / "m.txt"), *common]) == 1
     )
-    assert "first D[" in capsys.readouterr().out.strip().splitlines()[-1]
+    *_, verdict, step = capsys.readouterr().out.strip().splitlines()
+    assert "first D[" in verdict and step.startswith("next:   f4pipe asmdiff ")
     assert main(["try", str(tmp_path / "missing.s"), *common]) == 2
     assert (
         main(["try", str(good), "--kernel", "f4gemm_bf16_per1x32Fp4_BpreShuffle_64x128", *common])
@@ -188,13 +189,12 @@ def test_the_static_line_reports_what_hazards_finds(
     )
     argv = ["try", str(edit), "--co-dir", str(f4gemm_dir), "--device", "emulator"]
     assert main([*argv, "--toolchain-bin", str(toolchain.bin_dir)]) == 1
-    (static,) = [
-        line for line in capsys.readouterr().out.splitlines() if line.startswith("static checks")
-    ]
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if line.startswith("static checks"))
     assert re.match(
-        r"static checks: descriptor ok; timing over every path: \d+ finding\(s\)", static
+        r"static checks: descriptor ok; timing over every path: \d+ finding\(s\)", out[at]
     )
-    assert re.search(r"needs s_waitcnt (vmcnt|lgkmcnt)\(\d+\) or lower", static)
+    assert re.search(r"needs s_waitcnt (vmcnt|lgkmcnt)\(\d+\) or lower", out[at + 1])
 
 
 def test_a_repeated_try_takes_the_originals_side_from_the_cache(

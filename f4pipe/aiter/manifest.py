@@ -8,6 +8,7 @@ heuristic breaks ties by that order.
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import os
 from collections.abc import Iterator
@@ -96,10 +97,31 @@ class Manifest:
                 f"{', '.join(e.name for e in ending)}; name one of them"
             )
         names = ", ".join(e.name for e in self.entries[:5])
+        close = self.closest_names(wanted)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise ManifestError(
-            f"no kernel named {wanted!r} in {self.csv_path} "
+            f"no kernel named {wanted!r} in {self.csv_path}{hint} "
             f"(it lists {len(self.entries)}: {names}{', ...' if len(self.entries) > 5 else ''})"
         )
+
+    def closest_names(self, wanted: str, count: int = 3) -> list[str]:
+        """The names `get` takes that are closest to `wanted` (difflib), each naming one kernel:
+        a full name, or an ending after an underscore that only one kernel has (`32x128`)."""
+        endings: dict[str, list[str]] = {}
+        for e in self.entries:
+            parts = e.name.split("_")
+            for i in range(len(parts)):
+                endings.setdefault("_".join(parts[i:]), []).append(e.name)
+        scored = []
+        for name, owners in endings.items():
+            ratio = difflib.SequenceMatcher(None, wanted, name).ratio()
+            if len(owners) == 1 and ratio >= 0.6:  # difflib.get_close_matches' cutoff
+                same = next(
+                    (i for i, (a, b) in enumerate(zip(wanted, name, strict=False)) if a != b),
+                    min(len(wanted), len(name)),
+                )  # ties: the longer common start
+                scored.append((-ratio, -same, name))
+        return [name for *_, name in sorted(scored)[:count]]
 
     def same_b_layout(self, entry: KernelEntry) -> list[KernelEntry]:
         """The kernels that read B as `entry` does (pre-shuffled or not): only they can stand

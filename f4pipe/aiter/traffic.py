@@ -29,8 +29,8 @@ from f4pipe.aiter.lookup import (
     padded_m_array,
 )
 from f4pipe.aiter.manifest import Manifest
-from f4pipe.aiter.shaperules import short_name
-from f4pipe.core.errors import InputError
+from f4pipe.aiter.shaperules import check_shape, short_name
+from f4pipe.core.errors import InputError, ShapeError
 from f4pipe.core.fsio import read_input_text
 
 if TYPE_CHECKING:
@@ -103,16 +103,15 @@ def read_shapes(path: Path) -> list[ShapeSpec]:
     for line, row in enumerate(reader, start=2):
         where = f"{path}:{line}"
         m_lo, m_hi = parse_m(row[columns["m"]] or "", where)
-        specs.append(
-            ShapeSpec(
-                name=(row.get(columns.get("name", ""), "") or "").strip(),
-                m_lo=m_lo,
-                m_hi=m_hi,
-                n=_positive((row[columns["n"]] or "").strip(), "N", where),
-                k=_positive((row[columns["k"]] or "").strip(), "K", where),
-                line=line,
-            )
+        spec = ShapeSpec(
+            name=(row.get(columns.get("name", ""), "") or "").strip(),
+            m_lo=m_lo,
+            m_hi=m_hi,
+            n=_positive((row[columns["n"]] or "").strip(), "N", where),
+            k=_positive((row[columns["k"]] or "").strip(), "K", where),
+            line=line,
         )
+        specs.append(checked(spec, where))
     if not specs:
         raise InputError(f"{path}: no shapes (one row per GEMM: M, N, K)")
     return specs
@@ -126,7 +125,18 @@ def parse_shape(text: str) -> ShapeSpec:
     m_lo, m_hi = parse_m(parts[0], f"--shape {text}")
     n = _positive(parts[1].strip(), "N", f"--shape {text}")
     k = _positive(parts[2].strip(), "K", f"--shape {text}")
-    return ShapeSpec("", m_lo, m_hi, n, k, 0)
+    return checked(ShapeSpec("", m_lo, m_hi, n, k, 0))
+
+
+def checked(spec: ShapeSpec, where: str = "") -> ShapeSpec:
+    """`spec`, if the one shape check (f4pipe.aiter.shaperules.check_shape, the words `predict`
+    and `gemm` use) admits both ends of its M range; else its ShapeError, prefixed by `where`."""
+    try:
+        for m in sorted({spec.m_lo, spec.m_hi}):
+            check_shape(m, spec.n, spec.k)
+    except ShapeError as exc:
+        raise ShapeError(f"{where}: {exc}" if where else str(exc)) from None
+    return spec
 
 
 def _signature(r: Resolution) -> tuple:

@@ -66,7 +66,7 @@ def cmd_co2asm(args: argparse.Namespace) -> int:
     if not to_stdout:
         check_writable(out)
     tc = toolchain_from_args(args)
-    asm = co2asm(src, tc)
+    asm = co2asm(src, tc, pc_comments=args.pc_comments)
     if not args.no_verify:
         check_reassembles(asm, src, tc)
     if to_stdout:
@@ -245,6 +245,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not assemble the output to check it (default: a line LLVM rejects is an error "
         "naming it, exit 2, and nothing is written)",
+    )
+    p.add_argument(
+        "--pc-comments",
+        action="store_true",
+        help="end each instruction with `// pc 0x...`, its address in the code object, so a "
+        "finding reported against the .co (`pc 0x3364 (label_01D8+0x4)`) can be found in the .s",
     )
     add_toolchain_args(p)
     p.set_defaults(func=cmd_co2asm)

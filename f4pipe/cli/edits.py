@@ -9,7 +9,9 @@ the static checks: it is then not run anywhere).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -40,7 +42,7 @@ TERMINAL_FINDINGS = 10
 
 
 def cmd_try(args: argparse.Namespace) -> int:
-    from f4pipe.edits import render_findings, report_text
+    from f4pipe.edits import report_text
     from f4pipe.edits.trykernel import try_edit
 
     asm = Path(args.edit)
@@ -61,8 +63,9 @@ def cmd_try(args: argparse.Namespace) -> int:
         fit_resources=args.fit_resources,
     )
     p = result.prepared
+    verdict = result.static_verdict()
     diff_path = Path(args.diff) if args.diff else asm.with_suffix(".diff.txt")
-    write_text(diff_path, report_text(p))
+    write_text(diff_path, report_text(p, verdict))
     print(f"edit:   {asm} -> {p.entry.name} (original {p.original_co})")
     if p.fit is not None:
         print(p.fit.render())
@@ -70,34 +73,45 @@ def cmd_try(args: argparse.Namespace) -> int:
     print(f"diff file: {diff_path}")
     if args.co:
         print(f"kept:   {p.co_path} (the assembled edit)")
-    if p.findings:
-        print(f"static checks: {len(p.findings)} finding(s)")
-        print(render_findings(p.findings, TERMINAL_FINDINGS))
-    else:
-        print(static_line(result, checked=not args.no_hazard_check))
+    print(verdict.text(TERMINAL_FINDINGS), end="")
     for run in result.runs:
-        print(f"run:    {run.render()}")
-    if result.predicted is not None:
-        print(f"speed:  {result.predicted.render()}")
-    elif result.predicted_error:
-        print(f"speed:  {result.predicted_error}")
+        print(f"run:    {run.render(result.where)}")
+    counts = result.counts_line()
+    if counts:
+        print(counts)
+    speed = result.speed_line()
+    if speed:
+        print(f"speed:  {speed}")
     print(result.verdict_line())
+    if not result.passed:
+        print(f"next:   {next_step(result, args)}")
     return EXIT_OK if result.passed else EXIT_FAILED
 
 
-def static_line(result, checked: bool) -> str:
-    """The static verdict: the descriptor checks and, over every path, the timing analysis
-    `f4pipe hazards` and `waits` run (f4pipe.analysis.hazards), as far as the edit adds to the
-    original's findings."""
-    if not checked:
-        return "static checks: descriptor ok; timing not checked (--no-hazard-check)"
-    found = result.static_hazards
-    if not found:
-        return "static checks: ok (descriptor; timing over every path: nothing the original lacks)"
+def next_step(result, args: argparse.Namespace) -> str:
+    """The command to run after a failing `try`: the repair for a timing failure, the flag
+    for a descriptor the code outgrew, the diff for wrong values."""
+    p = result.prepared
+    edit = args.edit
+    co_dir = f" --co-dir {shlex.quote(args.co_dir)}" if args.co_dir else ""
+    if p.findings:
+        if any(f.check in FITTABLE_CHECKS for f in p.findings) and not args.fit_resources:
+            return f"f4pipe try {shlex.quote(edit)} --fit-resources{co_dir}"
+        return f"fix the line named above, then: f4pipe try {shlex.quote(edit)}{co_dir}"
+    if result.timing_failed:
+        fixed = shlex.quote(str(Path(edit).with_suffix(".fixed.s")))
+        return (
+            f"f4pipe waits {shlex.quote(edit)} --apply -o {fixed}{co_dir} (inserts the waits "
+            f"it lacks), then: f4pipe try {fixed}{co_dir}"
+        )
     return (
-        f"static checks: descriptor ok; timing over every path: {len(found)} finding(s) the "
-        f"original does not have, first: {found[0]}"
+        f"f4pipe asmdiff {shlex.quote(str(p.original_co))} {shlex.quote(edit)} (every "
+        "instruction the edit changes; the first wrong element is above)"
     )
+
+
+#: Descriptor findings --fit-resources resolves (the registers and LDS the code needs).
+FITTABLE_CHECKS = frozenset({"vgpr", "agpr", "sgpr", "lds"})
 
 
 # --- f4pipe asmdiff ----------------------------------------------------------------------------
@@ -111,30 +125,37 @@ def _as_object(path: Path, tmp: Path, toolchain: Toolchain, tag: str) -> tuple[P
 
 
 def cmd_asmdiff(args: argparse.Namespace) -> int:
-    from f4pipe.edits import render_findings
     from f4pipe.edits.checks import static_checks
     from f4pipe.edits.diff import diff_listings
     from f4pipe.edits.listing import read_listing
+    from f4pipe.edits.verdict import StaticVerdict, new_timing_findings, timing_findings
 
     tc = toolchain_from_args(args)
     with tempfile.TemporaryDirectory(prefix="f4pipe-asmdiff-") as tmp:
-        a_co, a_asm = _as_object(Path(args.a), Path(tmp), tc, "a")
+        a_co, _ = _as_object(Path(args.a), Path(tmp), tc, "a")
         b_co, b_asm = _as_object(Path(args.b), Path(tmp), tc, "b")
-        a = read_listing(a_co, tc, args.kernel, asm_path=a_asm)
-        b = read_listing(b_co, tc, args.kernel or a.symbol, asm_path=b_asm)
+        a = dataclasses.replace(read_listing(a_co, tc, args.kernel), path=Path(args.a))
+        b = dataclasses.replace(
+            read_listing(b_co, tc, args.kernel or a.symbol, asm_path=b_asm), path=Path(args.b)
+        )
         diff = diff_listings(a, b)
         findings = static_checks(b)
-    text = diff.render()
-    text += "static checks (second): " + (
-        "ok\n" if not findings else f"{len(findings)} finding(s)\n{render_findings(findings)}\n"
-    )
+        timing = ()
+        if not findings:
+            timing = tuple(
+                new_timing_findings(
+                    timing_findings(b_co, b.symbol), timing_findings(a_co, a.symbol)
+                )
+            )
+    verdict = StaticVerdict(tuple(findings), timing, b.locator)
+    text = diff.render() + verdict.text()
     if args.output:
         write_text(args.output, text)
     if args.json:
         print(json.dumps(diff.as_json(), sort_keys=True, default=str))
     else:
         print(text, end="")
-    return EXIT_FAILED if findings else EXIT_OK
+    return EXIT_FAILED if verdict.count else EXIT_OK
 
 
 # --- f4pipe edit-variant -----------------------------------------------------------------------
@@ -209,7 +230,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=command_help("asmdiff"),
         description="Diff B against A: added, removed, changed and moved instructions aligned "
         "by label, descriptor and metadata changes, register/LDS/kernarg usage; then the static "
-        "checks of B. Exit 0, 1 if B fails the static checks, 2 on an error.",
+        "checks of B, the same `try` runs (its descriptor, and the timing findings over every "
+        "path that A lacks). Exit 0, 1 if B fails the static checks, 2 on an error.",
     )
     p.add_argument("a", help="the original: a .s (assembled first) or a code object")
     p.add_argument("b", help="the edit: a .s (assembled first) or a code object")

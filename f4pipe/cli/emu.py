@@ -40,6 +40,7 @@ def cmd_hazards(args: argparse.Namespace) -> int:
     from f4pipe.analysis.hazards import analyse
     from f4pipe.codeobj.codeobject import CodeObject
     from f4pipe.codeobj.program import Program
+    from f4pipe.codeobj.sourcemap import locator
 
     if args.rules:
         print(rules_text())
@@ -52,7 +53,9 @@ def cmd_hazards(args: argparse.Namespace) -> int:
         symbols = [s.name for s in CodeObject.read(path).kernel_symbols()]
         if args.kernel:
             symbols = [s for s in symbols if args.kernel in s]
-        reports = [analyse(Program.load(path, s)) for s in symbols]
+        programs = [Program.load(path, s) for s in symbols]
+        reports = [analyse(p) for p in programs]
+        where = [locator(p, given if given.suffix == ".s" else path) for p in programs]
     if args.json:
         print(
             json.dumps(
@@ -69,6 +72,7 @@ def cmd_hazards(args: argparse.Namespace) -> int:
                                 "required": f.required,
                                 "actual": f.actual,
                                 "message": f.hazard.message,
+                                "where": loc.where(f.hazard.consumer_pc),
                             }
                             for kind, found in (
                                 ("wait-state", r.wait_states),
@@ -77,19 +81,19 @@ def cmd_hazards(args: argparse.Namespace) -> int:
                             for f in found
                         ],
                     }
-                    for r in reports
+                    for r, loc in zip(reports, where, strict=True)
                 ],
                 indent=1,
             )
         )
     else:
-        for r in reports:
+        for r, loc in zip(reports, where, strict=True):
             print(
-                f"{given.name}:{r.symbol}: {r.instructions} reachable instructions, "
+                f"{given}:{r.symbol}: {r.instructions} reachable instructions, "
                 f"{len(r.wait_states)} wait-state and {len(r.counters)} counter finding(s)"
             )
-            for f in (*r.wait_states, *r.counters):
-                print(f"  {f.hazard.message}")
+            for message in r.messages():
+                print(f"  {loc.locate(message)}")
     return EXIT_FAILED if any(r.count for r in reports) else EXIT_OK
 
 

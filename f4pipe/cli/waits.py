@@ -59,33 +59,36 @@ def _manifest_entry(args: argparse.Namespace, symbol: str):
     return entry
 
 
-def _repairs(program) -> tuple[list[str], list[dict]]:
+def _repairs(program, where) -> tuple[list[str], list[dict]]:
     """What the kernel lacks today, as the fewest insertions (f4pipe.analysis.waits.repairs): a wait
     before the first reader of each unretired load on each path, an s_nop before each
-    instruction too close to its producer (lines, JSON rows)."""
+    instruction too close to its producer (lines, located by `where`; JSON rows)."""
     from f4pipe.analysis.waits import repairs
     from f4pipe.edits.waitfix import nops, waitcnt_text
 
     lines, rows = [], []
     for r in repairs(program):
+        at = where.where(r.before_pc)
         if r.wait is not None:
             text = waitcnt_text(*r.wait)
-            lines.append(f"MISSING `{text}` before pc {r.before_pc:#x}: {r.why[0]}")
+            lines.append(f"MISSING `{text}` before {at}: {where.locate(r.why[0])}")
             rows.append(
                 {
                     "kind": "wait",
                     "before_pc": r.before_pc,
+                    "where": at,
                     "insert": text,
                     "findings": list(r.why),
                 }
             )
         if r.wait_states:
             text = "; ".join(nops(r.wait_states))
-            lines.append(f"MISSING `{text}` before pc {r.before_pc:#x}: {r.why_states[0]}")
+            lines.append(f"MISSING `{text}` before {at}: {where.locate(r.why_states[0])}")
             rows.append(
                 {
                     "kind": "s_nop",
                     "before_pc": r.before_pc,
+                    "where": at,
                     "insert": text,
                     "findings": list(r.why_states),
                 }
@@ -140,6 +143,7 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
     from f4pipe.analysis.waits import repairs
     from f4pipe.codeobj.co2asm import co2asm
     from f4pipe.codeobj.program import Program
+    from f4pipe.codeobj.sourcemap import locator
     from f4pipe.core.fsio import write_text
     from f4pipe.edits.waitcheck import first_problem, loosen_in_turn
     from f4pipe.edits.waitfix import apply_repairs
@@ -167,7 +171,8 @@ def cmd_apply(args: argparse.Namespace, program, co_path: Path, tmp: Path) -> in
             device.close()
     if entry is not None and not args.loosen:
         fixes = _with_barriers(args, entry, asm, program, fixes, tc, tmp)
-    lines, changes = apply_repairs(asm.splitlines(), program, fixes, loosened)
+    where = locator(program, source if source.suffix == ".s" else co_path)
+    lines, changes = apply_repairs(asm.splitlines(), program, fixes, loosened, where)
     text = "\n".join(lines) + "\n"
     check = assemble_text(text, tmp / "applied.s", tc)
     left = analyse(Program.load(check, program.symbol))
@@ -295,7 +300,7 @@ def _entry_to_run(args: argparse.Namespace, program):
 
 def cmd_waits(args: argparse.Namespace) -> int:
     from f4pipe.analysis.hazards import analyse
-    from f4pipe.analysis.waits import advise
+    from f4pipe.codeobj.sourcemap import locator
 
     with tempfile.TemporaryDirectory(prefix="f4pipe-waits-") as tmp:
         if args.static_only and not args.apply:
@@ -303,15 +308,22 @@ def cmd_waits(args: argparse.Namespace) -> int:
         program, co_path = _program(args, Path(tmp))
         if args.apply or args.loosen:
             return cmd_apply(args, program, co_path, Path(tmp))
+        where = locator(program, _given(args, co_path))
         if args.explain is not None:
-            print("\n".join(_explain(program, int(args.explain, 0))))
+            print("\n".join(where.locate(s) for s in _explain(program, int(args.explain, 0))))
             return EXIT_OK
-        missing, missing_rows = _repairs(program)
-        findings = analyse(program).messages()
-        advice = advise(program) if not missing else []
+        report = analyse(program)
+        findings = report.messages()
+        missing, missing_rows = _repairs(program, where)
+        advice, dropped = kept_advice(program, report)
         verified: dict = {}
         predicted: dict = {}
         if args.verify and advice:
+            if missing:
+                raise InputError(
+                    f"{args.kernel_file}: --verify loosens waits of a kernel that misses "
+                    "none; run --apply -o Y.s first, then --verify on Y.s"
+                )
             from f4pipe.edits.trykernel import open_devices
             from f4pipe.edits.waitcheck import verify_loosening
 
@@ -326,13 +338,75 @@ def cmd_waits(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                _json(program.symbol, findings, missing_rows, advice, verified, predicted),
+                _json(program.symbol, findings, missing_rows, advice, verified, predicted)
+                | {"advice_dropped": dropped},
                 indent=1,
             )
         )
     else:
-        _print(program.symbol, len(findings), missing, advice, verified, predicted, args.verify)
-    return EXIT_FAILED if missing else EXIT_OK
+        print(
+            f"f4pipe waits: {program.symbol}: {len(findings)} static finding(s) (those of "
+            f"`f4pipe hazards`); {len(missing)} missing wait(s) or wait state(s); "
+            f"{_advice_count(advice, dropped)}"
+        )
+        for message in findings:
+            print(f"  {where.locate(message)}")
+        for line in missing:
+            print(f"  {line}")
+        if missing:
+            print(f"  {repair_counts(findings, missing_rows)}")
+            print(f"next:   {apply_command(args)}")
+        _print_advice(advice, verified, predicted, args.verify, where)
+    return EXIT_FAILED if missing or findings else EXIT_OK
+
+
+def _given(args: argparse.Namespace, co_path: Path) -> Path:
+    """The file to name in findings: the .s the user gave, else the code object read."""
+    given = Path(args.kernel_file)
+    return given if given.suffix == ".s" else co_path
+
+
+def kept_advice(program, report) -> tuple[list, int]:
+    """Every wait's advice but those whose uses include one a finding names (a missing wait
+    leaves it unguarded, so the advice would size this wait for that one's work), and how
+    many were dropped."""
+    from f4pipe.analysis.waits import advise
+
+    flagged = {f.hazard.consumer_pc for f in (*report.wait_states, *report.counters)}
+    every = advise(program)
+    kept = [a for a in every if not any(n.consumer_pc in flagged for n in a.needs)]
+    return kept, len(every) - len(kept)
+
+
+def _advice_count(advice: list, dropped: int) -> str:
+    stricter = sum(1 for a in advice if a.stricter)
+    said = f"advice for {len(advice)} s_waitcnt, {stricter} stricter than the registers need"
+    if dropped:
+        said += (
+            f"; advice for {dropped} more dropped: a use they cover is one a missing wait "
+            "leaves unguarded (waits again after --apply advises them)"
+        )
+    return said
+
+
+def repair_counts(findings: list[str], missing_rows: list[dict]) -> str:
+    """What the findings' counts and the inserted waits' counts each answer, in one line."""
+    from f4pipe.edits.verdict import counts_legend, first_count
+
+    inserted = "`, `".join(r["insert"] for r in missing_rows if r["kind"] == "wait")
+    return counts_legend(first_count(findings), "", inserted) or (
+        "counts: each inserted wait is the loosest that covers every use of the loads it waits for"
+    )
+
+
+def apply_command(args: argparse.Namespace) -> str:
+    """The repair of this kernel file, as a command."""
+    import shlex
+
+    given = Path(args.kernel_file)
+    fixed = given.with_suffix(".fixed.s") if given.suffix else Path(f"{given}.fixed.s")
+    co_dir = f" --co-dir {shlex.quote(args.co_dir)}" if args.co_dir else ""
+    return f"f4pipe waits {shlex.quote(str(given))} --apply -o {shlex.quote(str(fixed))}{co_dir}"
 
 
 def _predicted_savings(entry, co_path: Path, verified: dict) -> dict[int, tuple[float, float]]:
@@ -373,17 +447,9 @@ def _json(symbol, findings, missing_rows, advice, verified, predicted) -> dict:
     }
 
 
-def _print(symbol, findings: int, missing, advice, verified, predicted, verify: bool) -> None:
-    stricter = [a for a in advice if a.stricter]
-    print(
-        f"f4pipe waits: {symbol}: {findings} static finding(s) (those of `f4pipe hazards`); "
-        f"{len(missing)} missing wait(s) or wait state(s); "
-        f"{len(advice)} s_waitcnt, {len(stricter)} stricter than the registers need"
-    )
-    for line in missing:
-        print(f"  {line}")
+def _print_advice(advice, verified, predicted, verify: bool, where) -> None:
     for a in advice:
-        print(f"  {a.render()}")
+        print(f"  {where.locate(a.render())}")
         v = verified.get(a.pc)
         if v is not None:
             looser = v.confirmed != v.actual
@@ -399,7 +465,7 @@ def _print(symbol, findings: int, missing, advice, verified, predicted, verify: 
                 f"    PREDICTED (cycle model, not measured): {before:.0f} -> {after:.0f} clk per "
                 f"workgroup at K=2048 ({(after / before - 1) * 100:+.2f} %)"
             )
-    if stricter and not verify:
+    if any(a.stricter for a in advice) and not verify:
         print(
             "f4pipe waits: the advice covers registers on every path; LDS written by LDS DMA "
             "and ds_write is read by other waves at addresses that are data: --verify runs "

@@ -270,12 +270,16 @@ def _symbol_directives(sym: Symbol, visibility: str) -> list[str]:
     return out
 
 
-def co2asm(path: str | Path, toolchain: Toolchain) -> str:
-    """Reassemblable assembly for the code object at `path`."""
-    return co2asm_with_listing(path, toolchain)[0]
+def co2asm(path: str | Path, toolchain: Toolchain, *, pc_comments: bool = False) -> str:
+    """Reassemblable assembly for the code object at `path`; with `pc_comments`, each
+    instruction ends in `// pc 0x...`, its address in the object, so a finding a command
+    reports against the `.co` (which names pcs) can be found in the `.s`."""
+    return co2asm_with_listing(path, toolchain, pc_comments=pc_comments)[0]
 
 
-def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, list[Instruction]]:
+def co2asm_with_listing(
+    path: str | Path, toolchain: Toolchain, *, pc_comments: bool = False
+) -> tuple[str, list[Instruction]]:
     """The assembly and the .text disassembly it was made from (reused by the equivalence
     check, so the original is disassembled once)."""
     co = CodeObject.read(path)
@@ -339,7 +343,8 @@ def co2asm_with_listing(path: str | Path, toolchain: Toolchain) -> tuple[str, li
             out.append(f"{sym.name}:")
         if insn.addr in synthesized:
             out.append(f"{synthesized[insn.addr]}:")
-        out.append("\t" + _render(insn, branch_names, co.arch))
+        pc = f"\t// pc {insn.addr:#x}" if pc_comments else ""
+        out.append("\t" + _render(insn, branch_names, co.arch) + pc)
     for sym in by_addr.get(end, []):
         out.append(f"{sym.name}:")
     if end in synthesized:

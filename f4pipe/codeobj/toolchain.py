@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.core.cache import cache_root
 from f4pipe.core.debian import ProvisionError, Remedy, has_apt, private_apt, unpack
 from f4pipe.core.errors import InputError, ToolchainError
@@ -168,7 +169,7 @@ def knows_gfx950(bin_dir: Path) -> bool:
             [
                 str(bin_dir / "llvm-mc"),
                 "-triple=amdgcn-amd-amdhsa",
-                "-mcpu=gfx950",
+                f"-mcpu={ARCH}",
                 "-filetype=null",
             ],
             input=probe,

@@ -38,6 +38,7 @@ from f4pipe.edits.checks import Finding, static_checks
 from f4pipe.edits.diff import EditDiff, diff_listings
 from f4pipe.edits.listing import read_listing
 from f4pipe.edits.resources import FitReport, fit_and_assemble
+from f4pipe.edits.verdict import StaticVerdict
 
 # ---------------------------------------------------------------------------------------------
 # Preparing an edit: assemble, find its original, diff, check
@@ -101,23 +102,10 @@ def prepare_edit(
     )
 
 
-def render_findings(findings: list[Finding], limit: int | None = None) -> str:
-    shown = findings if limit is None else findings[:limit]
-    lines = [f"  {f.render()}" for f in shown]
-    if len(shown) < len(findings):
-        lines.append(f"  ... {len(findings) - len(shown)} more")
-    return "\n".join(lines)
-
-
-def report_text(prepared: PreparedEdit) -> str:
-    """The diff file: the full diff, then the static checks' verdict."""
-    f = prepared.findings
-    checks = (
-        "static checks: ok\n"
-        if not f
-        else (f"static checks: {len(f)} finding(s)\n{render_findings(f)}\n")
-    )
-    return prepared.diff.render() + checks
+def report_text(prepared: PreparedEdit, verdict: StaticVerdict) -> str:
+    """The diff file: the full diff, then the static verdict with every finding (the lines
+    the console shows first)."""
+    return prepared.diff.render() + verdict.text()
 
 
 def report_json(prepared: PreparedEdit, name: str | None = None) -> dict[str, Any]:
@@ -151,7 +139,13 @@ def build_edit_variant(
         prepared = prepare_edit(asm_path, co_dir, tmp / entry.co_name, toolchain, kernel)
         final_co = Path(out_dir) / entry.co_name  # where the report says the edit lives
         prepared.diff.edited = dataclasses.replace(prepared.diff.edited, path=final_co)
-        write_text(diff_path, report_text(prepared))
+        verdict = StaticVerdict(
+            tuple(prepared.findings),
+            (),
+            prepared.diff.edited.locator,
+            timing_skipped="edit-variant leaves it to `f4pipe try`",
+        )
+        write_text(diff_path, report_text(prepared, verdict))
         if json_path is not None:
             write_json(json_path, report_json(prepared, name))
         if prepared.findings:

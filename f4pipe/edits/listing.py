@@ -13,6 +13,7 @@ from typing import Any
 from f4pipe.codeobj.assemble import MAX_ASM_BYTES
 from f4pipe.codeobj.co2asm import Instruction, branch_target, disassemble_text
 from f4pipe.codeobj.codeobject import CodeObject
+from f4pipe.codeobj.sourcemap import Locator, source_locator
 from f4pipe.codeobj.toolchain import Toolchain
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
@@ -51,8 +52,7 @@ class KernelListing:
     lines: tuple[Line, ...]
     descriptor: bytes
     metadata: dict[str, Any] = field(repr=False)  # the whole metadata note
-    source_lines: tuple[int, ...] | None = None  # .s line of each instruction, when known
-    source_path: Path | None = None  # the .s those lines are in
+    source_path: Path | None = None  # the .s the object was assembled from, when known
 
     def blocks(self) -> list[tuple[str, list[Line]]]:
         out: list[tuple[str, list[Line]]] = []
@@ -70,17 +70,18 @@ class KernelListing:
         return {}
 
     def source_of(self, line: Line) -> str:
-        """`file.s:123` for an instruction when the .s line is known, else its label+index."""
-        if self.source_lines is not None and self.source_path is not None:
-            return f"{self.source_path}:{self.source_lines[self._positions[line.addr]]}"
-        return line.where
+        """Where an instruction is, as every finding says it (f4pipe.codeobj.sourcemap):
+        `file.s:123 (pc 0x...)` when the .s line is known, else its pc and nearest label."""
+        return self.locator.where(line.addr)
 
     @cached_property
-    def _positions(self) -> dict[int, int]:
-        """Each instruction's position by address (addresses are unique): a lookup, where
-        `lines.index` compared every earlier Line field by field (3.5 of `try`'s 7.3 s on
-        256x256, 5.7 million comparisons)."""
-        return {line.addr: pos for pos, line in enumerate(self.lines)}
+    def locator(self) -> Locator:
+        labels = tuple((line.addr, line.block) for line in self.lines if line.index == 0)
+        if self.source_path is None:
+            return Locator(str(self.path), {}, labels)
+        asm = read_asm(self.source_path).splitlines()
+        code = [(line.addr, line.mnemonic) for line in self.lines]
+        return source_locator(self.source_path, asm, self.symbol, code, labels)
 
 
 def pick_kernel(co: CodeObject, symbol: str | None) -> str:
@@ -136,7 +137,6 @@ def read_listing(
         )
         for i in mine
     )
-    source = source_line_map(read_asm(Path(asm_path)), len(lines)) if asm_path else None
     return KernelListing(
         path=Path(co_path),
         symbol=symbol,
@@ -144,8 +144,7 @@ def read_listing(
         lines=lines,
         descriptor=co.kernel_descriptor(symbol),
         metadata=co.metadata() or {},
-        source_lines=source,
-        source_path=Path(asm_path) if source is not None and asm_path else None,
+        source_path=Path(asm_path) if asm_path else None,
     )
 
 
@@ -163,29 +162,6 @@ def _text(insn: Instruction, labels: dict[int, str], place: dict[int, tuple[str,
     else:
         name = f"<0x{target:x}>"  # outside this kernel
     return f"{insn.text.split(None, 1)[0]} {name}"
-
-
-def source_line_map(asm_text: str, count: int) -> tuple[int, ...] | None:
-    """Line numbers of the instruction statements of a .s's text section, if there are exactly
-    `count` of them (one statement per line, as co2asm writes); else None (no guessing)."""
-    out: list[int] = []
-    in_text = False
-    for number, raw in enumerate(asm_text.splitlines(), start=1):
-        line = raw.split("//", 1)[0].split(";", 1)[0].strip()
-        if not line:
-            continue
-        if line.startswith("."):
-            word = line.split(None, 1)[0]
-            if word == ".text":
-                in_text = True
-            elif word in (".rodata", ".data", ".bss", ".section", ".amdgpu_metadata"):
-                in_text = False
-            elif in_text and word == ".long":
-                out.append(number)
-            continue
-        if in_text and not line.endswith(":"):
-            out.append(number)
-    return tuple(out) if len(out) == count else None
 
 
 def read_asm(asm_path: Path) -> str:

@@ -342,6 +342,15 @@ def set_metadata(
     return changes
 
 
+def occupancy_of(co_path: Path, symbol: str) -> gfx950.Occupancy:
+    """The occupancy one kernel's descriptor grants: what the cycle model, which replays one
+    workgroup's waves on a CU, does not see (`try` says so when an edit changes it)."""
+    co = CodeObject.read(co_path)
+    meta = _kernel_meta(co, symbol)
+    alloc = granted(co.kernel_descriptor(symbol), co.arch)
+    return gfx950.occupancy(alloc.resources(_workgroup_size(meta)))
+
+
 def _workgroup_size(meta: dict[str, Any]) -> int:
     reqd = meta.get(".reqd_workgroup_size")
     if reqd:

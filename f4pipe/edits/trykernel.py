@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from f4pipe.aiter.manifest import KernelEntry
+from f4pipe.arch.gfx950 import Occupancy
+from f4pipe.codeobj.sourcemap import Locator
 from f4pipe.codeobj.toolchain import Toolchain
 from f4pipe.core.device import Device
 from f4pipe.core.errors import DeviceError, EmulatorError, HipVersionError, NoDeviceError
@@ -38,6 +40,14 @@ from f4pipe.devices.opendevice import open_device
 from f4pipe.edits import PreparedEdit, prepare_edit
 from f4pipe.edits.baseline import has_original_output, original_findings, original_output
 from f4pipe.edits.resources import FLAG as FIT_FLAG
+from f4pipe.edits.resources import occupancy_of
+from f4pipe.edits.verdict import (
+    StaticVerdict,
+    counts_legend,
+    first_count,
+    new_timing_findings,
+    timing_findings,
+)
 from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm
 from f4pipe.host.matrices import Case
 from f4pipe.host.operands import generate_operand
@@ -100,7 +110,10 @@ class TryRun:
     original_fails: bool | None = None  # on a failed run: does the original fail here too?
     seconds: float = 0.0
 
-    def render(self) -> str:
+    def render(self, where_in: Locator | None = None) -> str:
+        """The run in one line; `where_in` renders the pcs a hazard names as .s lines."""
+        if self.status == "hazard" and where_in is not None:
+            return replace(self, message=where_in.locate(self.message)).render()
         where = f"{self.device_id} {self.case.label()}"
         also = " (the original fails here too: not the edit's doing)" if self.original_fails else ""
         if self.status == "fault":
@@ -130,6 +143,52 @@ class TryResult:
     static_hazards: list[str] = field(default_factory=list)
     predicted: PredictedChange | None = None  # the cycle model's before / after (f4pipe.perf)
     predicted_error: str = ""  # why there is no prediction
+    hazards_checked: bool = True
+    #: The waits `f4pipe waits --apply` would insert (static repairs), when timing failed.
+    repair: list[str] = field(default_factory=list)
+    #: Occupancy of the original and the edit, by their descriptors (the model sees neither).
+    occupancy: tuple[Occupancy, Occupancy] | None = None
+
+    @property
+    def where(self) -> Locator:
+        return self.prepared.diff.edited.locator
+
+    def static_verdict(self) -> StaticVerdict:
+        """The static verdict `try` prints and writes to its .diff.txt (f4pipe.edits.verdict)."""
+        return StaticVerdict(
+            tuple(self.prepared.findings),
+            tuple(self.static_hazards),
+            self.where,
+            timing_skipped="" if self.hazards_checked else "--no-hazard-check",
+        )
+
+    @property
+    def timing_failed(self) -> bool:
+        return bool(self.static_hazards) or any(r.status == "hazard" for r in self.runs)
+
+    def counts_line(self) -> str:
+        """What the static check's, the run's and the repair's counts each answer (one line,
+        only when they differ)."""
+        run = [r.message for r in self.runs if r.status == "hazard"][:1]
+        repair = "`, `".join(w for w in self.repair if w.startswith("s_waitcnt"))
+        return counts_legend(first_count(self.static_hazards), first_count(run), repair)
+
+    def speed_line(self) -> str:
+        """The prediction; where the edit changes occupancy, which the cycle model does not
+        see (it replays one workgroup's waves on one CU), that is said instead of a
+        percentage that leaves it out."""
+        if self.predicted is None:
+            return self.predicted_error
+        if self.occupancy is not None and self.occupancy[0] != self.occupancy[1]:
+            (c0, c1), (b, a) = self.predicted.loop_cycles, self.occupancy
+            return (
+                "the cycle model does not see occupancy, which this edit changes ("
+                f"{b.workgroups_per_cu} -> {a.workgroups_per_cu} workgroups per CU, "
+                f"{b.waves_per_simd} -> {a.waves_per_simd} waves per SIMD): it replays one "
+                f"workgroup's waves on a CU, so its main loop {c0:.0f} -> {c1:.0f} clk per 256 "
+                "of K (PREDICTED) leaves that out; time it on an MI355X"
+            )
+        return self.predicted.render()
 
     @property
     def passed(self) -> bool:
@@ -161,11 +220,12 @@ class TryResult:
             )
         bad = [r for r in self.runs if r.status != "passed"]
         if bad:
-            return f"FAIL {what}: {bad[0].render()} {took}"
+            return f"FAIL {what}: {bad[0].render(self.where)} {took}"
         if self.static_hazards:
             more = len(self.static_hazards) - 1
             return (
-                f"FAIL {what}: on a path the runs did not take: {self.static_hazards[0]}"
+                f"FAIL {what}: on a path the runs did not take: "
+                f"{self.where.locate(self.static_hazards[0])}"
                 f"{f' (+{more} more)' if more else ''} {took}"
             )
         devices = ", ".join(dict.fromkeys(r.device_id for r in self.runs))
@@ -322,38 +382,27 @@ def _compute_baseline(prepared: PreparedEdit, requests: list[GemmRequest], hazar
 
 def new_static_hazards(prepared: PreparedEdit) -> list[str]:
     """Static timing findings of the edit (all paths), in `f4pipe hazards`' order, less those
-    its original has: matched by rule and instruction texts (an edit moves pcs), one original
-    finding cancelling one edit finding, so every finding the edit adds is listed (the same
-    list `hazards` and `waits` show when the original has none)."""
-    from collections import Counter
-
-    from f4pipe.analysis.hazards import analyse
-    from f4pipe.arch.disasm import format_instruction
-    from f4pipe.codeobj.program import Program
-
-    def findings(co: Path) -> list[tuple[tuple[str, str, str], str]]:
-        program = Program.load(co, prepared.entry.symbol)
-        report = analyse(program)
-        out = []
-        for f in (*report.wait_states, *report.counters):
-            h = f.hazard
-            texts = (
-                format_instruction(program.at(pc), {}) for pc in (h.producer_pc, h.consumer_pc)
-            )
-            out.append(((h.rule, *texts), h.message))
-        return out
-
+    its original has (f4pipe.edits.verdict; the original's kept between commands)."""
+    symbol = prepared.entry.symbol
     kept = original_findings(
-        prepared.original_co, prepared.entry.symbol, lambda: findings(prepared.original_co)
+        prepared.original_co, symbol, lambda: timing_findings(prepared.original_co, symbol)
     )
-    original = Counter(key for key, _ in kept)
-    new = []
-    for key, message in findings(prepared.co_path):
-        if original[key]:
-            original[key] -= 1
-        else:
-            new.append(message)
-    return new
+    return new_timing_findings(timing_findings(prepared.co_path, symbol), kept)
+
+
+def repair_waits(prepared: PreparedEdit) -> list[str]:
+    """The lines `f4pipe waits --apply` inserts from the static analysis (before any emulated
+    round), for saying what the repair's counts answer."""
+    from f4pipe.analysis.waits import repairs
+    from f4pipe.codeobj.program import Program
+    from f4pipe.edits.waitfix import nops, waitcnt_text
+
+    out: list[str] = []
+    for r in repairs(Program.load(prepared.co_path, prepared.entry.symbol)):
+        if r.wait is not None:
+            out.append(waitcnt_text(*r.wait))
+        out += nops(r.wait_states)
+    return out
 
 
 def _original_output(device: Device, prepared: PreparedEdit, request: GemmRequest) -> np.ndarray:
@@ -418,6 +467,11 @@ def try_edit(
         if not prepared.findings and baseline and cases is None:  # quick shapes only: an
             # edit that fails early needs no original at the thorough ones
             ahead = _baseline_ahead(prepared, todo, device, options)
+        result.hazards_checked = check_hazards
+        result.occupancy = (
+            occupancy_of(prepared.original_co, prepared.entry.symbol),
+            occupancy_of(prepared.co_path, prepared.entry.symbol),
+        )
         if not prepared.findings and check_hazards:
             result.static_hazards = new_static_hazards(prepared)
         if not prepared.findings:
@@ -437,5 +491,7 @@ def try_edit(
             finally:
                 for dev in devices:
                     dev.close()
+        if result.timing_failed:
+            result.repair = repair_waits(prepared)
     result.seconds = time.perf_counter() - start
     return result

@@ -16,46 +16,18 @@ checked against the decoded instruction at that pc before anything is written.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from f4pipe.analysis.timing import LGKM_MAX, VM_MAX
 from f4pipe.analysis.waits import Repair
+from f4pipe.arch.waitcnt import LGKM_MAX, VM_MAX
 from f4pipe.codeobj.program import Program
-from f4pipe.core.errors import InputError
+from f4pipe.codeobj.sourcemap import Locator, pc_lines, program_code
 
 #: Most wait states one s_nop supplies (s_nop 7).
 MAX_NOP_STATES = 8
 MARK = "// f4pipe waits:"
-
-
-def pc_lines(asm: list[str], program: Program) -> dict[int, int]:
-    """pc -> index of its line in `asm` (co2asm's layout), checked mnemonic by mnemonic."""
-    label = f"{program.symbol}:"
-    try:
-        start = next(i for i, line in enumerate(asm) if line.strip() == label) + 1
-    except StopIteration:
-        raise InputError(f"no label {label} in the assembly") from None
-    by_pc = {inst.pc: inst for inst in program.instructions()}
-    pc = min(by_pc)
-    out: dict[int, int] = {}
-    for i in range(start, len(asm)):
-        text = asm[i].split("//", 1)[0].strip()
-        if not asm[i].strip():
-            break
-        if not text or text.endswith(":"):
-            continue
-        inst = by_pc.get(pc)
-        if inst is None:
-            break
-        word = text.split()[0]
-        if not word.startswith(".") and word != inst.text_name:
-            raise InputError(
-                f"line {i + 1} `{text}` is not the instruction at pc {pc:#x} "
-                f"({inst.text_name}): the assembly does not match its code object"
-            )
-        out[pc] = i
-        pc += inst.size
-    return out
 
 
 def original_pcs(
@@ -63,11 +35,12 @@ def original_pcs(
 ) -> dict[int, int]:
     """pc in the applied text's program -> pc of the same instruction in the original (lines
     this module inserted, marked `inserted`, have none)."""
-    orig_pc = {line: pc for pc, line in pc_lines(original, original_program).items()}
+    original_lines = pc_lines(original, original_program.symbol, program_code(original_program))
+    orig_pc = {line: pc for pc, line in original_lines.items()}
     inserted = [f"{MARK} inserted" in text for text in applied]
     before = np.cumsum([0, *inserted])  # inserted lines above each line
     out = {}
-    for pc, line in pc_lines(applied, program).items():
+    for pc, line in pc_lines(applied, program.symbol, program_code(program)).items():
         shift = int(before[line])
         if not inserted[line] and line - shift in orig_pc:
             out[pc] = orig_pc[line - shift]
@@ -110,37 +83,47 @@ def nops(states: int) -> list[str]:
     return out
 
 
+def comment_sentence(message: str) -> str:
+    """A finding as a whole sentence short enough for a comment: its first clause, with the
+    instruction texts left out (the pcs name the instructions)."""
+    clause = message.split("; ", 1)[0]
+    return re.sub(r"\s*`[^`]*`", "", clause).strip().rstrip(".") + "."
+
+
 def apply_repairs(
     asm: list[str],
     program: Program,
     fixes: list[Repair],
     loosened: dict[int, tuple[int, int]] | None = None,
+    located: Locator | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(the new lines, one line per change saying what and why)."""
-    where = pc_lines(asm, program)
+    """(the new lines, one line per change saying what and why, its place rendered by
+    `located`: by default the line of `asm`)."""
+    where = pc_lines(asm, program.symbol, program_code(program))
+    at = located or Locator("line", {pc: i + 1 for pc, i in where.items()})
     inserts: dict[int, list[str]] = {}
     changes: list[str] = []
     for r in merge_repairs(fixes):
         line = where[r.before_pc]
         new = []
         if r.wait is not None:
-            new.append(f"\t{waitcnt_text(*r.wait)}\t{MARK} inserted: {r.why[0][:160]}")
+            new.append(f"\t{waitcnt_text(*r.wait)}\t{MARK} inserted: {comment_sentence(r.why[0])}")
         if r.barrier:
             new.append(f"\ts_barrier\t{MARK} inserted: another wave's LDS op is unordered here")
         rule = r.why_states[0].split("]", 1)[0].removeprefix("hazard [") if r.why_states else ""
         new += [
-            f"\t{n}\t{MARK} inserted: {r.wait_states} wait state(s) for rule {rule}"
+            f"\t{n}\t{MARK} inserted: {r.wait_states} wait state(s) for rule {rule}."
             for n in nops(r.wait_states)
         ]
         inserts[line] = new
-        changes += [f"before line {line + 1} (pc {r.before_pc:#x}): {n.strip()}" for n in new]
+        changes += [f"before {at.where(r.before_pc)}: {n.strip()}" for n in new]
     out = list(asm)
     for pc, (vm, lgkm) in (loosened or {}).items():
         line = where[pc]
         old = out[line].split("//", 1)[0].strip()
         text = _loosened_text(old, vm, lgkm)
-        out[line] = f"\t{text}\t{MARK} was `{old}` (loosest the emulator confirms)"
-        changes.append(f"line {line + 1} (pc {pc:#x}): `{old}` -> `{text}`")
+        out[line] = f"\t{text}\t{MARK} was `{old}`; the loosest the emulator confirms."
+        changes.append(f"{at.where(pc)}: `{old}` -> `{text}`")
     for line in sorted(inserts, reverse=True):
         out[line:line] = inserts[line]
     return out, changes

@@ -7,15 +7,17 @@ gfx950 emulator differ only in the Device they pass; the bytes a kernel sees are
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import psutil
 
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.aiter.shaperules import check_paddings, check_shape, k_tail, padded_launch
+from f4pipe.codeobj.sourcemap import launch_locate
 from f4pipe.core.device import Device, DeviceBuffer, LaunchReport, measures_throughput
 from f4pipe.core.errors import EmulatorError, InputError, ShapeError
 from f4pipe.core.layout import SEED_A, SEED_B
@@ -39,7 +41,7 @@ from f4pipe.host.verify import Verification, verify_output
 
 if TYPE_CHECKING:
     from f4pipe.analysis.timing import HazardReport
-    from f4pipe.host.benchstats import Protocol as BenchProtocol
+    from f4pipe.host.benchprotocol import Protocol as BenchProtocol
 
 #: Untimed launches before the timed ones (the seed driver's).
 WARMUP_LAUNCHES = 5
@@ -115,23 +117,16 @@ def host_bytes_needed(layout: BufferLayout, verify: bool) -> int:
     return total
 
 
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def available_memory() -> int:
+    """Bytes the machine can give a run without swapping (psutil: MemAvailable on Linux)."""
+    return int(psutil.virtual_memory().available)
 
 
 def check_memory(layout: BufferLayout, verify: bool) -> None:
     """Refuse before allocating anything a run that cannot fit in the available memory."""
     needed = host_bytes_needed(layout, verify)
     available = available_memory()
-    if available is not None and needed > available:
+    if needed > available:
         raise ShapeError(
             f"M={layout.m} N={layout.n} K={layout.k} needs about {needed} bytes "
             f"({needed / 2**30:.1f} GiB) of host memory, {available} bytes "
@@ -358,6 +353,7 @@ class _Prepared:
     d_buf: DeviceBuffer
     kernarg_for: Any  # (a, b, scale_a, scale_b addresses) -> kernarg bytes
     kernarg: bytes
+    co_path: Path  # the code object launched (its pcs are what a hazard names)
 
 
 def _prepare(device: Device, entry: KernelEntry, co_path: Path, r: GemmRequest) -> _Prepared:
@@ -403,7 +399,19 @@ def _prepare(device: Device, entry: KernelEntry, co_path: Path, r: GemmRequest) 
 
     kernarg = kernarg_for(a_buf.addr, b_buf.addr, sa_buf.addr, sb_buf.addr)
     return _Prepared(
-        r, layout, padding, geometry, a, b, images, kernel, buffers, d_buf, kernarg_for, kernarg
+        r,
+        layout,
+        padding,
+        geometry,
+        a,
+        b,
+        images,
+        kernel,
+        buffers,
+        d_buf,
+        kernarg_for,
+        kernarg,
+        co_path,
     )
 
 
@@ -513,6 +521,7 @@ def _result(
     r, geometry = p.request, p.geometry
     race_report = None if report is None else report.races
     hazard_report = None if report is None else report.hazards
+    located = launch_locate(p.co_path, entry.symbol, race_report, hazard_report)
     d = bf16_bits_to_float(d_bits[: r.m, : r.n])
     draw = (r.m, r.n, r.k, r.seed_a, r.seed_b, r.distribution)
     ref = shared_reference(p.a, p.b, r.alpha, draw) if r.verify else None
@@ -538,8 +547,8 @@ def _result(
         layout=p.layout,
         padding=p.padding,
         races=None if race_report is None else race_report.count,
-        race_summary="" if race_report is None else race_report.summary(),
-        **hazard_fields(hazard_report),
+        race_summary="" if race_report is None else located(race_report.summary()),
+        **hazard_fields(hazard_report, located),
         launch=report,
         launch_us=series,
         rotation_copies=copies,
@@ -569,14 +578,17 @@ def _rotation(device, images: DeviceOperands, protocol, buffers, kernarg_for):
     return kernargs, one_set * len(kernargs)
 
 
-def hazard_fields(report: HazardReport | None) -> dict[str, Any]:
-    """GemmResult's hazard fields from a launch's HazardReport (None: not checked)."""
+def hazard_fields(
+    report: HazardReport | None, located: Callable[[str], str] = str
+) -> dict[str, Any]:
+    """GemmResult's hazard fields from a launch's HazardReport (None: not checked), each pc
+    rendered by `located`."""
     if report is None:
         return {}
     advisory = report.advisory[0].message if report.advisory else ""
     return {
         "hazards": report.count,
-        "hazard_summary": report.summary() if report.count else "",
+        "hazard_summary": located(report.summary()) if report.count else "",
         "advisories": report.advisories,
-        "advisory_summary": advisory,
+        "advisory_summary": located(advisory),
     }
