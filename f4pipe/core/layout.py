@@ -27,7 +27,7 @@ from pathlib import Path
 #: The GEMM stages, each run per variant over a shape matrix (one table each).
 GEMM_STAGES: tuple[str, ...] = ("verify", "splitk", "bench")
 #: Every table of a result set, in report order; `<name>.parquet` in the result-set directory.
-TABLES: tuple[str, ...] = ("kernels", "roundtrip", *GEMM_STAGES, "safety", "audit")
+TABLES: tuple[str, ...] = ("kernels", "roundtrip", *GEMM_STAGES, "safety", "audit", "tune")
 
 
 def table_file(name: str) -> str:

@@ -1,0 +1,676 @@
+"""`f4pipe tune`: a tuned a4w4 table for every shape of a model's shape lists, in aiter's own
+format, picked by the cycle model among the kernels safe at each shape.
+
+For each shape list (f4pipe.aiter.traffic.read_shapes) every M range is cut to the M values
+aiter's lookup distinguishes (f4pipe.aiter.lookup.distinct_ms: one row per getPaddedM gl=0
+value serves every M). At each (M, N, K) every BpreShuffle kernel (aiter's gemm_a4w4 hands the
+kernels a pre-shuffled B) at every split the launcher accepts and aiter's tuner races (log2 0..3
+for the splitK kernels; f4pipe.aiter.shaperules.check_shape) is a candidate; it is safe when the
+shape rules hold at the row's M and at the smallest M the row serves, and neither the shape-edge
+sweep nor the splitK stage saw it fail where the rules call it safe. Every candidate is
+predicted in one f4pipe.perf.batch.predict_rows call; `choose` picks the fastest safe one. A
+shape with no safe candidate is kept in the TUNE table with status "no safe asm kernel" and
+never written to the tuned CSV.
+
+Nothing in the CSV is invented: `us`, `tflops` and `bw` are predicted (the provenance file beside
+it says so, with the model's error band per M range), kernelId is -1 (aiter's dispatch never
+reads it: f4pipe.aiter.tuned.NO_KERNEL_ID) and errRatio is measured the way aiter's tuner
+measures it (the share of D[:M,:N] outside rtol 1e-2, atol 1e-2 of the bf16 reference) on one
+emulated run per (kernel, split, edge classes), at a reduced shape with the same edge classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from f4pipe import __version__
+from f4pipe.aiter.lookup import TARGET_GFX, TunedIndex, distinct_ms, lookup
+from f4pipe.aiter.manifest import KernelEntry, Manifest
+from f4pipe.aiter.shaperules import (
+    EDGE_K_MIN,
+    EDGE_K_MULTI,
+    EDGE_K_TAIL,
+    EDGE_K_TAIL_ROW,
+    K_BLOCK,
+    check_shape,
+    violations,
+)
+from f4pipe.aiter.traffic import ShapeSpec, read_shapes
+from f4pipe.aiter.tuned import (
+    NO_KERNEL_ID,
+    a4w4_bw,
+    a4w4_tflops,
+)
+from f4pipe.core.cache import f4pipe_identity
+from f4pipe.core.errors import InputError, ShapeError
+from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B
+from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.pipeline.resultstore import ResultStore, kernel_identity, reuse_or_run
+
+if TYPE_CHECKING:
+    from f4pipe.perf.predict import Predictor
+
+#: The device the tables are tuned for (aiter's key): the MI355X.
+CU_NUM = 256
+#: The splits aiter's a4w4 tuner races on a splitK kernel: range(compute_gemm_SplitK + 1), and
+#: compute_gemm_SplitK returns 3 (aiter/ops/gemm_op_a4w4.py, both versions).
+TUNER_SPLITS = (0, 1, 2, 3)
+#: aiter's tuner's tolerances for errRatio (mp_tuner: checkAllclose with rtol 1e-2, atol 1e-2
+#: against torch's result cast to bf16).
+ERR_RTOL = 1e-2
+ERR_ATOL = 1e-2
+
+STATUS_TUNED = "tuned"
+STATUS_NO_SAFE = "no safe asm kernel"
+STATUS_REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class ShapeList:
+    name: str  # the file's stem: results/<aiter-id>/tuned/<name>.csv
+    path: Path
+    specs: tuple[ShapeSpec, ...]
+    exact: bool = False  # each M as given (aiter's own rows), not cut to aiter's M steps
+
+
+def read_lists(paths: Sequence[Path], manifest: Manifest) -> list[ShapeList]:
+    """The shape lists, each kernel a shape is pinned to checked against the manifest."""
+    names = {e.name for e in manifest}
+    lists = []
+    for path in paths:
+        specs = read_shapes(path)
+        for s in specs:
+            if s.kernel and s.kernel not in names:
+                raise InputError(
+                    f"{path}:{s.line}: kernel {s.kernel!r} is not in the f4gemm manifest "
+                    f"(one of {', '.join(sorted(names)[:3])}, ...; `f4pipe predict` lists them)"
+                )
+        lists.append(ShapeList(path.stem, path, tuple(specs)))
+    stems = [x.name for x in lists]
+    if len(set(stems)) != len(stems):
+        raise InputError(f"shape lists {[str(p) for p in paths]}: two share a file name")
+    return lists
+
+
+def aiter_rows_list(tables: Mapping[str, pd.DataFrame], manifest: Manifest) -> ShapeList:
+    """aiter's own asm rows for this device (every fetched table, each (M, N, K) once) as a
+    shape list tuned at exactly their M: the check of the model against aiter's tuner."""
+    symbols = {e.symbol for e in manifest}
+    specs: dict[tuple[int, int, int], ShapeSpec] = {}
+    for name, df in tables.items():
+        gfx = df["gfx"].astype(str).str.strip() if "gfx" in df.columns else None
+        for i, r in enumerate(df.itertuples(index=False)):
+            d = r._asdict()
+            if str(d["kernelName"]).strip() not in symbols or int(d["cu_num"]) != CU_NUM:
+                continue
+            if gfx is not None and gfx.iloc[i] != TARGET_GFX:
+                continue
+            m, n, k = int(d["M"]), int(d["N"]), int(d["K"])
+            where = f"{name}:{int(d['line'])}"
+            specs.setdefault((m, n, k), ShapeSpec(where, m, m, n, k, int(d["line"])))
+    return ShapeList(AITER_ROWS, Path("aiter-tables"), tuple(specs.values()), exact=True)
+
+
+#: The list name of aiter's own rows in the TUNE table.
+AITER_ROWS = "aiter-rows"
+
+
+# --- safety --------------------------------------------------------------------------------
+
+
+def edge_classes(entry: KernelEntry, m: int, n: int, k: int) -> frozenset[str]:
+    """The edge classes a shape exercises for a kernel: the rules it breaks, else its K class
+    (the sweep's aligned shapes), and its K tail."""
+    found = {v.edge_class for v in violations(entry, m, n, k)}
+    found.add(EDGE_K_MIN if k == K_BLOCK else EDGE_K_MULTI)
+    if k % K_BLOCK:
+        found.add(EDGE_K_TAIL_ROW if m == 1 else EDGE_K_TAIL)
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the pipeline's runs saw fail where the rules call a kernel safe."""
+
+    edge: Mapping[tuple[str, str], str]  # (kernel, edge class) -> the sweep's verdict
+    splitk: Mapping[tuple[str, int], str]  # (kernel, log2_k_split) -> the splitK status
+
+    @classmethod
+    def none(cls) -> Evidence:
+        return cls({}, {})
+
+    @classmethod
+    def from_tables(cls, safety: pd.DataFrame | None, splitk: pd.DataFrame | None) -> Evidence:
+        edge: dict[tuple[str, str], str] = {}
+        if safety is not None and len(safety):
+            bad = safety[
+                (safety["policy"] == "unsafe") & safety["rule_safe"] & (safety["verdict"] != "safe")
+            ]
+            edge = {(r.kernel, r.edge_class): r.verdict for r in bad.itertuples()}
+        split: dict[tuple[str, int], str] = {}
+        if splitk is not None and len(splitk):
+            bad = splitk[
+                (splitk["variant"] == "original") & splitk["status"].isin(["failed", "hazard"])
+            ]
+            split = {(r.kernel, int(r.log2_k_split)): r.status for r in bad.itertuples()}
+        return cls(edge, split)
+
+
+def unsafe_reason(
+    entry: KernelEntry, m_key: int, m_low: int, n: int, k: int, split: int, evidence: Evidence
+) -> str:
+    """Why the candidate is unsafe for the M values its row serves ("" = safe)."""
+    reasons = []
+    for m in sorted({m_low, m_key}):
+        reasons += [f"M={m}: {v.message}" for v in violations(entry, m, n, k)]
+        for cls in sorted(edge_classes(entry, m, n, k)):
+            if (entry.name, cls) in evidence.edge:
+                reasons.append(f"the edge sweep found {cls} {evidence.edge[entry.name, cls]}")
+    if (entry.name, split) in evidence.splitk:
+        reasons.append(f"the splitK stage found split {split} {evidence.splitk[entry.name, split]}")
+    return "; ".join(dict.fromkeys(reasons))
+
+
+# --- candidates ----------------------------------------------------------------------------
+
+
+def _splits(entry: KernelEntry, k: int) -> list[int]:
+    """The splits of TUNER_SPLITS the launcher accepts for the kernel at K."""
+    ok = []
+    for split in TUNER_SPLITS if entry.splitk else (0,):
+        try:
+            check_shape(1, 16, k, split, entry=entry, edge_policy="unsafe")
+        except ShapeError:
+            continue
+        ok.append(split)
+    return ok
+
+
+def candidates(lists: Sequence[ShapeList], manifest: Manifest, evidence: Evidence) -> pd.DataFrame:
+    """One row per (list, shape, kernel, split) the launcher accepts, with its safety; a shape
+    the kernels refuse outright keeps one row (kernel "", status refused)."""
+    pool = [e for e in manifest if e.bpreshuffle]
+    rows: list[dict[str, Any]] = []
+    for sl in lists:
+        for spec in sl.specs:
+            keys, lows = distinct_ms(spec.m_lo, spec.m_hi, spec.n)
+            if sl.exact:
+                keys = lows = np.arange(spec.m_lo, spec.m_hi + 1)
+            entries = [e for e in pool if not spec.kernel or e.name == spec.kernel]
+            for m_key, m_low in zip(keys.tolist(), lows.tolist(), strict=True):
+                base = {
+                    "list": sl.name,
+                    "name": spec.name,
+                    "line": spec.line,
+                    "m": m_key,
+                    "m_low": max(m_low, 1),
+                    "n": spec.n,
+                    "k": spec.k,
+                }
+                try:
+                    check_shape(m_key, spec.n, spec.k)
+                except ShapeError as exc:
+                    rows.append({**base, "kernel": "", "log2_k_split": 0, "reason": str(exc)})
+                    continue
+                for e in entries:
+                    for split in _splits(e, spec.k):
+                        reason = unsafe_reason(e, m_key, m_low, spec.n, spec.k, split, evidence)
+                        rows.append(
+                            {**base, "kernel": e.name, "log2_k_split": split, "reason": reason}
+                        )
+    frame = pd.DataFrame(rows)
+    frame["safe"] = (frame["kernel"] != "") & (frame["reason"] == "")
+    return frame
+
+
+def predict(frame: pd.DataFrame, manifest: Manifest, predictor: Predictor) -> pd.DataFrame:
+    """us_pred and tflops_pred of every candidate, in one predict_rows call."""
+    from f4pipe.perf.batch import predict_rows
+
+    frame = frame.copy()
+    frame["us_pred"] = np.nan
+    frame["tflops_pred"] = np.nan
+    run = frame.index[frame["kernel"] != ""]
+    if len(run):
+        by_name = {e.name: e for e in manifest}
+        sub = frame.loc[run]
+        got = predict_rows(
+            predictor,
+            [by_name[x] for x in sub["kernel"]],
+            sub["m"].to_numpy(),
+            sub["n"].to_numpy(),
+            sub["k"].to_numpy(),
+            sub["log2_k_split"].to_numpy(),
+        )
+        frame.loc[run, "us_pred"] = got.us
+        frame.loc[run, "tflops_pred"] = got.tflops
+    return frame
+
+
+SHAPE_KEY = ["list", "name", "line", "m", "n", "k"]
+
+
+def choose(frame: pd.DataFrame) -> pd.Series:
+    """The pick of each shape: its fastest safe candidate by predicted time (ties: the first
+    in manifest order). The one place a pick is made: a measuring step (on a timing device,
+    the candidates the model cannot separate) replaces the predicted time here."""
+    safe = frame[frame["safe"] & frame["us_pred"].notna()]
+    best = safe.sort_values("us_pred", kind="stable").groupby(SHAPE_KEY, sort=False).head(1)
+    return frame.index.isin(best.index)
+
+
+def shape_status(frame: pd.DataFrame) -> pd.Series:
+    """Per candidate row: its shape's status (tuned, no safe asm kernel, refused)."""
+    refused = frame.groupby(SHAPE_KEY)["kernel"].transform(lambda s: (s == "").all())
+    picked = frame.groupby(SHAPE_KEY)["picked"].transform("any")
+    return pd.Series(
+        np.where(refused, STATUS_REFUSED, np.where(picked, STATUS_TUNED, STATUS_NO_SAFE)),
+        index=frame.index,
+    )
+
+
+# --- aiter's own tables at the same shapes --------------------------------------------------
+
+
+def aiter_view(frame: pd.DataFrame, index: TunedIndex | None, manifest: Manifest) -> pd.DataFrame:
+    """What aiter's own tables make of each shape (its lookup at the row's M): hit / miss /
+    error, the recorded kernel and split, whether it is safe, where the row is."""
+    shapes = frame.drop_duplicates(SHAPE_KEY)[[*SHAPE_KEY, "m_low"]]
+    out = []
+    for r in shapes.itertuples(index=False):
+        view = {c: getattr(r, c) for c in SHAPE_KEY}
+        if index is None:
+            out.append(
+                {
+                    **view,
+                    "aiter_outcome": "",
+                    "aiter_kernel": "",
+                    "aiter_split": None,
+                    "aiter_safe": None,
+                    "aiter_row": "",
+                }
+            )
+            continue
+        hit = lookup(index, manifest, r.m, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
+        low = lookup(index, manifest, r.m_low, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
+        safe = hit.safe if hit.safe is None or low.row != hit.row else hit.safe and low.safe
+        out.append(
+            {
+                **view,
+                "aiter_outcome": hit.outcome,
+                "aiter_kernel": hit.kernel if hit.row is not None else "",
+                "aiter_split": hit.log2_k_split if hit.row is not None else None,
+                "aiter_safe": safe if hit.row is not None else None,
+                "aiter_row": hit.row.where() if hit.row is not None else "",
+            }
+        )
+    return frame.merge(pd.DataFrame(out), on=SHAPE_KEY, how="left")
+
+
+# --- errRatio: one emulated run per (kernel, split, edge classes) ---------------------------
+
+
+def reduced_shape(entry: KernelEntry, m: int, n: int, k: int, split: int) -> tuple[int, int, int]:
+    """A smaller shape with the same edge classes: at most one full tile row and column plus
+    the shape's own residue, K the fewest 256-blocks the split needs plus K's tail."""
+    m_r = m if m <= entry.tile_m else entry.tile_m + m % entry.tile_m
+    n_r = n if n <= entry.tile_n else entry.tile_n + n % entry.tile_n
+    k_r = min(k, K_BLOCK * (1 << split) + k % K_BLOCK)
+    if k > K_BLOCK and k_r == K_BLOCK:  # keep the k>256 class
+        k_r = min(k, 2 * K_BLOCK)
+    return m_r, n_r, k_r
+
+
+def err_ratio(entry: KernelEntry, co_path: Path, m: int, n: int, k: int, split: int) -> float:
+    """aiter's tuner's errRatio of one emulated run: the share of D[:M,:N] not close to the
+    reference cast to bf16 (torch.isclose, rtol and atol 1e-2)."""
+    from f4pipe.core.numerics import bf16_bits_to_float, float_to_bf16_bits
+    from f4pipe.emu import EmulatorDevice
+    from f4pipe.host.gemm import GemmRequest, run_gemm
+    from f4pipe.host.operands import generate_operand
+    from f4pipe.host.reference import reference_of_values
+
+    ref = reference_of_values(
+        generate_operand(m, k, SEED_A).dequantize(), generate_operand(n, k, SEED_B).dequantize()
+    )
+    ref_bf16 = bf16_bits_to_float(float_to_bf16_bits(ref))
+    device = EmulatorDevice()
+    try:
+        result = run_gemm(device, entry, co_path, GemmRequest(m, n, k, split, verify=False))
+    finally:
+        device.close()
+    close = np.abs(result.d - ref_bf16) <= ERR_ATOL + ERR_RTOL * np.abs(ref_bf16)
+    return round(float(1.0 - close.mean()), 4)
+
+
+def err_ratios(
+    picks: pd.DataFrame, manifest: Manifest, keys: ArtifactKeys, store: ResultStore | None
+) -> pd.DataFrame:
+    """errRatio and the shape it was emulated at, per pick: one run per distinct reduced
+    shape (the same kernel, split and edge classes), reused from `store` by content."""
+    by_name = {e.name: e for e in manifest}
+    runs: dict[tuple, dict[str, Any]] = {}
+    out = []
+    for r in picks.itertuples():
+        entry = by_name[r.kernel]
+        shape = reduced_shape(entry, r.m, r.n, r.k, r.log2_k_split)
+        key = (r.kernel, r.log2_k_split, *shape)
+        if key not in runs:
+            runs[key] = _stored_err_ratio(store, keys, manifest, entry, shape, r.log2_k_split)
+        out.append({"index": r.Index, **runs[key], "err_shape": "x".join(map(str, shape))})
+    return pd.DataFrame(out).set_index("index") if out else pd.DataFrame()
+
+
+def _stored_err_ratio(
+    store: ResultStore | None,
+    keys: ArtifactKeys,
+    manifest: Manifest,
+    entry: KernelEntry,
+    shape: tuple[int, int, int],
+    split: int,
+) -> dict[str, Any]:
+    co_path = manifest.co_path(entry)
+    inputs: dict[str, Any] = {}
+    if store is not None:
+        inputs = {
+            "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID, store),
+            "shape": list(shape),
+            "log2_k_split": split,
+            "tolerance": [ERR_RTOL, ERR_ATOL],
+            "device_id": EMULATOR_DEVICE_ID,
+            "f4pipe": f4pipe_identity(),
+        }
+    (row,) = reuse_or_run(
+        store,
+        "tune",
+        inputs,
+        {"aiter_id": keys.aiter_id},
+        lambda: [
+            {"aiter_id": keys.aiter_id, "err_ratio": err_ratio(entry, co_path, *shape, split)}
+        ],
+    )
+    return {"err_ratio": row["err_ratio"], "reused_from": row["reused_from"]}
+
+
+# --- the whole stage -----------------------------------------------------------------------
+
+
+def tune_lists(
+    lists: Sequence[ShapeList],
+    manifest: Manifest,
+    keys: ArtifactKeys,
+    predictor: Predictor,
+    *,
+    index: TunedIndex | None = None,
+    evidence: Evidence | None = None,
+    store: ResultStore | None = None,
+) -> pd.DataFrame:
+    """TUNE rows (f4pipe.core.schemas): every candidate of every shape, the picks marked, with
+    aiter's own answer at the shape and the pick's errRatio."""
+    frame = candidates(lists, manifest, evidence or Evidence.none())
+    frame = predict(frame, manifest, predictor)
+    frame["picked"] = choose(frame)
+    frame["status"] = shape_status(frame)
+    frame = aiter_view(frame, index, manifest)
+    frame["err_ratio"] = np.nan
+    frame["err_shape"] = ""
+    errs = err_ratios(frame[frame["picked"]], manifest, keys, store)
+    if len(errs):
+        frame.loc[errs.index, "err_ratio"] = errs["err_ratio"]
+        frame.loc[errs.index, "err_shape"] = errs["err_shape"]
+    cal = predictor.calibration_file
+    p90 = {m: cal.error_band(m)[1] for m in frame["m"].unique().tolist()}
+    frame["band_p90_pct"] = frame["m"].map(p90).astype(float)
+    frame["us_measured"] = np.nan
+    for col, value in keys.as_row().items():
+        frame[col] = value
+    return frame
+
+
+def gains(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per shape whose aiter row runs an asm kernel: the pick, aiter's recorded kernel, both
+    predicted times, the predicted gain of the pick (%), and whether it is inside the model's
+    p90 error for that M ("within the model's error")."""
+    picks = frame[frame["picked"]].set_index(SHAPE_KEY)
+    cand = frame.set_index([*SHAPE_KEY, "kernel", "log2_k_split"])["us_pred"]
+    asm = picks[(picks["aiter_kernel"].isin(set(frame["kernel"]))) & picks["aiter_split"].notna()]
+    rows = []
+    for key, r in asm.iterrows():
+        ck = (*key, r["aiter_kernel"], int(r["aiter_split"]))
+        aiter_us = cand.get(ck) if ck in cand.index else None
+        gain = None if aiter_us is None else (aiter_us / r["us_pred"] - 1) * 100
+        rows.append(
+            {
+                **dict(zip(SHAPE_KEY, key, strict=True)),
+                "pick": r["kernel"],
+                "pick_split": int(r["log2_k_split"]),
+                "pick_us": r["us_pred"],
+                "aiter_kernel": r["aiter_kernel"],
+                "aiter_split": int(r["aiter_split"]),
+                "aiter_us_pred": aiter_us,
+                "aiter_safe": r["aiter_safe"],
+                "gain_pct": gain,
+                "within_error": gain is not None and gain <= r["band_p90_pct"],
+                "same": r["kernel"] == r["aiter_kernel"]
+                and int(r["log2_k_split"]) == int(r["aiter_split"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# --- the tuned CSV and its provenance -------------------------------------------------------
+
+
+def table_rows(frame: pd.DataFrame, list_name: str, manifest: Manifest) -> list[dict[str, Any]]:
+    """The tuned CSV's rows of one list (every column by its lower-case name); a shape two
+    lines of the list share is written once."""
+    symbols = {e.name: e.symbol for e in manifest}
+    picks = frame[frame["picked"] & (frame["list"] == list_name)]
+    picks = picks.sort_values(["n", "k", "m"]).drop_duplicates(["m", "n", "k"])
+    return [
+        {
+            "gfx": TARGET_GFX,
+            "cu_num": CU_NUM,
+            "m": r.m,
+            "n": r.n,
+            "k": r.k,
+            "kernelid": NO_KERNEL_ID,
+            "splitk": r.log2_k_split,
+            "us": round(float(r.us_pred), 4),
+            "kernelname": symbols[r.kernel],
+            "tflops": a4w4_tflops(r.m, r.n, r.k, float(r.us_pred)),
+            "bw": a4w4_bw(r.m, r.n, r.k, float(r.us_pred)),
+            "errratio": r.err_ratio,
+        }
+        for r in picks.itertuples()
+    ]
+
+
+def provenance(
+    frame: pd.DataFrame, sl: ShapeList, predictor: Predictor, keys: ArtifactKeys, header: str
+) -> dict[str, Any]:
+    """What the tuned CSV's numbers are and where they come from."""
+    from f4pipe.perf.costs import M_RANGES
+
+    mine = frame[frame["list"] == sl.name]
+    shapes = mine.drop_duplicates(SHAPE_KEY)
+    picks = mine[mine["picked"]]
+    cal = predictor.calibration_file
+    lacking = shapes[shapes["status"] != STATUS_TUNED]
+    return {
+        "shape_list": str(sl.path),
+        "aiter_id": keys.aiter_id,
+        "f4pipe_version": __version__,
+        "model_id": predictor.model_id,
+        "calibration_id": predictor.calibration_id,
+        "header_from": header,
+        "predicted_columns": ["us", "tflops", "bw"],
+        "predicted": "us is the cycle model's MI355X time (not measured); tflops and bw are "
+        "aiter's tuner's formulas applied to it",
+        "error_band_pct": {
+            name: dict(zip(("median", "p90"), cal.error_band(lo), strict=True))
+            for name, lo, _ in M_RANGES
+        },
+        "kernelId": f"{NO_KERNEL_ID}: aiter's dispatch reads kernelName and splitK only",
+        "errRatio": "share of D[:M,:N] outside rtol 1e-2 / atol 1e-2 of the bf16 reference, "
+        "from one emulated run per (kernel, split, edge classes) at the reduced shape in "
+        "err_shapes (M x N x K; the row's own shape where it is that small)",
+        "err_shapes": {f"{r.m}x{r.n}x{r.k}": r.err_shape for r in picks.itertuples()},
+        "rows": len(picks.drop_duplicates(["m", "n", "k"])),
+        "shapes_without_a_row": [
+            {"name": r.name, "line": r.line, "m": r.m, "n": r.n, "k": r.k, "status": r.status}
+            for r in lacking.itertuples()
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One shape list at a glance (the report's card, the command's lines)."""
+
+    list: str
+    shapes: int
+    tuned: int
+    no_safe: int
+    refused: int
+    aiter_hits: int  # shapes aiter's own tables have a row for
+    aiter_asm: int  # of them, rows that run an asm kernel
+    aiter_unsafe: int  # of those, rows unsafe at the shape (the tuned table replaces them)
+    same: int  # the pick is aiter's recorded kernel and split
+    within_error: int  # a different pick whose predicted gain is inside the model's p90 error
+    gain_median_pct: float | None  # predicted gain of the pick over aiter's kernel, median
+    lacking: int  # shapes aiter's tables miss (heuristic or raise) that the tuned table covers
+
+
+def summarize(frame: pd.DataFrame) -> list[Summary]:
+    out = []
+    for name, mine in frame.groupby("list", sort=False):
+        shapes = mine.drop_duplicates(SHAPE_KEY)
+        g = gains(mine)
+        safe = g[g["aiter_safe"].astype(bool)] if len(g) else g
+        counts = shapes["status"].value_counts()
+        out.append(
+            Summary(
+                list=str(name),
+                shapes=len(shapes),
+                tuned=int(counts.get(STATUS_TUNED, 0)),
+                no_safe=int(counts.get(STATUS_NO_SAFE, 0)),
+                refused=int(counts.get(STATUS_REFUSED, 0)),
+                aiter_hits=int((shapes["aiter_outcome"] == "hit").sum()),
+                aiter_asm=len(g),
+                aiter_unsafe=int((~g["aiter_safe"].astype(bool)).sum()) if len(g) else 0,
+                same=int(safe["same"].sum()) if len(safe) else 0,
+                within_error=int((safe["within_error"] & ~safe["same"]).sum()) if len(safe) else 0,
+                gain_median_pct=(
+                    float(safe["gain_pct"].median())
+                    if len(safe) and safe["gain_pct"].notna().any()
+                    else None
+                ),
+                lacking=int(
+                    ((shapes["aiter_outcome"] != "hit") & (shapes["status"] == STATUS_TUNED)).sum()
+                ),
+            )
+        )
+    return out
+
+
+def summary_line(s: Summary) -> str:
+    """A list's summary as one line."""
+    agree = s.same + s.within_error
+    compared = s.aiter_asm - s.aiter_unsafe
+    share = f"{100 * agree / compared:.0f} %" if compared else "n/a"
+    gain = "" if s.gain_median_pct is None else f", median PREDICTED gain {s.gain_median_pct:.1f} %"
+    return (
+        f"{s.list}: {s.shapes} shape(s), {s.tuned} tuned, {s.no_safe} with no safe asm kernel, "
+        f"{s.refused} refused; aiter's tables have {s.aiter_hits} ({s.aiter_asm} asm, "
+        f"{s.aiter_unsafe} of them unsafe and replaced); the pick is aiter's kernel or within "
+        f"the model's error of it at {agree} of {compared} safe asm rows ({share}: {s.same} the "
+        f"same, {s.within_error} within the error){gain}; {s.lacking} shape(s) aiter's tables "
+        "lack are covered"
+    )
+
+
+def lookup_misses(csv_path: Path, frame: pd.DataFrame, manifest: Manifest) -> list[str]:
+    """The shapes of `frame` for which f4pipe's model of aiter's lookup, given the written
+    table alone, does not run the pick (at the row's M and at the smallest M it serves)."""
+    from f4pipe.aiter.lookup import build_index
+    from f4pipe.aiter.tuned import read_tuned
+
+    index = build_index({csv_path.name: read_tuned(csv_path)})
+    misses = []
+    for r in frame[frame["picked"]].itertuples():
+        for m in {r.m, r.m_low}:
+            got = lookup(index, manifest, m, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
+            if got.outcome != "hit" or got.kernel != r.kernel or got.log2_k_split != r.log2_k_split:
+                misses.append(f"M={m} N={r.n} K={r.k}: {got.outcome} {got.runs or got.how}")
+    return misses
+
+
+SIDE_COLUMNS = [
+    "name",
+    "line",
+    "m",
+    "m_low",
+    "n",
+    "k",
+    "status",
+    "kernel",
+    "log2_k_split",
+    "us_pred",
+    "err_ratio",
+    "err_shape",
+    "aiter_outcome",
+    "aiter_row",
+    "aiter_kernel",
+    "aiter_split",
+    "aiter_safe",
+    "reason",
+]
+
+
+def write_outputs(
+    frame: pd.DataFrame,
+    sl: ShapeList,
+    path: Path,
+    manifest: Manifest,
+    predictor: Predictor,
+    keys: ArtifactKeys,
+    header: tuple[str, ...],
+    header_source: str,
+) -> str:
+    """The tuned CSV of one list, its provenance and its side table (every shape: status,
+    pick, aiter's answer); the written table is looked up as aiter would, and a shape it
+    does not serve as picked is a bug (RuntimeError)."""
+    from f4pipe.aiter.tuned import write_tuned
+    from f4pipe.core.fsio import write_json, write_text
+
+    mine = frame[frame["list"] == sl.name]
+    rows = table_rows(mine, sl.name, manifest)
+    write_tuned(path, header, rows)
+    misses = lookup_misses(path, mine, manifest)
+    if misses:
+        raise RuntimeError(f"{path}: aiter's lookup misses the written rows: {misses[:3]}")
+    stem = path.with_suffix("")
+    record = provenance(mine, sl, predictor, keys, header_source)
+    write_json(stem.with_name(stem.name + ".provenance.json"), record)
+    shapes = mine[mine["picked"] | (mine["status"] != STATUS_TUNED)]
+    shapes = shapes.drop_duplicates(SHAPE_KEY)[SIDE_COLUMNS].copy()
+    tuned = shapes["status"] == STATUS_TUNED
+    shapes["kernel"] = shapes["kernel"].where(tuned, "")
+    shapes["log2_k_split"] = shapes["log2_k_split"].astype("Int64").where(tuned)
+    shapes["us_pred"] = shapes["us_pred"].round(4).where(tuned)
+    shapes["aiter_split"] = shapes["aiter_split"].astype("Int64")
+    write_text(stem.with_name(stem.name + ".shapes.csv"), shapes.to_csv(index=False))
+    return f"{len(rows)} row(s) -> {path} (provenance and shapes beside it)"
+
+
+def tune_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The TUNE table's rows (missing values as None, as Parquet wants them)."""
+    plain = frame.astype(object).where(frame.notna(), None)
+    return plain.to_dict("records")
