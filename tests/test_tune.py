@@ -189,3 +189,51 @@ def test_bad_shape_list_names_file_line_value(f4gemm_dir, tmp_path, capsys, text
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0]
+
+
+def _result_set(directory: Path, frame: pd.DataFrame):
+    """A result set holding only a TUNE table (and the empty kernels table a set needs)."""
+    from f4pipe.core.schemas import KERNELS, TUNE, write_rows
+    from f4pipe.pipeline.resultset import ResultSet
+    from f4pipe.pipeline.tune import tune_rows
+
+    directory.mkdir(parents=True)
+    (directory / "toolchain.json").write_text(json.dumps({"toolchain_id": "llvm-22"}))
+    write_rows(directory / "kernels.parquet", [], KERNELS)
+    write_rows(directory / "tune.parquet", tune_rows(frame), TUNE)
+    return ResultSet.load(directory)
+
+
+def test_report_section_counts_the_lists(tuned, tmp_path, f4gemm_dir, manifest):
+    from f4pipe.aiter.aiterdir import tuned_tables_of
+    from f4pipe.report.tune import tune_section
+
+    _, frame = tuned
+    sec = tune_section(_result_set(tmp_path / "a", frame), None)
+    assert sec.headline == "9 shapes tuned, 0 without a safe kernel"
+    assert "PREDICTED" in sec.verdict and sec.state == "info"
+    row = sec.table.iloc[0]
+    index = build_index({n: read_tuned(p) for n, p in tuned_tables_of(f4gemm_dir).items()})
+    picks = frame[frame["picked"]]
+    hits = sum(lookup(index, manifest, r.m, r.n, r.k).outcome == "hit" for r in picks.itertuples())
+    assert (row["shapes"], row["tuned"], row["aiter has a row"]) == (9, 9, hits)
+    assert row["aiter lacks, tuned"] == 9 - hits
+
+
+def test_compare_names_a_changed_pick(tuned, tmp_path):
+    from f4pipe.compare import compare_sets
+
+    _, frame = tuned
+    other = frame.copy()
+    first = other.index[other["picked"]][0]
+    shape = other.loc[first, ["m", "n", "k"]]
+    alt = other[
+        (other[["m", "n", "k"]] == shape.values).all(axis=1)
+        & other["safe"]
+        & (other["kernel"] != other.loc[first, "kernel"])
+    ].index[0]
+    other.loc[first, "picked"], other.loc[alt, "picked"] = False, True
+    c = compare_sets(_result_set(tmp_path / "a", frame), _result_set(tmp_path / "b", other))
+    assert c.tuned_picks == 1 and not c.differs  # predicted: not a verdict
+    (line,) = [x for x in c.summary_lines() if x.startswith("  changed: ")]
+    assert f"{shape['m']}x{shape['n']}x{shape['k']}" in line

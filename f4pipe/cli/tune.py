@@ -27,6 +27,8 @@ def run_tune(args: argparse.Namespace) -> int:
 
     if (args.output is None) == (args.out_dir is None):
         raise InputError("give -o TUNED.csv (one table for every list) or --out-dir DIR")
+    if args.out_dir is not None:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
     located = locate_co_dir(args.co_dir)
     manifest = read_manifest(located.co_dir)
     lists = tune.read_lists(args.shapes, manifest)
