@@ -51,6 +51,7 @@ from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import InputError, ShapeError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B
 from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.pipeline.progress import track
 from f4pipe.pipeline.resultstore import ResultStore, kernel_identity, reuse_or_run
 
 if TYPE_CHECKING:
@@ -357,7 +358,7 @@ def err_ratios(
     by_name = {e.name: e for e in manifest}
     runs: dict[tuple, dict[str, Any]] = {}
     out = []
-    for r in picks.itertuples():
+    for r in track(picks.itertuples(), "tune errRatio", total=len(picks)):
         entry = by_name[r.kernel]
         shape = reduced_shape(entry, r.m, r.n, r.k, r.log2_k_split)
         key = (r.kernel, r.log2_k_split, *shape)
