@@ -237,3 +237,23 @@ def test_compare_names_a_changed_pick(tuned, tmp_path):
     assert c.tuned_picks == 1 and not c.differs  # predicted: not a verdict
     (line,) = [x for x in c.summary_lines() if x.startswith("  changed: ")]
     assert f"{shape['m']}x{shape['n']}x{shape['k']}" in line
+
+
+def test_emulation_refutes_a_pick(f4gemm_dir, tmp_path):
+    """256x256 split 3 at K=2048 (one 256-block per part) reads past its scales on the emulator,
+    split 2 misses aiter's errRatio limit: the pick falls back to the fastest split that runs
+    within it, and the refuted candidates say why."""
+    shapes = tmp_path / "pinned.csv"
+    shapes.write_text(
+        "name,M,N,K,kernel\np,32,256,2048,f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256\n"
+    )
+    out, table = tmp_path / "t.csv", tmp_path / "tune.parquet"
+    assert main(["tune", "--shapes", str(shapes), "-o", str(out), "--table", str(table),
+                 "--co-dir", str(f4gemm_dir)]) == 0  # fmt: skip
+    frame = pd.read_parquet(table).set_index("log2_k_split")
+    assert frame.loc[3, "reason"].startswith("emulated at 32x256x2048: buffer_load")
+    assert frame.loc[2, "reason"].startswith("emulated at 32x256x2048: errRatio")
+    assert frame.loc[2, "us_pred"] < frame.loc[1, "us_pred"]  # faster, but refuted
+    (row,) = pd.read_csv(out).itertuples()
+    assert row.splitK == frame.index[frame["picked"]][0] and row.errRatio <= 0.05
+    assert frame.loc[row.splitK, "safe"]

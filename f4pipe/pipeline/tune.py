@@ -50,6 +50,7 @@ from f4pipe.aiter.tuned import (
 from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import InputError, ShapeError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B
+from f4pipe.core.numerics import round_up
 from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.pipeline.progress import track
 from f4pipe.pipeline.resultstore import ResultStore, kernel_identity, reuse_or_run
@@ -319,20 +320,24 @@ def aiter_view(frame: pd.DataFrame, index: TunedIndex | None, manifest: Manifest
 
 def reduced_shape(entry: KernelEntry, m: int, n: int, k: int, split: int) -> tuple[int, int, int]:
     """A smaller shape with the same edge classes: at most one full tile row and column plus
-    the shape's own residue, K the fewest 256-blocks the split needs plus K's tail."""
+    the shape's own residue; K cut to two 256-blocks per split part (one where the part has
+    one: a single K step is a class of its own) plus K's tail."""
     m_r = m if m <= entry.tile_m else entry.tile_m + m % entry.tile_m
     n_r = n if n <= entry.tile_n else entry.tile_n + n % entry.tile_n
-    k_r = min(k, K_BLOCK * (1 << split) + k % K_BLOCK)
-    if k > K_BLOCK and k_r == K_BLOCK:  # keep the k>256 class
-        k_r = min(k, 2 * K_BLOCK)
+    parts = 1 << split
+    blocks = 1 if round_up(-(-k // parts), K_BLOCK) == K_BLOCK else 2
+    k_r = min(k, parts * blocks * K_BLOCK + (k % K_BLOCK if not split else 0))
     return m_r, n_r, k_r
 
 
-def err_ratio(entry: KernelEntry, co_path: Path, m: int, n: int, k: int, split: int) -> float:
+def err_ratio(
+    entry: KernelEntry, co_path: Path, m: int, n: int, k: int, split: int
+) -> dict[str, Any]:
     """aiter's tuner's errRatio of one emulated run: the share of D[:M,:N] not close to the
-    reference cast to bf16 (torch.isclose, rtol and atol 1e-2)."""
+    reference cast to bf16 (torch.isclose, rtol and atol 1e-2); or the fault that ended it
+    (an access outside the buffers: the candidate is not safe there)."""
     from f4pipe.core.numerics import bf16_bits_to_float, float_to_bf16_bits
-    from f4pipe.emu import EmulatorDevice
+    from f4pipe.emu import EmulatorDevice, LaunchFault
     from f4pipe.host.gemm import GemmRequest, run_gemm
     from f4pipe.host.operands import generate_operand
     from f4pipe.host.reference import reference_of_values
@@ -344,19 +349,25 @@ def err_ratio(entry: KernelEntry, co_path: Path, m: int, n: int, k: int, split: 
     device = EmulatorDevice()
     try:
         result = run_gemm(device, entry, co_path, GemmRequest(m, n, k, split, verify=False))
+    except LaunchFault as fault:
+        return {"err_ratio": None, "fault": str(fault)}
     finally:
         device.close()
     close = np.abs(result.d - ref_bf16) <= ERR_ATOL + ERR_RTOL * np.abs(ref_bf16)
-    return round(float(1.0 - close.mean()), 4)
+    return {"err_ratio": round(float(1.0 - close.mean()), 4), "fault": ""}
 
 
 def err_ratios(
-    picks: pd.DataFrame, manifest: Manifest, keys: ArtifactKeys, store: ResultStore | None
+    picks: pd.DataFrame,
+    manifest: Manifest,
+    keys: ArtifactKeys,
+    store: ResultStore | None,
+    runs: dict[tuple, dict[str, Any]],
 ) -> pd.DataFrame:
-    """errRatio and the shape it was emulated at, per pick: one run per distinct reduced
-    shape (the same kernel, split and edge classes), reused from `store` by content."""
+    """errRatio (or the fault) and the shape it was emulated at, per pick: one run per
+    distinct reduced shape (the same kernel, split and edge classes), kept in `runs` and
+    reused from `store` by content."""
     by_name = {e.name: e for e in manifest}
-    runs: dict[tuple, dict[str, Any]] = {}
     out = []
     for r in track(picks.itertuples(), "tune errRatio", total=len(picks)):
         entry = by_name[r.kernel]
@@ -392,11 +403,42 @@ def _stored_err_ratio(
         "tune",
         inputs,
         {"aiter_id": keys.aiter_id},
-        lambda: [
-            {"aiter_id": keys.aiter_id, "err_ratio": err_ratio(entry, co_path, *shape, split)}
-        ],
+        lambda: [{"aiter_id": keys.aiter_id, **err_ratio(entry, co_path, *shape, split)}],
     )
-    return {"err_ratio": row["err_ratio"], "reused_from": row["reused_from"]}
+    return {"err_ratio": row["err_ratio"], "fault": row["fault"]}
+
+
+#: Rounds of pick, emulate, drop what the emulator refutes: each round only emulates picks new
+#: to it, and a shape runs out of candidates long before this.
+MAX_ROUNDS = 8
+
+
+def emulated_picks(
+    frame: pd.DataFrame, manifest: Manifest, keys: ArtifactKeys, store: ResultStore | None
+) -> pd.DataFrame:
+    """The picks, each emulated for its errRatio; a pick whose run faults or exceeds aiter's
+    errRatio limit is marked unsafe (the reason names the run) and its shape picks again."""
+    from f4pipe.aiter.tuned import ERR_RATIO_LIMIT
+
+    frame = frame.copy()
+    frame["err_ratio"] = np.nan
+    frame["err_shape"] = ""
+    runs: dict[tuple, dict[str, Any]] = {}
+    for _ in range(MAX_ROUNDS):
+        frame["picked"] = choose(frame)
+        todo = frame[frame["picked"] & (frame["err_shape"] == "")]
+        if not len(todo):
+            break
+        errs = err_ratios(todo, manifest, keys, store, runs)
+        frame.loc[errs.index, "err_ratio"] = errs["err_ratio"].astype(float)
+        frame.loc[errs.index, "err_shape"] = errs["err_shape"]
+        bad = errs[(errs["fault"] != "") | (errs["err_ratio"].astype(float) > ERR_RATIO_LIMIT)]
+        for i, r in bad.iterrows():
+            what = r["fault"] or f"errRatio {r['err_ratio']} > {ERR_RATIO_LIMIT}"
+            frame.loc[i, ["safe", "reason"]] = False, f"emulated at {r['err_shape']}: {what}"
+    else:
+        raise RuntimeError(f"tune: picks still refuted by the emulator after {MAX_ROUNDS} rounds")
+    return frame
 
 
 # --- the whole stage -----------------------------------------------------------------------
@@ -416,15 +458,9 @@ def tune_lists(
     aiter's own answer at the shape and the pick's errRatio."""
     frame = candidates(lists, manifest, evidence or Evidence.none())
     frame = predict(frame, manifest, predictor)
-    frame["picked"] = choose(frame)
+    frame = emulated_picks(frame, manifest, keys, store)
     frame["status"] = shape_status(frame)
     frame = aiter_view(frame, index, manifest)
-    frame["err_ratio"] = np.nan
-    frame["err_shape"] = ""
-    errs = err_ratios(frame[frame["picked"]], manifest, keys, store)
-    if len(errs):
-        frame.loc[errs.index, "err_ratio"] = errs["err_ratio"]
-        frame.loc[errs.index, "err_shape"] = errs["err_shape"]
     cal = predictor.calibration_file
     p90 = {m: cal.error_band(m)[1] for m in frame["m"].unique().tolist()}
     frame["band_p90_pct"] = frame["m"].map(p90).astype(float)
