@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cards import check_headline
 
 from f4pipe.aiter.lookup import build_index, distinct_ms, lookup, padded_m
 from f4pipe.aiter.shaperules import is_safe
@@ -210,7 +211,8 @@ def test_report_section_counts_the_lists(tuned, tmp_path, f4gemm_dir, manifest):
 
     _, frame = tuned
     sec = tune_section(_result_set(tmp_path / "a", frame), None)
-    assert sec.headline == "9 shapes tuned, 0 without a safe kernel"
+    check_headline(sec)
+    assert sec.headline == "9 tuned, 0 without a safe kernel"
     assert "PREDICTED" in sec.verdict and sec.state == "info"
     row = sec.table.iloc[0]
     index = build_index({n: read_tuned(p) for n, p in tuned_tables_of(f4gemm_dir).items()})

@@ -58,7 +58,10 @@ def tune_section(rs: ResultSet, out_dir: Path | None) -> Section:
     check = next((s for s in summaries if s.list == AITER_ROWS), None)
     tuned = sum(s.tuned for s in lists)
     lacking = sum(s.no_safe + s.refused for s in lists)
-    parts = [summary_line(s) for s in lists]
+    parts = [
+        f"{tuned} shape(s) tuned in {len(lists)} list(s), {lacking} without a safe asm kernel",
+        *(summary_line(s) for s in lists),
+    ]
     if check is not None:
         parts.append(
             f"on aiter's own safe asm rows the tuned pick is aiter's recorded kernel or within "
@@ -68,9 +71,10 @@ def tune_section(rs: ResultSet, out_dir: Path | None) -> Section:
         f". Tables in {TUNED_DIR}/<list>.csv (aiter's a4w4 format); us, tflops and bw are "
         "PREDICTED by the cycle model, never measured"
     )
-    sec.headline = f"{tuned} shapes tuned, {lacking} without a safe kernel"
-    if check is not None:
-        sec.headline += f"; {agreement(check).split(' (')[-1].rstrip(')')} agree with aiter"
+    sec.headline = f"{tuned} tuned, {lacking} without a safe kernel"
+    if check is not None and check.aiter_asm > check.aiter_unsafe:
+        share = 100 * (check.same + check.within_error) / (check.aiter_asm - check.aiter_unsafe)
+        sec.headline = f"{tuned} tuned, {lacking} lack safe kernel, {share:.0f} % agree"
     sec.state = "bad" if lacking else "info"
     sec.table = pd.DataFrame([{COLUMNS[k]: v for k, v in asdict(s).items()} for s in summaries])
     gain = COLUMNS["gain_median_pct"]
