@@ -59,6 +59,19 @@ def tuned(f4gemm_dir, tmp_path_factory):
     return out, pd.read_parquet(tmp / "tune.parquet")
 
 
+def test_one_emulated_shape_per_edge_class(manifest):
+    from f4pipe.pipeline.tune import reduced_shape
+
+    e = next(x for x in manifest if x.name.endswith("BpreShuffle_64x128"))
+    assert reduced_shape(e, 1, 2112, 7168, 0) == (1, 160, 512)
+    assert {reduced_shape(e, m, 2112, 7168, 0)[0] for m in (16, 48)} == {16}
+    assert {reduced_shape(e, m, 2112, 7168, 0)[0] for m in (80, 1000)} == {80}
+    assert reduced_shape(e, 4096, 4096, 7232, 0) == (64, 128, 512 + 64)  # K's tail kept
+    s = next(x for x in manifest if x.name.endswith("BpreShuffle_256x256"))
+    assert reduced_shape(s, 256, 256, 2048, 3)[2] == 2048  # one K block per part
+    assert reduced_shape(s, 256, 256, 8192, 3)[2] == 4096  # two
+
+
 def test_distinct_ms_are_the_padded_steps():
     keys, lows = distinct_ms(1, 300, 7168)
     assert keys.tolist()[:3] == [16, 32, 48] and keys.tolist()[-2:] == [288, 320]
@@ -242,7 +255,7 @@ def test_compare_names_a_changed_pick(tuned, tmp_path):
 
 
 def test_emulation_refutes_a_pick(f4gemm_dir, tmp_path):
-    """256x256 split 3 at K=2048 (one 256-block per part) reads past its scales on the emulator,
+    """256x256 split 3 at K=2048 (one 256-block per part) reads past a buffer on the emulator,
     split 2 misses aiter's errRatio limit: the pick falls back to the fastest split that runs
     within it, and the refuted candidates say why."""
     shapes = tmp_path / "pinned.csv"
@@ -253,6 +266,7 @@ def test_emulation_refutes_a_pick(f4gemm_dir, tmp_path):
     assert main(["tune", "--shapes", str(shapes), "-o", str(out), "--table", str(table),
                  "--co-dir", str(f4gemm_dir)]) == 0  # fmt: skip
     frame = pd.read_parquet(table).set_index("log2_k_split")
+    # one run per edge class: M = 32 is a single partial tile row of 256x256
     assert frame.loc[3, "reason"].startswith("emulated at 32x256x2048: buffer_load")
     assert frame.loc[2, "reason"].startswith("emulated at 32x256x2048: errRatio")
     assert frame.loc[2, "us_pred"] < frame.loc[1, "us_pred"]  # faster, but refuted

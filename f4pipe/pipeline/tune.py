@@ -318,12 +318,22 @@ def aiter_view(frame: pd.DataFrame, index: TunedIndex | None, manifest: Manifest
 # --- errRatio: one emulated run per (kernel, split, edge classes) ---------------------------
 
 
+def _edge_rep(size: int, tile: int) -> int:
+    """The run's size in M or N for a dimension of `size` over tiles of `tile`: one full tile,
+    a single partial tile (16 or 32: N % 32 decides), or a full tile and a partial one."""
+    rest = 16 if size % 32 else 32
+    if size % tile == 0:
+        return tile
+    return rest if size < tile else tile + rest
+
+
 def reduced_shape(entry: KernelEntry, m: int, n: int, k: int, split: int) -> tuple[int, int, int]:
-    """A smaller shape with the same edge classes: at most one full tile row and column plus
-    the shape's own residue; K cut to two 256-blocks per split part (one where the part has
-    one: a single K step is a class of its own) plus K's tail."""
-    m_r = m if m <= entry.tile_m else entry.tile_m + m % entry.tile_m
-    n_r = n if n <= entry.tile_n else entry.tile_n + n % entry.tile_n
+    """One shape per edge class, so that a run serves every row of the class: M = 1 (the K
+    tail's single row), else in M and N one full tile, a single partial tile, or a full and a
+    partial one (_edge_rep); K two 256-blocks per split part (one where the part has one: a
+    single K step is a class of its own) plus K's tail."""
+    m_r = 1 if m == 1 else _edge_rep(m, entry.tile_m)
+    n_r = _edge_rep(n, entry.tile_n)
     parts = 1 << split
     blocks = 1 if round_up(-(-k // parts), K_BLOCK) == K_BLOCK else 2
     k_r = min(k, parts * blocks * K_BLOCK + (k % K_BLOCK if not split else 0))
