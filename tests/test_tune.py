@@ -273,3 +273,22 @@ def test_emulation_refutes_a_pick(f4gemm_dir, tmp_path):
     (row,) = pd.read_csv(out).itertuples()
     assert row.splitK == frame.index[frame["picked"]][0] and row.errRatio <= 0.05
     assert frame.loc[row.splitK, "safe"]
+
+
+def test_a_gfx_keyed_release_gets_its_own_header(tuned, manifest, tmp_path):
+    """A 2026 release's table has `gfx` first: the rows carry gfx950 and the 2026 lookup (keyed
+    on gfx) hits them."""
+    from f4pipe.aiter.lookup import AITER_2026
+    from f4pipe.aiter.tuned import write_tuned
+    from f4pipe.pipeline.tune import table_rows
+
+    _, frame = tuned
+    header = ("gfx", *A4W4_COLUMNS)
+    path = tmp_path / "gfx.csv"
+    write_tuned(path, header, table_rows(frame, frame["list"].iloc[0], manifest))
+    table = pd.read_csv(path)
+    assert tuple(table.columns) == header and set(table["gfx"]) == {"gfx950"}
+    index = build_index({path.name: read_tuned(path)})
+    assert index.rules is AITER_2026
+    for r in frame[frame["picked"]].itertuples():
+        assert lookup(index, manifest, r.m_low, r.n, r.k).kernel == r.kernel
