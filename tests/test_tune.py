@@ -292,3 +292,24 @@ def test_a_gfx_keyed_release_gets_its_own_header(tuned, manifest, tmp_path):
     assert index.rules is AITER_2026
     for r in frame[frame["picked"]].itertuples():
         assert lookup(index, manifest, r.m_low, r.n, r.k).kernel == r.kernel
+
+
+def test_measured_times_join_their_own_candidate_only(tuned):
+    """A GPU's bench rows fill us_measured of exactly their kernel, shape and split; rows the
+    emulator predicted, or of a rebuilt variant, fill nothing."""
+    from f4pipe.pipeline.tune import measured_us
+
+    _, frame = tuned
+    one = frame[frame["picked"]].iloc[0]
+    key = {c: one[c] for c in ("kernel", "m", "n", "k", "log2_k_split")}
+    bench = pd.DataFrame(
+        [
+            {**key, "variant": "original", "status": "measured", "us": 10.0},
+            {**key, "variant": "original", "status": "measured", "us": 12.0},
+            {**key, "variant": "rebuilt", "status": "measured", "us": 1.0},
+            {**key, "variant": "original", "status": "predicted", "us": 2.0},
+        ]
+    )
+    got = measured_us(frame, bench)
+    assert got[one.name] == 11.0 and got.notna().sum() == 1
+    assert measured_us(frame, None).isna().all()

@@ -56,6 +56,7 @@ def run_tune(args: argparse.Namespace) -> int:
         index=build_index(frames) if frames else None,
         evidence=evidence,
         store=open_store(args.store),
+        bench=read_table(args.bench).to_pandas() if args.bench else None,
     )
     main_table = next(iter(tables.values()), None)
     header = tuned_header(main_table)
@@ -127,6 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--table", type=Path, help="write the TUNE table (every candidate) here")
     p.add_argument("--safety", type=Path, help="safety.parquet: the edge sweep's verdicts")
     p.add_argument("--splitk", type=Path, help="splitk.parquet: the splitK stage's verdicts")
+    p.add_argument("--bench", type=Path, help="bench.parquet: times a GPU measured (us_measured)")
     p.add_argument(
         "--aiter-rows",
         action="store_true",

@@ -463,9 +463,11 @@ def tune_lists(
     index: TunedIndex | None = None,
     evidence: Evidence | None = None,
     store: ResultStore | None = None,
+    bench: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """TUNE rows (f4pipe.core.schemas): every candidate of every shape, the picks marked, with
-    aiter's own answer at the shape and the pick's errRatio."""
+    aiter's own answer at the shape, the pick's errRatio, and the time a GPU measured where
+    the bench stage (`bench`) ran the candidate at its shape."""
     frame = candidates(lists, manifest, evidence or Evidence.none())
     frame = predict(frame, manifest, predictor)
     frame = emulated_picks(frame, manifest, keys, store)
@@ -474,10 +476,21 @@ def tune_lists(
     cal = predictor.calibration_file
     p90 = {m: cal.error_band(m)[1] for m in frame["m"].unique().tolist()}
     frame["band_p90_pct"] = frame["m"].map(p90).astype(float)
-    frame["us_measured"] = np.nan
+    frame["us_measured"] = measured_us(frame, bench)
     for col, value in keys.as_row().items():
         frame[col] = value
     return frame
+
+
+def measured_us(frame: pd.DataFrame, bench: pd.DataFrame | None) -> pd.Series:
+    """Per candidate: the median launch time the bench stage measured on a GPU for the
+    original kernel at exactly its shape and split (NaN where none did)."""
+    key = ["kernel", "m", "n", "k", "log2_k_split"]
+    if bench is None or not len(bench):
+        return pd.Series(np.nan, index=frame.index)
+    ran = bench[(bench["status"] == "measured") & (bench["variant"] == "original")]
+    times = ran.groupby(key)["us"].median().rename("us_measured").reset_index()
+    return frame[key].merge(times, on=key, how="left")["us_measured"].set_axis(frame.index)
 
 
 def gains(frame: pd.DataFrame) -> pd.DataFrame:

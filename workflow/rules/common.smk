@@ -383,14 +383,16 @@ def get_tune_evidence(wildcards):
         inputs["safety"] = RESULTS / table_file("safety")
     if config["splitk"]["activate"]:
         inputs["splitk"] = RESULTS / table_file("splitk")
+    if config["bench"]["activate"]:
+        inputs["bench"] = RESULTS / table_file("bench")
     return inputs
 
 
 def get_tune_evidence_args(wildcards, input):
-    """`--safety` / `--splitk` for the evidence tables the job was given."""
+    """`--safety` / `--splitk` / `--bench` for the evidence tables the job was given."""
     args = [
         f"--{name} {shlex.quote(str(input[name]))}"
-        for name in ("safety", "splitk")
+        for name in ("safety", "splitk", "bench")
         if name in input.keys()
     ]
     return " ".join(args)
