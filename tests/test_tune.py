@@ -60,7 +60,7 @@ def tuned(f4gemm_dir, tmp_path_factory):
 
 
 def test_one_emulated_shape_per_edge_class(manifest):
-    from f4pipe.pipeline.tune import reduced_shape
+    from f4pipe.pipeline.tuneerr import reduced_shape
 
     e = next(x for x in manifest if x.name.endswith("BpreShuffle_64x128"))
     assert reduced_shape(e, 1, 2112, 7168, 0) == (1, 160, 512)
@@ -209,7 +209,7 @@ def _result_set(directory: Path, frame: pd.DataFrame):
     """A result set holding only a TUNE table (and the empty kernels table a set needs)."""
     from f4pipe.core.schemas import KERNELS, TUNE, write_rows
     from f4pipe.pipeline.resultset import ResultSet
-    from f4pipe.pipeline.tune import tune_rows
+    from f4pipe.pipeline.tunedcsv import tune_rows
 
     directory.mkdir(parents=True)
     (directory / "toolchain.json").write_text(json.dumps({"toolchain_id": "llvm-22"}))
@@ -280,7 +280,7 @@ def test_a_gfx_keyed_release_gets_its_own_header(tuned, manifest, tmp_path):
     on gfx) hits them."""
     from f4pipe.aiter.lookup import AITER_2026
     from f4pipe.aiter.tuned import write_tuned
-    from f4pipe.pipeline.tune import table_rows
+    from f4pipe.pipeline.tunedcsv import table_rows
 
     _, frame = tuned
     header = ("gfx", *A4W4_COLUMNS)

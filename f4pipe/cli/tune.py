@@ -22,7 +22,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from f4pipe.core.errors import InputError
     from f4pipe.core.schemas import TUNE, read_table, write_rows
     from f4pipe.perf.predict import Predictor
-    from f4pipe.pipeline import tune
+    from f4pipe.pipeline import tune, tunedcsv
     from f4pipe.pipeline.resultstore import open_store
 
     if (args.output is None) == (args.out_dir is None):
@@ -71,17 +71,17 @@ def run_tune(args: argparse.Namespace) -> int:
         )
         frame_one = frame[frame["list"] != tune.AITER_ROWS].assign(list=merged.name)
         written.append(
-            tune.write_outputs(
+            tunedcsv.write_outputs(
                 frame_one, merged, args.output, manifest, predictor, keys, header, source
             )
         )
     else:
         for lst, path in targets:
             written.append(
-                tune.write_outputs(frame, lst, path, manifest, predictor, keys, header, source)
+                tunedcsv.write_outputs(frame, lst, path, manifest, predictor, keys, header, source)
             )
     if args.table:
-        write_rows(args.table, tune.tune_rows(frame), TUNE)
+        write_rows(args.table, tunedcsv.tune_rows(frame), TUNE)
     for s in tune.summarize(frame):
         print(f"f4pipe tune: {tune.summary_line(s)}")
     for line in written:

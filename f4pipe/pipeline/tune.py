@@ -12,11 +12,11 @@ predicted in one f4pipe.perf.batch.predict_rows call; `choose` picks the fastest
 shape with no safe candidate is kept in the TUNE table with status "no safe asm kernel" and
 never written to the tuned CSV.
 
-Nothing in the CSV is invented: `us`, `tflops` and `bw` are predicted (the provenance file beside
-it says so, with the model's error band per M range), kernelId is -1 (aiter's dispatch never
-reads it: f4pipe.aiter.tuned.NO_KERNEL_ID) and errRatio is measured the way aiter's tuner
-measures it (the share of D[:M,:N] outside rtol 1e-2, atol 1e-2 of the bf16 reference) on one
-emulated run per (kernel, split, edge classes), at a reduced shape with the same edge classes.
+Nothing in the CSV (f4pipe.pipeline.tunedcsv) is invented: `us`, `tflops` and `bw` are
+predicted (the provenance file beside it says so, with the model's error band per M range),
+kernelId is -1 (aiter's dispatch never reads it: f4pipe.aiter.tuned.NO_KERNEL_ID) and errRatio
+is measured the way aiter's tuner measures it (f4pipe.pipeline.tuneerr), on one emulated run per
+(kernel, split, edge classes); a pick that run refutes is dropped and its shape picks again.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from f4pipe import __version__
 from f4pipe.aiter.lookup import TARGET_GFX, TunedIndex, distinct_ms, lookup
 from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.aiter.shaperules import (
@@ -42,18 +41,10 @@ from f4pipe.aiter.shaperules import (
     violations,
 )
 from f4pipe.aiter.traffic import ShapeSpec, read_shapes
-from f4pipe.aiter.tuned import (
-    NO_KERNEL_ID,
-    a4w4_bw,
-    a4w4_tflops,
-)
-from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import InputError, ShapeError
-from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B
-from f4pipe.core.numerics import round_up
 from f4pipe.core.schemas import ArtifactKeys
-from f4pipe.pipeline.progress import track
-from f4pipe.pipeline.resultstore import ResultStore, kernel_identity, reuse_or_run
+from f4pipe.pipeline.resultstore import ResultStore
+from f4pipe.pipeline.tuneerr import err_ratios
 
 if TYPE_CHECKING:
     from f4pipe.perf.predict import Predictor
@@ -63,11 +54,6 @@ CU_NUM = 256
 #: The splits aiter's a4w4 tuner races on a splitK kernel: range(compute_gemm_SplitK + 1), and
 #: compute_gemm_SplitK returns 3 (aiter/ops/gemm_op_a4w4.py, both versions).
 TUNER_SPLITS = (0, 1, 2, 3)
-#: aiter's tuner's tolerances for errRatio (mp_tuner: checkAllclose with rtol 1e-2, atol 1e-2
-#: against torch's result cast to bf16).
-ERR_RTOL = 1e-2
-ERR_ATOL = 1e-2
-
 STATUS_TUNED = "tuned"
 STATUS_NO_SAFE = "no safe asm kernel"
 STATUS_REFUSED = "refused"
@@ -315,109 +301,6 @@ def aiter_view(frame: pd.DataFrame, index: TunedIndex | None, manifest: Manifest
     return frame.merge(pd.DataFrame(out), on=SHAPE_KEY, how="left")
 
 
-# --- errRatio: one emulated run per (kernel, split, edge classes) ---------------------------
-
-
-def _edge_rep(size: int, tile: int) -> int:
-    """The run's size in M or N for a dimension of `size` over tiles of `tile`: one full tile,
-    a single partial tile (16 or 32: N % 32 decides), or a full tile and a partial one."""
-    rest = 16 if size % 32 else 32
-    if size % tile == 0:
-        return tile
-    return rest if size < tile else tile + rest
-
-
-def reduced_shape(entry: KernelEntry, m: int, n: int, k: int, split: int) -> tuple[int, int, int]:
-    """One shape per edge class, so that a run serves every row of the class: M = 1 (the K
-    tail's single row), else in M and N one full tile, a single partial tile, or a full and a
-    partial one (_edge_rep); K two 256-blocks per split part (one where the part has one: a
-    single K step is a class of its own) plus K's tail."""
-    m_r = 1 if m == 1 else _edge_rep(m, entry.tile_m)
-    n_r = _edge_rep(n, entry.tile_n)
-    parts = 1 << split
-    blocks = 1 if round_up(-(-k // parts), K_BLOCK) == K_BLOCK else 2
-    k_r = min(k, parts * blocks * K_BLOCK + (k % K_BLOCK if not split else 0))
-    return m_r, n_r, k_r
-
-
-def err_ratio(
-    entry: KernelEntry, co_path: Path, m: int, n: int, k: int, split: int
-) -> dict[str, Any]:
-    """aiter's tuner's errRatio of one emulated run: the share of D[:M,:N] not close to the
-    reference cast to bf16 (torch.isclose, rtol and atol 1e-2); or the fault that ended it
-    (an access outside the buffers: the candidate is not safe there)."""
-    from f4pipe.core.numerics import bf16_bits_to_float, float_to_bf16_bits
-    from f4pipe.emu import EmulatorDevice, LaunchFault
-    from f4pipe.host.gemm import GemmRequest, run_gemm
-    from f4pipe.host.operands import generate_operand
-    from f4pipe.host.reference import reference_of_values
-
-    ref = reference_of_values(
-        generate_operand(m, k, SEED_A).dequantize(), generate_operand(n, k, SEED_B).dequantize()
-    )
-    ref_bf16 = bf16_bits_to_float(float_to_bf16_bits(ref))
-    device = EmulatorDevice()
-    try:
-        result = run_gemm(device, entry, co_path, GemmRequest(m, n, k, split, verify=False))
-    except LaunchFault as fault:
-        return {"err_ratio": None, "fault": str(fault)}
-    finally:
-        device.close()
-    close = np.abs(result.d - ref_bf16) <= ERR_ATOL + ERR_RTOL * np.abs(ref_bf16)
-    return {"err_ratio": round(float(1.0 - close.mean()), 4), "fault": ""}
-
-
-def err_ratios(
-    picks: pd.DataFrame,
-    manifest: Manifest,
-    keys: ArtifactKeys,
-    store: ResultStore | None,
-    runs: dict[tuple, dict[str, Any]],
-) -> pd.DataFrame:
-    """errRatio (or the fault) and the shape it was emulated at, per pick: one run per
-    distinct reduced shape (the same kernel, split and edge classes), kept in `runs` and
-    reused from `store` by content."""
-    by_name = {e.name: e for e in manifest}
-    out = []
-    for r in track(picks.itertuples(), "tune errRatio", total=len(picks)):
-        entry = by_name[r.kernel]
-        shape = reduced_shape(entry, r.m, r.n, r.k, r.log2_k_split)
-        key = (r.kernel, r.log2_k_split, *shape)
-        if key not in runs:
-            runs[key] = _stored_err_ratio(store, keys, manifest, entry, shape, r.log2_k_split)
-        out.append({"index": r.Index, **runs[key], "err_shape": "x".join(map(str, shape))})
-    return pd.DataFrame(out).set_index("index") if out else pd.DataFrame()
-
-
-def _stored_err_ratio(
-    store: ResultStore | None,
-    keys: ArtifactKeys,
-    manifest: Manifest,
-    entry: KernelEntry,
-    shape: tuple[int, int, int],
-    split: int,
-) -> dict[str, Any]:
-    co_path = manifest.co_path(entry)
-    inputs: dict[str, Any] = {}
-    if store is not None:
-        inputs = {
-            "kernel": kernel_identity(entry, co_path, EMULATOR_DEVICE_ID, store),
-            "shape": list(shape),
-            "log2_k_split": split,
-            "tolerance": [ERR_RTOL, ERR_ATOL],
-            "device_id": EMULATOR_DEVICE_ID,
-            "f4pipe": f4pipe_identity(),
-        }
-    (row,) = reuse_or_run(
-        store,
-        "tune",
-        inputs,
-        {"aiter_id": keys.aiter_id},
-        lambda: [{"aiter_id": keys.aiter_id, **err_ratio(entry, co_path, *shape, split)}],
-    )
-    return {"err_ratio": row["err_ratio"], "fault": row["fault"]}
-
-
 #: Rounds of pick, emulate, drop what the emulator refutes: each round only emulates picks new
 #: to it, and a shape runs out of candidates long before this.
 MAX_ROUNDS = 8
@@ -524,72 +407,6 @@ def gains(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --- the tuned CSV and its provenance -------------------------------------------------------
-
-
-def table_rows(frame: pd.DataFrame, list_name: str, manifest: Manifest) -> list[dict[str, Any]]:
-    """The tuned CSV's rows of one list (every column by its lower-case name); a shape two
-    lines of the list share is written once."""
-    symbols = {e.name: e.symbol for e in manifest}
-    picks = frame[frame["picked"] & (frame["list"] == list_name)]
-    picks = picks.sort_values(["n", "k", "m"]).drop_duplicates(["m", "n", "k"])
-    return [
-        {
-            "gfx": TARGET_GFX,
-            "cu_num": CU_NUM,
-            "m": r.m,
-            "n": r.n,
-            "k": r.k,
-            "kernelid": NO_KERNEL_ID,
-            "splitk": r.log2_k_split,
-            "us": round(float(r.us_pred), 4),
-            "kernelname": symbols[r.kernel],
-            "tflops": a4w4_tflops(r.m, r.n, r.k, float(r.us_pred)),
-            "bw": a4w4_bw(r.m, r.n, r.k, float(r.us_pred)),
-            "errratio": r.err_ratio,
-        }
-        for r in picks.itertuples()
-    ]
-
-
-def provenance(
-    frame: pd.DataFrame, sl: ShapeList, predictor: Predictor, keys: ArtifactKeys, header: str
-) -> dict[str, Any]:
-    """What the tuned CSV's numbers are and where they come from."""
-    from f4pipe.perf.costs import M_RANGES
-
-    mine = frame[frame["list"] == sl.name]
-    shapes = mine.drop_duplicates(SHAPE_KEY)
-    picks = mine[mine["picked"]]
-    cal = predictor.calibration_file
-    lacking = shapes[shapes["status"] != STATUS_TUNED]
-    return {
-        "shape_list": str(sl.path),
-        "aiter_id": keys.aiter_id,
-        "f4pipe_version": __version__,
-        "model_id": predictor.model_id,
-        "calibration_id": predictor.calibration_id,
-        "header_from": header,
-        "predicted_columns": ["us", "tflops", "bw"],
-        "predicted": "us is the cycle model's MI355X time (not measured); tflops and bw are "
-        "aiter's tuner's formulas applied to it",
-        "error_band_pct": {
-            name: dict(zip(("median", "p90"), cal.error_band(lo), strict=True))
-            for name, lo, _ in M_RANGES
-        },
-        "kernelId": f"{NO_KERNEL_ID}: aiter's dispatch reads kernelName and splitK only",
-        "errRatio": "share of D[:M,:N] outside rtol 1e-2 / atol 1e-2 of the bf16 reference, "
-        "from one emulated run per (kernel, split, edge classes) at the reduced shape in "
-        "err_shapes (M x N x K; the row's own shape where it is that small)",
-        "err_shapes": {f"{r.m}x{r.n}x{r.k}": r.err_shape for r in picks.itertuples()},
-        "rows": len(picks.drop_duplicates(["m", "n", "k"])),
-        "shapes_without_a_row": [
-            {"name": r.name, "line": r.line, "m": r.m, "n": r.n, "k": r.k, "status": r.status}
-            for r in lacking.itertuples()
-        ],
-    }
-
-
 @dataclass(frozen=True)
 class Summary:
     """One shape list at a glance (the report's card, the command's lines)."""
@@ -654,83 +471,3 @@ def summary_line(s: Summary) -> str:
         f"same, {s.within_error} within the error){gain}; {s.lacking} shape(s) aiter's tables "
         "lack are covered"
     )
-
-
-def lookup_misses(csv_path: Path, frame: pd.DataFrame, manifest: Manifest) -> list[str]:
-    """The shapes of `frame` for which f4pipe's model of aiter's lookup, given the written
-    table alone, does not run the pick (at the row's M and at the smallest M it serves)."""
-    from f4pipe.aiter.lookup import build_index
-    from f4pipe.aiter.tuned import read_tuned
-
-    index = build_index({csv_path.name: read_tuned(csv_path)})
-    misses = []
-    for r in frame[frame["picked"]].itertuples():
-        for m in {r.m, r.m_low}:
-            got = lookup(index, manifest, m, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
-            if got.outcome != "hit" or got.kernel != r.kernel or got.log2_k_split != r.log2_k_split:
-                misses.append(f"M={m} N={r.n} K={r.k}: {got.outcome} {got.runs or got.how}")
-    return misses
-
-
-SIDE_COLUMNS = [
-    "name",
-    "line",
-    "m",
-    "m_low",
-    "n",
-    "k",
-    "status",
-    "kernel",
-    "log2_k_split",
-    "us_pred",
-    "err_ratio",
-    "err_shape",
-    "aiter_outcome",
-    "aiter_row",
-    "aiter_kernel",
-    "aiter_split",
-    "aiter_safe",
-    "reason",
-]
-
-
-def write_outputs(
-    frame: pd.DataFrame,
-    sl: ShapeList,
-    path: Path,
-    manifest: Manifest,
-    predictor: Predictor,
-    keys: ArtifactKeys,
-    header: tuple[str, ...],
-    header_source: str,
-) -> str:
-    """The tuned CSV of one list, its provenance and its side table (every shape: status,
-    pick, aiter's answer); the written table is looked up as aiter would, and a shape it
-    does not serve as picked is a bug (RuntimeError)."""
-    from f4pipe.aiter.tuned import write_tuned
-    from f4pipe.core.fsio import write_json, write_text
-
-    mine = frame[frame["list"] == sl.name]
-    rows = table_rows(mine, sl.name, manifest)
-    write_tuned(path, header, rows)
-    misses = lookup_misses(path, mine, manifest)
-    if misses:
-        raise RuntimeError(f"{path}: aiter's lookup misses the written rows: {misses[:3]}")
-    stem = path.with_suffix("")
-    record = provenance(mine, sl, predictor, keys, header_source)
-    write_json(stem.with_name(stem.name + ".provenance.json"), record)
-    shapes = mine[mine["picked"] | (mine["status"] != STATUS_TUNED)]
-    shapes = shapes.drop_duplicates(SHAPE_KEY)[SIDE_COLUMNS].copy()
-    tuned = shapes["status"] == STATUS_TUNED
-    shapes["kernel"] = shapes["kernel"].where(tuned, "")
-    shapes["log2_k_split"] = shapes["log2_k_split"].astype("Int64").where(tuned)
-    shapes["us_pred"] = shapes["us_pred"].round(4).where(tuned)
-    shapes["aiter_split"] = shapes["aiter_split"].astype("Int64")
-    write_text(stem.with_name(stem.name + ".shapes.csv"), shapes.to_csv(index=False))
-    return f"{len(rows)} row(s) -> {path} (provenance and shapes beside it)"
-
-
-def tune_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """The TUNE table's rows (missing values as None, as Parquet wants them)."""
-    plain = frame.astype(object).where(frame.notna(), None)
-    return plain.to_dict("records")
