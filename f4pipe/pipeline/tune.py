@@ -421,7 +421,7 @@ class Summary:
     aiter_unsafe: int  # of those, rows unsafe at the shape (the tuned table replaces them)
     same: int  # the pick is aiter's recorded kernel and split
     within_error: int  # a different pick whose predicted gain is inside the model's p90 error
-    gain_median_pct: float | None  # predicted gain of the pick over aiter's kernel, median
+    gain_median_pct: float | None  # median predicted gain of the pick where it is not aiter's
     lacking: int  # shapes aiter's tables miss (heuristic or raise) that the tuned table covers
 
 
@@ -444,11 +444,7 @@ def summarize(frame: pd.DataFrame) -> list[Summary]:
                 aiter_unsafe=int((~g["aiter_safe"].astype(bool)).sum()) if len(g) else 0,
                 same=int(safe["same"].sum()) if len(safe) else 0,
                 within_error=int((safe["within_error"] & ~safe["same"]).sum()) if len(safe) else 0,
-                gain_median_pct=(
-                    float(safe["gain_pct"].median())
-                    if len(safe) and safe["gain_pct"].notna().any()
-                    else None
-                ),
+                gain_median_pct=_median_gain(safe),
                 lacking=int(
                     ((shapes["aiter_outcome"] != "hit") & (shapes["status"] == STATUS_TUNED)).sum()
                 ),
@@ -457,17 +453,44 @@ def summarize(frame: pd.DataFrame) -> list[Summary]:
     return out
 
 
+def _median_gain(compared: pd.DataFrame) -> float | None:
+    """The median predicted gain over the rows where the pick is not aiter's kernel."""
+    if not len(compared):
+        return None
+    gains_pct = compared.loc[~compared["same"], "gain_pct"].dropna()
+    return float(gains_pct.median()) if len(gains_pct) else None
+
+
 def summary_line(s: Summary) -> str:
-    """A list's summary as one line."""
-    agree = s.same + s.within_error
+    """A list's summary as one line (clauses with nothing to say left out)."""
+    head = [f"{s.list}: {s.shapes} shape(s), {s.tuned} tuned"]
+    if s.no_safe:
+        head.append(f"{s.no_safe} with no safe asm kernel")
+    if s.refused:
+        head.append(f"{s.refused} refused by every kernel")
+    parts = [", ".join(head)]
+    if s.aiter_hits:
+        ck = s.aiter_hits - s.aiter_asm
+        parts.append(
+            f"aiter's tables have a row for {s.aiter_hits} ({s.aiter_asm} asm, "
+            f"{s.aiter_unsafe} of them unsafe and replaced; {ck} CK, left to aiter's tuner)"
+        )
     compared = s.aiter_asm - s.aiter_unsafe
-    share = f"{100 * agree / compared:.0f} %" if compared else "n/a"
-    gain = "" if s.gain_median_pct is None else f", median PREDICTED gain {s.gain_median_pct:.1f} %"
+    if compared:
+        agree = s.same + s.within_error
+        gain = (
+            ""
+            if s.gain_median_pct is None
+            else f"; where they differ, median PREDICTED gain {s.gain_median_pct:.1f} %"
+        )
+        parts.append(
+            f"the pick is aiter's kernel or within the model's error of it at {agree} of "
+            f"{compared} safe asm rows ({100 * agree / compared:.0f} %: {s.same} the same, "
+            f"{s.within_error} within the error){gain}"
+        )
+    parts.append(f"{s.lacking} shape(s) aiter's tables lack are covered")
     return (
-        f"{s.list}: {s.shapes} shape(s), {s.tuned} tuned, {s.no_safe} with no safe asm kernel, "
-        f"{s.refused} refused; aiter's tables have {s.aiter_hits} ({s.aiter_asm} asm, "
-        f"{s.aiter_unsafe} of them unsafe and replaced); the pick is aiter's kernel or within "
-        f"the model's error of it at {agree} of {compared} safe asm rows ({share}: {s.same} the "
-        f"same, {s.within_error} within the error){gain}; {s.lacking} shape(s) aiter's tables "
-        "lack are covered"
+        ", ".join(parts[: 1 + bool(s.no_safe) + bool(s.refused)])
+        + "; "
+        + "; ".join(parts[1 + bool(s.no_safe) + bool(s.refused) :])
     )

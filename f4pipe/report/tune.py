@@ -32,7 +32,7 @@ COLUMNS = {
     "aiter_unsafe": "unsafe, replaced",
     "same": "pick = aiter's",
     "within_error": "within model error",
-    "gain_median_pct": "median predicted gain %",
+    "gain_median_pct": "median predicted gain % where the pick differs",
     "lacking": "aiter lacks, tuned",
 }
 
