@@ -63,9 +63,9 @@ def test_one_emulated_shape_per_edge_class(manifest):
     from f4pipe.pipeline.tuneerr import reduced_shape
 
     e = next(x for x in manifest if x.name.endswith("BpreShuffle_64x128"))
-    assert reduced_shape(e, 1, 2112, 7168, 0) == (1, 160, 512)
-    assert {reduced_shape(e, m, 2112, 7168, 0)[0] for m in (16, 48)} == {16}
-    assert {reduced_shape(e, m, 2112, 7168, 0)[0] for m in (80, 1000)} == {80}
+    assert reduced_shape(e, 1, 2112, 7232, 0) == (1, 160, 576)  # K's tail with a single row
+    assert {reduced_shape(e, m, 2112, 7168, 0)[0] for m in (1, 16, 32, 48)} == {16}
+    assert {reduced_shape(e, m, 2112, 7168, 0)[0] for m in (80, 96, 1000)} == {80}
     assert reduced_shape(e, 4096, 4096, 7232, 0) == (64, 128, 512 + 64)  # K's tail kept
     s = next(x for x in manifest if x.name.endswith("BpreShuffle_256x256"))
     assert reduced_shape(s, 256, 256, 2048, 3)[2] == 2048  # one K block per part
@@ -266,9 +266,9 @@ def test_emulation_refutes_a_pick(f4gemm_dir, tmp_path):
     assert main(["tune", "--shapes", str(shapes), "-o", str(out), "--table", str(table),
                  "--co-dir", str(f4gemm_dir)]) == 0  # fmt: skip
     frame = pd.read_parquet(table).set_index("log2_k_split")
-    # one run per edge class: M = 32 is a single partial tile row of 256x256
-    assert frame.loc[3, "reason"].startswith("emulated at 32x256x2048: buffer_load")
-    assert frame.loc[2, "reason"].startswith("emulated at 32x256x2048: errRatio")
+    # one run per edge class: M = 32 is a single partial tile row of 256x256, run as 16 rows
+    assert frame.loc[3, "reason"].startswith("emulated at 16x256x2048: buffer_load")
+    assert frame.loc[2, "reason"].startswith("emulated at 16x256x2048: errRatio")
     assert frame.loc[2, "us_pred"] < frame.loc[1, "us_pred"]  # faster, but refuted
     (row,) = pd.read_csv(out).itertuples()
     assert row.splitK == frame.index[frame["picked"]][0] and row.errRatio <= 0.05

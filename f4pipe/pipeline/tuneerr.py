@@ -26,22 +26,22 @@ ERR_RTOL = 1e-2
 ERR_ATOL = 1e-2
 
 
-def _edge_rep(size: int, tile: int) -> int:
+def _edge_rep(size: int, tile: int, partial: int) -> int:
     """The run's size in M or N for a dimension of `size` over tiles of `tile`: one full tile,
-    a single partial tile (16 or 32: N % 32 decides), or a full tile and a partial one."""
-    rest = 16 if size % 32 else 32
+    a single partial one of `partial`, or a full tile and a partial one."""
     if size % tile == 0:
         return tile
-    return rest if size < tile else tile + rest
+    return partial if size < tile else tile + partial
 
 
 def reduced_shape(entry: KernelEntry, m: int, n: int, k: int, split: int) -> tuple[int, int, int]:
-    """One shape per edge class, so that a run serves every row of the class: M = 1 (the K
-    tail's single row), else in M and N one full tile, a single partial tile, or a full and a
-    partial one (_edge_rep); K two 256-blocks per split part (one where the part has one: a
-    single K step is a class of its own) plus K's tail."""
-    m_r = 1 if m == 1 else _edge_rep(m, entry.tile_m)
-    n_r = _edge_rep(n, entry.tile_n)
+    """One shape per edge class, so that a run serves every row of the class: in M and N one
+    full tile, a single partial tile, or a full and a partial one (_edge_rep: 16 rows, D's
+    rows being padded to 32 whatever M is; 32 columns, the store chunk, or 16 where N % 32 ==
+    16), M = 1 where K has a tail (its single-row class); K two 256-blocks per split part (one
+    where the part has one: a single K step is a class of its own) plus K's tail."""
+    m_r = 1 if m == 1 and k % K_BLOCK else _edge_rep(m, entry.tile_m, 16)
+    n_r = _edge_rep(n, entry.tile_n, 16 if n % 32 else 32)
     parts = 1 << split
     blocks = 1 if round_up(-(-k // parts), K_BLOCK) == K_BLOCK else 2
     k_r = min(k, parts * blocks * K_BLOCK + (k % K_BLOCK if not split else 0))
