@@ -227,6 +227,8 @@ def test_report_section_counts_the_lists(tuned, tmp_path, f4gemm_dir, manifest):
     check_headline(sec)
     assert sec.headline == "9 tuned, 0 without a safe kernel"
     assert "PREDICTED" in sec.verdict and sec.state == "info"
+    band = frame["band_p90_pct"].iloc[0]  # M 16..48: the calibration's M <= 64 band
+    assert any(f"{band:g} % at M <=64" in note for note in sec.notes)
     row = sec.table.iloc[0]
     index = build_index({n: read_tuned(p) for n, p in tuned_tables_of(f4gemm_dir).items()})
     picks = frame[frame["picked"]]

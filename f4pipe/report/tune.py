@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from f4pipe.core.layout import TUNED_DIR
+from f4pipe.perf.costs import M_RANGES
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.pipeline.tune import (
     AITER_ROWS,
@@ -43,6 +44,16 @@ def agreement(s: Summary) -> str:
     compared = s.aiter_asm - s.aiter_unsafe
     agree = s.same + s.within_error
     return f"{agree} of {compared} ({100 * agree / compared:.0f} %)" if compared else "none"
+
+
+def _bands(df: pd.DataFrame) -> str:
+    """The p90 error bands the table used, per M range of the calibration."""
+    parts = []
+    for name, lo, hi in M_RANGES:
+        band = df.loc[(df["m"] >= lo) & (df["m"] <= hi), "band_p90_pct"].dropna()
+        if len(band):
+            parts.append(f"{band.iloc[0]:g} % at M {name.removeprefix('M')}")
+    return ", ".join(parts) or "no band recorded"
 
 
 def tune_section(rs: ResultSet, out_dir: Path | None) -> Section:
@@ -81,8 +92,8 @@ def tune_section(rs: ResultSet, out_dir: Path | None) -> Section:
     sec.table[gain] = pd.to_numeric(sec.table[gain]).round(1)
     sec.notes.append(
         "A gain is 'within the model's error' when it is at most the model's p90 out-of-sample "
-        "error for the row's M range (band_p90_pct in tune.parquet): there the model cannot "
-        "tell the two kernels apart, and aiter's measured pick stands."
+        f"error for the row's M range ({_bands(df)}; band_p90_pct in tune.parquet): there the "
+        "model cannot tell the two kernels apart, and aiter's measured pick stands."
     )
     missing = df[df["status"] != STATUS_TUNED].drop_duplicates(SHAPE_KEY)
     if len(missing):
