@@ -20,12 +20,18 @@ if TYPE_CHECKING:
     from f4pipe.perf.predict import Predictor
 
 
+def written_picks(frame: pd.DataFrame) -> pd.DataFrame:
+    """The picks a table holds, one per (M, N, K) (the first line of the list that asks for a
+    shape wins over a later line pinning another kernel), in aiter's tuner's order."""
+    picks = frame[frame["picked"]].sort_values(["n", "k", "m", "line"], kind="stable")
+    return picks.drop_duplicates(["m", "n", "k"])
+
+
 def table_rows(frame: pd.DataFrame, list_name: str, manifest: Manifest) -> list[dict[str, Any]]:
     """The tuned CSV's rows of one list (every column by its lower-case name); a shape two
     lines of the list share is written once."""
     symbols = {e.name: e.symbol for e in manifest}
-    picks = frame[frame["picked"] & (frame["list"] == list_name)]
-    picks = picks.sort_values(["n", "k", "m"]).drop_duplicates(["m", "n", "k"])
+    picks = written_picks(frame[frame["list"] == list_name])
     return [
         {
             "gfx": TARGET_GFX,
@@ -91,7 +97,7 @@ def lookup_misses(csv_path: Path, frame: pd.DataFrame, manifest: Manifest) -> li
 
     index = build_index({csv_path.name: read_tuned(csv_path)})
     misses = []
-    for r in frame[frame["picked"]].itertuples():
+    for r in written_picks(frame).itertuples():
         for m in {r.m, r.m_low}:
             got = lookup(index, manifest, m, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
             if got.outcome != "hit" or got.kernel != r.kernel or got.log2_k_split != r.log2_k_split:
