@@ -254,6 +254,14 @@ def test_compare_names_a_changed_pick(tuned, tmp_path):
     assert c.tuned_picks == 1 and not c.differs  # predicted: not a verdict
     (line,) = [x for x in c.summary_lines() if x.startswith("  changed: ")]
     assert f"{shape['m']}x{shape['n']}x{shape['k']}" in line
+    # the changes card: counted in its headline, named in its summary
+    from f4pipe.compare.baseline import comparison_record
+    from f4pipe.report.changes import changes_section
+
+    baseline = {"aiter_id": "old", "archive": "old.tar.gz", "label": "old"}
+    sec = changes_section(comparison_record(c, baseline))
+    assert sec.headline.endswith("1 tuned picks changed") and sec.state == "ok"
+    assert line in next(iter(sec.code.values()))
 
 
 def test_emulation_refutes_a_pick(f4gemm_dir, tmp_path):
