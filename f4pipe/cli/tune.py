@@ -62,7 +62,6 @@ def run_tune(args: argparse.Namespace) -> int:
     header = tuned_header(main_table)
     source = f"{main_table}" if main_table else "the 0.1.7 wheel's columns (no table fetched)"
     written = []
-    targets = [(lst, _target(args, lst.name)) for lst in lists if lst.name != tune.AITER_ROWS]
     if args.output is not None:  # one table for every list
         merged = tune.ShapeList(
             args.output.stem,
@@ -76,7 +75,10 @@ def run_tune(args: argparse.Namespace) -> int:
             )
         )
     else:
-        for lst, path in targets:
+        for lst in lists:
+            if lst.name == tune.AITER_ROWS:  # the model's check, not a table to hand to aiter
+                continue
+            path = args.out_dir / f"{lst.name}.csv"
             written.append(
                 tunedcsv.write_outputs(frame, lst, path, manifest, predictor, keys, header, source)
             )
@@ -98,10 +100,6 @@ def run_tune(args: argparse.Namespace) -> int:
             + (f" ({r.reason})" if r.status == tune.STATUS_REFUSED else "")
         )
     return EXIT_OK
-
-
-def _target(args: argparse.Namespace, name: str) -> Path:
-    return args.output if args.output is not None else args.out_dir / f"{name}.csv"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
