@@ -116,7 +116,8 @@ def bench(session: nox.Session) -> None:
     stages' own work, the command line's start-up CPU, the cycle model's accuracy on aiter's
     recorded MI355X timings beside Origami's (research/f4research/accuracy.py) and on the later
     timings it was not fitted on (research/f4research/heldback.py), `f4pipe waits
-    --verify` over the 35 kernels (benchmarks/waits_shipped.py), and the main
+    --verify` over the 35 kernels (benchmarks/waits_shipped.py), prediction at tuned-table
+    scale (benchmarks/predict_scale.py: 10,000 shapes x 35 kernels), and the main
     job's CPU from cold and its wall time after a byte-identical aiter update
     (benchmarks/main_job.py, about 4 minutes)."""
     install(session, "test", research=True)
@@ -139,6 +140,7 @@ def bench(session: nox.Session) -> None:
     session.run("f4research", "accuracy")
     session.run("f4research", "heldback")
     session.run("python", "benchmarks/waits_shipped.py")
+    session.run("python", "benchmarks/predict_scale.py")
     session.run("python", "benchmarks/main_job.py")
 
 
@@ -152,7 +154,7 @@ def newcomer(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def report_screenshot(session: nox.Session) -> None:
-    """Render a result set's report in headless Chromium (apt package `chromium`) to a PNG:
+    """Render a result set's report in headless Chromium (on PATH, else provisioned) to a PNG:
     `nox -s report_screenshot -- results/<aiter-id>/report/index.html -o shot.png`."""
     install(session)
     session.run("python", "scripts/screenshot_report.py", *session.posargs)

@@ -5,7 +5,7 @@ downloaded on the way), the README's install line, then its two commands.
 Steps, each timed in wall seconds and CPU seconds (user + sys of the step's whole process tree,
 from getrusage), with the largest process's peak memory:
 
-1. install: `python -m venv .venv && python -m pip install -e .`; then the venv's size and
+1. install: `python3 -m venv .venv && python -m pip install -e .`; then the venv's size and
    whether pip backtracked (its "looking at multiple versions" lines);
 2. the main job: `benchmarks/main_job.py --clone` in the fresh clone (cold `snakemake --cores 1
    all`, which also provisions LLVM and downloads the wheel, then a byte-identical aiter
@@ -116,7 +116,7 @@ def fresh_clone(root: Path) -> tuple[Path, Path]:
 
 def install(clone: Path, home: Path) -> tuple[Step, dict]:
     env = newcomer_env(home, None)
-    command = "python -m venv .venv && . .venv/bin/activate && python -m pip install -e ."
+    command = "python3 -m venv .venv && . .venv/bin/activate && python -m pip install -e ."
     step = run_step("install (venv + pip install -e .)", ["bash", "-c", command], clone, env)
     facts = {
         "venv_gb": round(disk_gb(clone / ".venv"), 2),

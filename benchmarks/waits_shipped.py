@@ -28,7 +28,8 @@ from f4pipe.core.fsio import write_text
 from f4pipe.edits.trykernel import open_devices, quick_cases, thorough_cases
 from f4pipe.edits.waitcheck import first_problem, loosen_in_turn, verify_loosening
 from f4pipe.perf.fit import default_f4gemm_dir
-from f4pipe.perf.predict import KernelProfile, wait_change_cycles
+from f4pipe.perf.predict import wait_change_cycles
+from f4pipe.perf.profile import KernelProfile
 
 
 def short(name: str) -> str:

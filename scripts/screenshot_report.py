@@ -7,7 +7,8 @@ network services, no sync) so the screenshot depends on the page alone.
 
     python scripts/screenshot_report.py results/<aiter_id>/report/index.html -o shot.png
 
-Needs a Chromium binary (Debian: `apt-get install -y chromium`); --browser picks another one.
+Uses the `chromium` on PATH or, where there is none, Debian's provisioned into f4pipe's cache
+without root (f4pipe.report.browser); --browser picks another binary.
 """
 
 from __future__ import annotations
@@ -19,17 +20,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome")
+from f4pipe.core.errors import F4PipeError
+from f4pipe.report.browser import find_browser
+
 TIMEOUT_S = 120
 
 
-def find_browser(explicit: str | None) -> str:
-    for name in [explicit] if explicit else BROWSERS:
-        path = shutil.which(name)
-        if path:
-            return path
-    wanted = explicit or " / ".join(BROWSERS)
-    raise SystemExit(f"no browser found ({wanted}); on Debian: apt-get install -y chromium")
+def pick_browser(explicit: str | None) -> str:
+    """The binary --browser names (found on PATH), else the one f4pipe finds or provisions."""
+    if explicit is None:
+        try:
+            return str(find_browser().path)
+        except F4PipeError as exc:
+            raise SystemExit(str(exc)) from None
+    path = shutil.which(explicit)
+    if path is None:
+        raise SystemExit(f"no browser {explicit!r} on PATH")
+    return path
 
 
 def screenshot(page: Path, out: Path, browser: str, width: int, height: int) -> Path:
@@ -65,14 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("page", type=Path, help="report index.html (or any HTML file)")
     parser.add_argument("-o", "--output", type=Path, help="PNG to write (default: beside page)")
-    parser.add_argument("--browser", help=f"browser binary (default: first of {BROWSERS})")
+    parser.add_argument("--browser", help="browser binary (default: chromium, or provisioned)")
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=3000)
     args = parser.parse_args(argv)
     if not args.page.is_file():
         raise SystemExit(f"{args.page}: no such page; build it with `f4pipe report RESULT_DIR`")
     out = args.output or args.page.with_name("screenshot.png")
-    shot = screenshot(args.page, out, find_browser(args.browser), args.width, args.height)
+    shot = screenshot(args.page, out, pick_browser(args.browser), args.width, args.height)
     print(f"wrote {shot}")
     return 0
 

@@ -31,6 +31,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     extract_wheel_tree(DEFAULT_SOURCE, cache_root() / "test-resources" / "hsa-tree")
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Name the browser the layout test laid the report out in (tests/test_browser.py records
+    it as a property, which reaches the controller from an xdist worker too)."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "browser" and getattr(report, "when", "") == "call":
+                    terminalreporter.write_line(f"{report.nodeid}: browser {value}")
+
+
 @pytest.fixture(scope="session")
 def toolchain() -> Toolchain:
     return find_toolchain()

@@ -14,8 +14,8 @@ import numpy as np
 from elftools.elf.elffile import ELFFile
 
 from f4pipe.codeobj.program import Program
-from f4pipe.emu.device import initial_state
 from f4pipe.emu.engine import Executor, WaveIds
+from f4pipe.emu.launching import initial_state
 from f4pipe.emu.memory import GlobalMemory
 
 

@@ -119,3 +119,35 @@ def test_no_test_module_imports_another():
                 names = [a.name for a in node.names]
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert offenders == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_imports_another_s_private_names():
+    found = [
+        f"{path.relative_to(ROOT)}: {node.module}.{alias.name}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("f4pipe")
+        for alias in node.names
+        if _private(alias.name)
+    ]
+    assert found == []
+
+
+def test_the_emulator_reaches_into_no_other_object_s_private_state():
+    """The device and the co-launcher once shared the batch machinery through the device's
+    private helpers; now f4pipe.emu.batch holds it and every emu module keeps to public
+    names of the objects it is handed (its own, through self, cls or super(), aside)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}"
+        for path in (PACKAGE / "emu").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and _private(node.attr)
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        and not (isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super")
+    ]
+    assert found == []

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from f4pipe.host.benchstats import Protocol, judge, summarize
+from f4pipe.host.benchprotocol import Protocol
+from f4pipe.host.benchstats import judge, summarize
 
 SAMPLES = Protocol().samples  # 5 x 20 launches per row
 

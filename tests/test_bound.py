@@ -9,7 +9,8 @@ import pytest
 
 from f4pipe.perf.costs import load_calibration
 from f4pipe.perf.cu import CU_UNITS, UNIT_SPEEDUP, simulate_workgroup
-from f4pipe.perf.predict import KernelProfile, Predictor, unit_savings
+from f4pipe.perf.predict import Predictor, unit_savings
+from f4pipe.perf.profile import KernelProfile
 
 BIG = "f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256"
 SMALL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"

@@ -1,23 +1,25 @@
-"""The report in a real browser: Debian's headless Chromium lays the page out at 1400 x 900 px
-and a small script injected into a copy of the page measures it. What a reader meets first is
-asserted as layout facts, not as HTML text: nothing wider than the viewport outside a scroll
-box, every plot drawn at a readable size, the cards and the headline plots on the first screen.
+"""The report in a real browser: headless Chromium lays the page out at 1400 x 900 px and a
+small script injected into a copy of the page measures it. What a reader meets first is asserted
+as layout facts, not as HTML text: nothing wider than the viewport outside a scroll box, every
+plot drawn at a readable size, the cards and the headline plots on the first screen.
 
-Chromium is a test requirement (`.ci/run` installs it with apt when it is missing); without it
-this test fails and names the package, it does not skip.
+The browser is the `chromium` on PATH or, where there is none, Debian's provisioned into
+f4pipe's cache without root (f4pipe.report.browser); the test says which in its report header
+and in every failure. Where neither works it fails and says what to install; it never skips.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from f4pipe.core.errors import F4PipeError
 from f4pipe.report import build_report
+from f4pipe.report.browser import Browser, find_browser
 from f4pipe.report.render import HEADLINE_PLOTS
 
 VIEWPORT = (1400, 900)
@@ -69,23 +71,20 @@ window.addEventListener('load', () => {
 """
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.fail(
-            "chromium not found: the browser layout test needs Debian's package `chromium` "
-            "(apt-get install -y --no-install-recommends chromium; .ci/run does this)",
-            pytrace=False,
-        )
-    return found
+def chromium() -> Browser:
+    """The browser the layout check uses: found, or provisioned into f4pipe's cache."""
+    try:
+        return find_browser()
+    except F4PipeError as exc:
+        pytest.fail(f"no headless browser for the layout test: {exc}", pytrace=False)
 
 
-def measure_layout(index: Path, work: Path) -> dict:
+def measure_layout(index: Path, work: Path, browser: Browser) -> dict:
     """Lay `index` out in headless Chromium at VIEWPORT and return the injected script's facts."""
     page = index.with_name("layout-test.html")
     page.write_text(index.read_text().replace("</body>", MEASURE + "</body>"))
     cmd = [
-        chromium(),
+        str(browser.path),
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
@@ -103,14 +102,19 @@ def measure_layout(index: Path, work: Path) -> dict:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     page.unlink()
     found = re.search(r'<pre id="layout-facts">(.*?)</pre>', done.stdout, re.S)
-    assert found, f"chromium printed no layout facts (exit {done.returncode}): {done.stderr[-800:]}"
+    assert found, (
+        f"{browser.describe()} printed no layout facts (exit {done.returncode}): "
+        f"{done.stderr[-800:]}"
+    )
     text = found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
     return json.loads(text.replace("&amp;", "&"))
 
 
-def test_report_layout_in_a_real_browser(result_sets, tmp_path):
+def test_report_layout_in_a_real_browser(result_sets, tmp_path, record_property):
+    browser = chromium()
+    record_property("browser", browser.describe())
     report = build_report(result_sets["A"], tmp_path / "report")
-    facts = measure_layout(report.index, tmp_path)
+    facts = measure_layout(report.index, tmp_path, browser)
     width, height = VIEWPORT
     # --dump-dom's window keeps 1400 px of width but gives the page only ~757 px of height
     # (the rest goes to a virtual window frame); --screenshot at the same size shows 900 px.

@@ -240,6 +240,7 @@ def _ktail_rows(keys: dict, verdicts: dict[tuple[str, str], str]) -> list[dict]:
         "agrees": True,
         **dict.fromkeys(("first_bad_row", "first_bad_col", "expected", "got")),
         **dict.fromkeys(("reused_from", "reuse_key")),
+        "variant": "original",
     }
     return [
         {**base, "scale_pad": s, "k_pad": k, "verdict": v, "bad": 0 if v == "safe" else 7}

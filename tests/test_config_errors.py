@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_run import KERNELS, REPO, make_local_aiter
+from workflow_run import KERNELS, REPO, make_local_aiter, snakemake, use_config, write_nop_edit
 
 DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
@@ -196,3 +196,126 @@ def test_a_configfile_that_sets_aiter_replaces_the_source(earlier_run, f4gemm_di
     # the planned aiter-id job asks for the local source alone, none of the default's pypi keys
     (planned,) = [line for line in proc.stdout.splitlines() if "f4pipe aiter-id" in line]
     assert "--source local" in planned and "--package" not in planned and "--sha256" not in planned
+
+
+# --- a re-run with a mistaken config after a real good run -------------------------------------
+
+
+def fuzz_config(config: dict) -> dict:
+    """.test/config-pipeline.yaml, reduced to what a config mistake can cost: the fact jobs,
+    the round trip, verify (with the edit) and the config; no splitk, bench, safety, audit."""
+    for stage in ("splitk", "bench", "safety", "audit_tuned"):
+        config[stage]["activate"] = False
+    return config
+
+
+@pytest.fixture(scope="module")
+def good_run(f4gemm_dir: Path, toolchain, tmp_path_factory) -> Path:
+    """A working directory after a real good main job (a local aiter of two kernels, an edit)."""
+    work = tmp_path_factory.mktemp("good")
+    config = fuzz_config(use_config(work))
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    write_nop_edit(f4gemm_dir, work / config["edits"][0]["asm"], toolchain)
+    make_local_aiter(f4gemm_dir, work / "aiter", KERNELS)
+    (work / "a-file").write_text("not a directory")
+    (work / "no-llvm").mkdir()
+    done = snakemake(work, "all")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return work
+
+
+def append_copy(key: str) -> Callable[[dict], None]:
+    return lambda config: config[key].append(dict(config[key][0]))
+
+
+#: (the config edit, what the last line must say): each caught before any job writes into a
+#: result set, while the Snakefile is parsed or by a fact job of its own
+RERUN_MISTAKES: dict[str, tuple[Callable[[dict], None], str]] = {
+    "results_dir a file": (
+        set_key("results_dir", "a-file"),
+        r"f4pipe: error: \S+config\.yaml: results_dir a-file: is a file, not a directory",
+    ),
+    # as root nothing is read-only by its mode: a directory that cannot be made is the case
+    "results_dir not writable": (
+        set_key("results_dir", "a-file/results"),
+        r"f4pipe: error: \S+config\.yaml: results_dir a-file/results: a-file is not a directory",
+    ),
+    "resources_dir a file": (
+        set_key("resources_dir", "a-file"),
+        r"f4pipe: error: \S+config\.yaml: resources_dir a-file: is a file, not a directory",
+    ),
+    "store a file": (
+        set_key("reuse", {"activate": True, "store": "a-file"}),
+        r"f4pipe: error: \S+config\.yaml: reuse\.store a-file: is a file, not a directory",
+    ),
+    "toolchain missing": (
+        set_key("toolchain.bin_dir", "no/such/llvm"),
+        r"f4pipe: error: \S+config\.yaml: toolchain\.bin_dir: no/such/llvm is not a directory",
+    ),
+    "toolchain not an LLVM": (
+        set_key("toolchain.bin_dir", "no-llvm"),
+        r"f4pipe: job toolchain failed: f4pipe toolchain: error: configured toolchain "
+        r"unusable: no-llvm: missing llvm-objdump",
+    ),
+    "edit file missing": (
+        set_key("edits", [{"name": "nop", "kernel": KERNELS[0], "asm": "edits/no.s"}]),
+        r"f4pipe: error: edits\[0\]\.asm: edits/no\.s is not a file",
+    ),
+    "edit name twice": (
+        append_copy("edits"),
+        r"f4pipe: error: edits\[1\]\.name 'nop' is used twice",
+    ),
+    "edit kernel unknown": (
+        set_key("edits", [{"name": "nop", "kernel": "f4gemm_no", "asm": "edits/nop.s"}]),
+        r"f4pipe: job config_check failed: f4pipe config-check: error: edits\[0\]\.kernel: "
+        r"no kernel named 'f4gemm_no'",
+    ),
+    "tuned table unknown": (
+        set_key("audit_tuned", {"activate": False, "tables": ["no_tuned_gemm.csv"]}),
+        r"f4pipe: job config_check failed: f4pipe config-check: error: audit_tuned\.tables: "
+        r"--table \['no_tuned_gemm\.csv'\]",
+    ),
+    "architecture not fetched": (
+        set_key("architectures", ["gfx1250"]),
+        r"f4pipe: job config_check failed: f4pipe config-check: error: architectures: .* "
+        r"holds no gfx1250 f4gemm directory",
+    ),
+    "unknown key": (
+        rename_key("device", "devise"),
+        r"f4pipe: error: \S+config\.yaml: unknown key 'devise' \(did you mean 'device'\?\)",
+    ),
+    # found by the aiter id's fact job: the fetch job's output (the aiter id of the content)
+    # is the earlier run's fetched tree
+    "wrong pin": (
+        set_key("aiter.sha256", "a" * 64),
+        r"f4pipe: job aiter_id failed: f4pipe aiter-id: error: local aiter directory .*, but "
+        r"the source pins a{64}",
+    ),
+}
+
+
+def test_the_rerun_fuzz_set_has_13_kinds() -> None:
+    assert len(RERUN_MISTAKES) == 13
+
+
+@pytest.mark.parametrize("case", list(RERUN_MISTAKES))
+def test_a_rerun_with_a_config_mistake_keeps_the_good_set(good_run: Path, case: str) -> None:
+    """The last line names the key or the value, exit 2, no traceback, and every file the good
+    run wrote (result set, facts, store, fetched aiter) keeps its bytes."""
+    edit, says = RERUN_MISTAKES[case]
+    before = tree_digest(good_run / "results", good_run / "resources")
+    config_file = good_run / "config.yaml"
+    good = config_file.read_text()
+    config = yaml.safe_load(good)
+    edit(config)
+    config_file.write_text(yaml.safe_dump(config))
+    try:
+        proc = snakemake(good_run, "all")
+    finally:
+        config_file.write_text(good)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert re.match(says, last), last
+    assert tree_digest(good_run / "results", good_run / "resources") == before

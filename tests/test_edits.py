@@ -286,3 +286,50 @@ def test_asmdiff_cli(tmp_path, base_asm, toolchain, f4gemm_dir, capsys):
     assert "s_nop 0" in (tmp_path / "d.txt").read_text()
     assert main(["asmdiff", original, str(bad), *tc]) == 1
     assert main(["asmdiff", original, str(tmp_path / "missing.s"), *tc]) == 2
+
+
+def test_the_safety_sweep_runs_an_edit_beside_its_original(
+    tmp_path, base_asm, toolchain, f4gemm_dir
+):
+    """A real edit (one D store dropped) swept as the pipeline sweeps an edit variant: its rows
+    carry the variant, the original's rows are the same swept alone or beside it, and the
+    report names the edges the edit breaks where the original is safe."""
+    import pandas as pd
+
+    from f4pipe.core.schemas import SAFETY, read_table
+    from f4pipe.report.safety import safety_section
+
+    i = base_asm.index(STORE)
+    (tmp_path / "drop.s").write_text(base_asm[:i] + base_asm[i + len(STORE) :])
+    variant = tmp_path / "edit-drop"
+    build_edit_variant(
+        tmp_path / "drop.s", f4gemm_dir, KERNEL, variant, toolchain, tmp_path / "drop.diff.txt"
+    )
+    tc = ["--toolchain-id", toolchain.toolchain_id, "--record"]
+    sweeps = {
+        "original": ["--co-dir", str(f4gemm_dir), "--kernel", KERNEL],
+        "edit-drop": ["--co-dir", str(variant), "--kernel", KERNEL, "--variant", "edit-drop"],
+    }
+    for name, args in sweeps.items():
+        assert main(["safety", *args, *tc, "-o", str(tmp_path / f"{name}.parquet")]) == 0
+    tables = {n: read_table(tmp_path / f"{n}.parquet", SAFETY).to_pandas() for n in sweeps}
+    assert set(tables["original"].variant) == {"original"}
+    assert set(tables["edit-drop"].variant) == {"edit-drop"}
+    assert set(tables["edit-drop"].kernel) == {KERNEL}
+    rows = pd.concat(tables.values(), ignore_index=True)
+
+    class Swept:  # the one table the section reads
+        def table(self, name):
+            return rows if name == "safety" else None
+
+    sec = safety_section(Swept(), None)
+    assert list(sec.table.kernel) == ["BpreShuffle_32x128", "BpreShuffle_32x128 (edit-drop)"]
+    original, edit = sec.table.set_index("kernel").iloc[0], sec.table.set_index("kernel").iloc[1]
+    assert original["n%tile_n"] == "safe" and edit["n%tile_n"].startswith("wrong")
+    (broke,) = [n for n in sec.notes if n.startswith("edit-drop breaks")]
+    assert "n%tile_n wrong" in broke and "m%tile_m wrong" in broke
+    assert sec.state == "bad" and sec.headline == "1 edit(s) break a safe edge"
+    # the originals' part of the section is what the original alone gives
+    alone = safety_section(type("Alone", (), {"table": lambda self, n: tables["original"]})(), None)
+    assert alone.table.iloc[0].to_dict() == sec.table.iloc[0].to_dict()
+    assert alone.state == "info"

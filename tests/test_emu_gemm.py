@@ -16,7 +16,7 @@ from f4pipe.codeobj.assemble import assemble
 from f4pipe.codeobj.co2asm import co2asm
 from f4pipe.core.errors import EmulatorError, NoDeviceError
 from f4pipe.emu import EmulatorDevice, LaunchFault
-from f4pipe.emu.device import _LDS_POOLS
+from f4pipe.emu.batch import LDS_POOLS
 from f4pipe.host.gemm import GemmRequest, run_gemm
 from f4pipe.host.kernarg import BufferLayout
 
@@ -290,7 +290,7 @@ def test_a_faulting_launch_leaves_no_stale_timing_state_for_the_next(f4gemm_dir:
     device = EmulatorDevice(max_waves_per_batch=4)
     co = read_manifest(f4gemm_dir).co_path(entry)
     run_gemm(device, entry, co, GemmRequest(256, 256, 512))
-    pool = _LDS_POOLS[4]  # the process's LDS bookkeeping for 4-wave workgroups (256 threads)
+    pool = LDS_POOLS[4]  # the process's LDS bookkeeping for 4-wave workgroups (256 threads)
     base = pool.base
     with pytest.raises(LaunchFault) as fault:
         run_gemm(device, entry, co, GemmRequest(300, 256, 256, edge_policy="unsafe"))

@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from f4pipe.aiter.heuristic import DEFAULT_NUM_CU, select_kernel
+from f4pipe.aiter.heuristic import select_kernel
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.arch.gfx950 import NUM_CU
 from f4pipe.core.errors import ShapeError
 from f4pipe.host.matrices import SEED_HEURISTIC
 
@@ -21,7 +22,7 @@ def manifest(f4gemm_dir):
     return read_manifest(f4gemm_dir, check_files=False)
 
 
-def rounds_of(entry, m, n, split=1, num_cu=DEFAULT_NUM_CU):
+def rounds_of(entry, m, n, split=1, num_cu=NUM_CU):
     return math.ceil(math.ceil(m / entry.tile_m) * math.ceil(n / entry.tile_n) * split / num_cu)
 
 

@@ -15,6 +15,7 @@ import yaml
 
 from f4pipe.core import layout
 from f4pipe.core.schemas import TABLE_SCHEMAS
+from f4pipe.host.benchprotocol import BENCH_ITERS, COLD_ROTATE_BYTES, Protocol
 from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX
 from f4pipe.pipeline.stages import STAGES
 
@@ -31,6 +32,38 @@ def test_schema_enums_are_the_code_s() -> None:
     edit_name = props["edits"]["items"]["properties"]["name"]["pattern"]
     assert edit_name == layout.EDIT_NAME.pattern
     assert all(stage in SCHEMA["required"] for stage in layout.GEMM_STAGES)
+
+
+#: The bench protocol's defaults as config keys (f4pipe.host.benchprotocol is their home).
+BENCH_DEFAULTS = {
+    "repeats": Protocol.repeats,
+    "warmup": Protocol.warmup,
+    "warmup_ms": Protocol.warmup_ms,
+    "cold": Protocol.cold,
+    "rotate_mib": COLD_ROTATE_BYTES >> 20,
+}
+
+
+def test_the_schema_and_the_config_state_the_bench_protocol_s_defaults() -> None:
+    """The schema's descriptions say each default ("(default 5)"), config/config.yaml sets it
+    and the user guide's config table names it: all must be the protocol's, which the command
+    line uses too."""
+    props = SCHEMA["$defs"]["stage"]["properties"]
+    stated = {
+        key: yaml.safe_load(re.search(r"\(default (\S+?)\)", props[key]["description"])[1])
+        for key in BENCH_DEFAULTS
+    }
+    assert stated == BENCH_DEFAULTS
+    bench = yaml.safe_load((ROOT / "config/config.yaml").read_text())["bench"]
+    assert {key: bench[key] for key in BENCH_DEFAULTS} == BENCH_DEFAULTS
+    assert bench["iters"] == BENCH_ITERS
+    guide = (ROOT / "docs/user-guide.md").read_text()
+    stated_in_guide = (
+        f"`iters` (timed launches per case, default {BENCH_ITERS}), `repeats` "
+        f"({Protocol.repeats}), `warmup` ({Protocol.warmup} launches), `warmup_ms` "
+        f"({Protocol.warmup_ms:g}), `cold` (true: rotate `rotate_mib`, {COLD_ROTATE_BYTES >> 20},"
+    )
+    assert stated_in_guide in guide
 
 
 def test_every_table_has_one_schema_and_every_gemm_stage_one_runner() -> None:

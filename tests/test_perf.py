@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,8 @@ from f4pipe.cli import main
 from f4pipe.codeobj.assemble import assemble
 from f4pipe.perf.costs import COST, load_calibration
 from f4pipe.perf.fit import M_RANGES, by_range, measured_rows, noise_ceiling, recorded_rank
-from f4pipe.perf.predict import KernelProfile, Predictor, predict_profile, predicted_change
+from f4pipe.perf.predict import Predictor, predict_profile, predicted_change
+from f4pipe.perf.profile import KernelProfile
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 #: A shape where the 32x128 kernel's main loop dominates: 256 workgroups, K = 8192.
@@ -538,7 +538,7 @@ def test_d_stores_cost_a_workgroup_what_the_l2s_narrower_writes_add(f4gemm_dir):
     from twice the workgroups: the same per workgroup. N = 4112 puts a sliver of 16 columns in
     a 17th column of tiles: at M = 4096, D's 33,685,504 B over 272 workgroups, 123,843.76 B
     each on average."""
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from f4pipe.host.kernarg import launch_geometry
     from f4pipe.perf.costs import DEFAULT_CALIBRATION
@@ -555,11 +555,12 @@ def test_d_stores_cost_a_workgroup_what_the_l2s_narrower_writes_add(f4gemm_dir):
     )  # fmt: skip
 
     def predicted(m, n, k, split):
-        geometry = launch_geometry(256, 256, m, n, k, split)
-        return kernel_time(entry, m, n, k, split, geometry, wg, cal, 0.0)
+        geometry = launch_geometry(entry.tile_m, entry.tile_n, m, n, k, split)
+        workgroups = geometry.grid[0] * geometry.grid[1] * geometry.gdz
+        return kernel_time(cal, m, n, k, geometry.gdz, workgroups, asdict(wg), 0.0)
 
     def stored(m, n, k, split):
-        return predicted(m, n, k, split).wg_cycles - wg.cycles
+        return predicted(m, n, k, split)["wg_cycles"] - wg.cycles
 
     assert stored(4096, 4096, 8192, 0) == pytest.approx(3_276.8)
     assert stored(4096, 4096, 8192, 1) == pytest.approx(3_276.8)
@@ -604,7 +605,7 @@ def test_a_partial_tile_is_charged_only_the_rows_it_has(f4gemm_dir):
     although 32 / 96 and 32 / 160 are not multiples of the simulated fractions (rounding them
     up charged the 96- and 160-row kernels rows they do not have). Between two simulated
     fractions the cycles are their linear blend."""
-    from f4pipe.perf.predict import FRACTION_STEPS
+    from f4pipe.perf.profile import FRACTION_STEPS
 
     manifest = read_manifest(f4gemm_dir)
     cal = load_calibration().calibration
@@ -668,26 +669,32 @@ def test_past_the_infinity_cache_hbm_serves_each_round_s_tiles_once():
     assert got == 256 * 256 * row + 2 * 256 * row + 65536 * 512 * 2
 
 
-def test_a_round_s_tiles_as_intervals_are_its_workgroups_tiles():
-    """model.round_tiles reads a round's A and B tiles off its id range without listing the
-    workgroups; listed one by one they must be the same sets (grids with and without split-K,
-    rounds that wrap a row, cross a split, or cover less than a row)."""
+def test_a_round_s_tile_counts_are_its_workgroups_tiles():
+    """model.round_tiles counts a round's A and B tiles, and those it shares with the round
+    before, off its id range without listing the workgroups; listed one by one they must be
+    the same (grids with and without split-K, rounds that wrap a row, cross one split or
+    several, or cover less than a row)."""
     from f4pipe.perf.model import round_tiles
 
-    def expand(spans):
-        return {t for lo, hi in spans for t in range(lo, hi)}
+    def tiles(ids, gdx, gdy):
+        z = [i // (gdx * gdy) for i in ids]
+        a = {zz * gdy + (i // gdx) % gdy for zz, i in zip(z, ids, strict=True)}
+        b = {zz * gdx + i % gdx for zz, i in zip(z, ids, strict=True)}
+        return a, b
 
-    for gdx, gdy, gdz in [(7, 5, 1), (3, 4, 5), (416, 1, 1), (1, 300, 2), (20, 13, 16), (1, 1, 9)]:
+    num_cu = 256
+    for gdx, gdy, gdz in [(7, 5, 1), (3, 4, 50), (416, 1, 1), (1, 300, 2), (20, 13, 16),
+                          (1, 1, 900), (33, 40, 4), (300, 2, 3)]:  # fmt: skip
         total = gdx * gdy * gdz
-        for start in range(0, total, 11):
-            for stop in {min(total, start + w) for w in (1, 5, 11, 23, 256)}:
-                ids = range(start, stop)
-                z = [i // (gdx * gdy) for i in ids]
-                a_want = {zz * gdy + (i // gdx) % gdy for zz, i in zip(z, ids, strict=True)}
-                b_want = {zz * gdx + i % gdx for zz, i in zip(z, ids, strict=True)}
-                a, b = round_tiles(start, stop, gdx, gdy)
-                assert (expand(a), expand(b)) == (a_want, b_want), (gdx, gdy, gdz, start, stop)
-                assert all(hi < lo2 for (_, hi), (lo2, _) in pairwise(a))
+        starts = np.arange(0, total, num_cu)
+        stops = np.minimum(total, starts + num_cu)
+        got = round_tiles(starts, stops, gdx, gdy)
+        prev_a, prev_b = set(), set()
+        for r, (start, stop) in enumerate(zip(starts, stops, strict=True)):
+            a, b = tiles(range(start, stop), gdx, gdy)
+            want = (len(a), len(b), len(a & prev_a), len(b & prev_b))
+            assert tuple(int(x[r]) for x in got) == want, (gdx, gdy, gdz, r)
+            prev_a, prev_b = a, b
 
 
 def test_a_recorded_kernel_the_model_does_not_rank_is_a_miss_not_rank_n_plus_1():

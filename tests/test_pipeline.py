@@ -99,7 +99,8 @@ def test_stages_run_one_job_per_variant_by_default(pipeline_run: Path) -> None:
     for stage in ("verify", "splitk", "bench"):
         jobs = sorted(str(p.relative_to(res / stage)) for p in (res / stage).rglob("*.parquet"))
         assert jobs == [f"{v}/{EVERY_KERNEL}.parquet" for v in ("edit-nop", "original", "rebuilt")]
-    assert [p.name for p in (res / "safety").rglob("*.parquet")] == [f"{EVERY_KERNEL}.parquet"]
+    jobs = sorted(str(p.relative_to(res / "safety")) for p in (res / "safety").rglob("*.parquet"))
+    assert jobs == [f"{v}/{EVERY_KERNEL}.parquet" for v in ("edit-nop", "original")]
     assert set(pd.read_parquet(res / "verify.parquet").kernel) == set(KERNELS)
 
 
@@ -141,6 +142,50 @@ def test_pipeline_sweeps_shape_edges_and_reports_them(pipeline_run: Path) -> Non
     # this local aiter has no aiter/configs: the audit ran and found no table to audit
     assert len(pd.read_parquet(res / "audit.parquet")) == 0
     assert "has no a4w4 tuned GEMM table" in html
+
+
+def test_pipeline_sweeps_an_edit_as_it_sweeps_the_originals(pipeline_run: Path, tmp_path) -> None:
+    """The edit's kernel gets its own safety rows; the originals' rows are those a sweep of the
+    originals alone gives (as before edits were swept), and compare with a set written before
+    (no variant column) finds only the edit's rows new."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from f4pipe.cli import main
+    from f4pipe.compare.changes import safety_changes
+    from f4pipe.pipeline.resultset import ResultSet
+
+    res = results_dir(pipeline_run)
+    safety = pd.read_parquet(res / "safety.parquet")
+    assert set(safety.variant) == {"original", "edit-nop"}
+    edit = safety[safety.variant == "edit-nop"]
+    assert set(edit.kernel) == {KERNELS[0]}
+    original = safety[safety.variant == "original"]
+    # the nop keeps every edge as its original: same verdicts, cell for cell
+    cell = ["edge_class", "m", "n", "k", "policy", "scale_pad", "k_pad"]
+    nop_original = original[original.kernel == KERNELS[0]]
+    assert (
+        edit.set_index(cell)
+        .verdict.sort_index()
+        .equals(nop_original.set_index(cell).verdict.sort_index())
+    )
+    alone = tmp_path / "alone.parquet"
+    toolchain = json.loads((res / "toolchain.json").read_text())
+    argv = ["safety", "--co-dir", str(pipeline_run / "aiter" / "hsa"), "--record", "-o", str(alone)]
+    argv += ["--aiter-id", res.name, "--toolchain-id", toolchain["toolchain_id"]]
+    assert main(argv) == 0
+    ran = ["variant", "reused_from", "reuse_key"]
+    assert (
+        original.drop(columns=ran)
+        .reset_index(drop=True)
+        .equals(pd.read_parquet(alone).drop(columns=ran))
+    )
+    before = tmp_path / "before" / res.name
+    shutil.copytree(res, before)
+    pq.write_table(pq.read_table(alone).drop_columns(["variant"]), before / "safety.parquet")
+    changed = safety_changes(ResultSet.load(before), ResultSet.load(res))
+    assert set(changed.variant) == {"edit-nop"} and len(changed) == len(edit)
 
 
 def test_pipeline_reports_and_archives(pipeline_run: Path) -> None:
@@ -238,7 +283,7 @@ def test_changed_aiter_source_reruns_under_a_new_id(pipeline_run: Path, f4gemm_d
     assert "checkpoint aiter_id:" not in out
     planned = set(re.findall(r"results/(local-[0-9a-f]{12})/", out))
     assert planned and before not in planned
-    assert re.search(r"(checkpoint|rule) fetch:", out) and "rule toolchain:" in out
+    assert re.search(r"(checkpoint|rule) fetch:", out) and "rule toolchain_json:" in out
 
 
 def without_provenance(summary: str) -> str:

@@ -10,7 +10,7 @@ pipeline, a placeholder filled), or it is excluded with the reason why. A comman
 that COMMANDS does not know fails test_every_readme_command_is_run_or_excluded, so the test
 follows the docs.
 
-The venv is the README's own (`python -m venv`, then its install line in the fresh copy), but
+The venv is the README's own (`python3 -m venv`, then its install line in the fresh copy), but
 its dependencies are not downloaded and unpacked again (700 MB and about 40 CPU-seconds): the
 runtime dependencies the test's environment already holds, and only those (the closure of
 pyproject's `dependencies` through each package's requirements and markers; no test or lint
@@ -138,8 +138,8 @@ COMMANDS: dict[str, Run | Excluded] = {
     "results/compare/old__new": Run(),
     "f4pipe changes NEW --archives results/archives -o changes.json": Run(),
     # excluded
-    "python -m venv .venv && . .venv/bin/activate": Excluded(
-        "the test's own venv (the `venv` fixture) is the user's, made with `python -m venv`"
+    "python3 -m venv .venv && . .venv/bin/activate": Excluded(
+        "the test's own venv (the `venv` fixture) is the user's, made with `python3 -m venv`"
     ),
     "nox -s verify": Excluded(
         "the test suite itself (minutes on two cores, and this test is part of it); `nox -l` shows "

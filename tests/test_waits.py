@@ -12,13 +12,14 @@ from emu_snippets import assemble
 
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.analysis.cfg import build_cfg
-from f4pipe.analysis.waits import advise, encode_waitcnt, patch_waits, states_by_pc
-from f4pipe.arch.effects import decode_waitcnt
+from f4pipe.analysis.waits import advise, patch_waits, states_by_pc
+from f4pipe.arch.waitcnt import decode_waitcnt, encode_waitcnt
 from f4pipe.cli import main
 from f4pipe.codeobj.program import Program
 from f4pipe.edits.trykernel import open_devices, quick_cases
 from f4pipe.edits.waitcheck import verify_loosening
-from f4pipe.perf.predict import KernelProfile, wait_change_cycles
+from f4pipe.perf.predict import wait_change_cycles
+from f4pipe.perf.profile import KernelProfile
 
 KERNEL = "f4gemm_bf16_per1x32Fp4_BpreShuffle_32x128"
 BUF = "s[8:11], 0 offen"
@@ -120,6 +121,12 @@ def test_loops_are_iterated_to_a_fixed_point(toolchain):
 def test_waitcnt_immediates_round_trip(vm, lgkm):
     simm = encode_waitcnt(0x0070, vm, lgkm)  # expcnt(7): no wait on it, kept
     assert decode_waitcnt(simm) == (vm, lgkm) and simm & 0x70 == 0x70
+
+
+def test_every_immediate_is_its_own_counts_re_encoded():
+    """Decoding and encoding are one layout: any immediate, taken apart and put back, is itself
+    (expcnt and the unused bits kept)."""
+    assert all(encode_waitcnt(s, *decode_waitcnt(s)) == s for s in range(1 << 16))
 
 
 @pytest.fixture(scope="module")

@@ -31,12 +31,12 @@ from typing import Any
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, find_f4gemm_dir, read_manifest
 from f4pipe.aiter.tables import CONFIGS_PATH, find_tables
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.core.errors import ChecksumError, FetchError, ManifestError
 from f4pipe.core.fsio import sha256_file
 from f4pipe.core.layout import (
     AITER_RESOURCES_DIR,
     F4GEMM_DIR,
-    PRIMARY_ARCH,
     PROVENANCE_JSON,
     TUNED_TABLES_DIR,
     aiter_dir,
@@ -145,11 +145,11 @@ class AiterDir:
 
     def arch_f4gemm(self, arch: str) -> Path:
         """An architecture's f4gemm directory: gfx950's is f4gemm/, another's <arch>/f4gemm/."""
-        return self.f4gemm if arch == PRIMARY_ARCH else self.path / arch / F4GEMM_DIR
+        return self.f4gemm if arch == ARCH else self.path / arch / F4GEMM_DIR
 
     def architectures(self) -> list[str]:
         """gfx950 and every other architecture the fetch took (provenance `architectures`)."""
-        return [PRIMARY_ARCH, *sorted(self.provenance().get(OTHER_ARCHITECTURES, {}))]
+        return [ARCH, *sorted(self.provenance().get(OTHER_ARCHITECTURES, {}))]
 
 
 #: provenance.json's key for the f4gemm directories of architectures other than gfx950: arch ->
@@ -281,15 +281,13 @@ def other_arch_dirs(hsa_dir: Path) -> dict[str, Path]:
     that holds a code object (gfx942's header-only manifest holds none): what aiter's tree has
     beside gfx950's since gfx1250's f4gemm (2026-06)."""
     found = sorted(hsa_dir.glob(f"*/{F4GEMM_DIR}")) if hsa_dir.is_dir() else []
-    return {
-        d.parent.name: d for d in found if d.parent.name != PRIMARY_ARCH and any(d.glob("*.co"))
-    }
+    return {d.parent.name: d for d in found if d.parent.name != ARCH and any(d.glob("*.co"))}
 
 
 def arch_dirs_beside(f4gemm_dir: Path) -> dict[str, Path]:
     """The other architectures' f4gemm directories beside gfx950's in aiter's layout
     (`<hsa>/gfx950/f4gemm` and `<hsa>/<arch>/f4gemm`); none for an f4gemm directory elsewhere."""
-    if f4gemm_dir.parent.name != PRIMARY_ARCH:
+    if f4gemm_dir.parent.name != ARCH:
         return {}
     return other_arch_dirs(f4gemm_dir.parent.parent)
 

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.aiter.shaperules import check_shape, k_tail, short_name, violations
+from f4pipe.arch.gfx950 import NUM_CU
 from f4pipe.core.errors import ShapeError
 
-#: Compute units of an MI355X; used when no device reports its own count.
-DEFAULT_NUM_CU = 256
 #: Split counts tried for splitK kernels when the caller asks the heuristic (log2 = -1).
 AUTO_SPLITS = (2, 4, 8, 16)
 
@@ -62,7 +61,7 @@ def select_kernel(
     k: int | None = None,
     bpreshuffle: bool = True,
     log2_k_split: int = 0,
-    num_cu: int = DEFAULT_NUM_CU,
+    num_cu: int = NUM_CU,
     allow_unsafe: bool = False,
 ) -> Choice:
     """Pick a kernel for an M x N output (x K: the safety rules of one kernel depend on it;

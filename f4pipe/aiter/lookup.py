@@ -43,8 +43,8 @@ import pandas as pd
 
 from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.aiter.shaperules import is_safe
+from f4pipe.arch.gfx950 import ARCH, NUM_CU
 
-TARGET_GFX = "gfx950"
 #: How a lookup hits, in the order aiter tries: M itself, then padded by getPaddedM gl=0, gl=1.
 LEVELS = ("exact", "padded (gl=0)", "padded (gl=1)", "heuristic")
 CK_MARK = "_ZN"  # asm kernel names are mangled symbols; CK names are not
@@ -60,8 +60,8 @@ class Part:
 
 #: Devices a tuned row's (gfx, cu_num) can match. cu_num is what hipDeviceProp reports.
 PARTS: tuple[Part, ...] = (
-    Part("MI355X", "gfx950", 256, "AMD CDNA4 whitepaper: 256 CUs"),
-    Part("MI350X", "gfx950", 256, "AMD CDNA4 whitepaper: 256 CUs"),
+    Part("MI355X", ARCH, NUM_CU, "AMD CDNA4 whitepaper: 256 CUs"),
+    Part("MI350X", ARCH, NUM_CU, "AMD CDNA4 whitepaper: 256 CUs"),
     Part("MI325X", "gfx942", 304, "AMD Instinct MI325X data sheet: 304 CUs"),
     Part("MI300X", "gfx942", 304, "AMD CDNA3 whitepaper: 304 CUs"),
     Part("MI300A", "gfx942", 228, "AMD CDNA3 whitepaper: 228 CUs"),
@@ -298,13 +298,13 @@ def lookup(
     k: int,
     *,
     cu_num: int = 256,
-    gfx: str = TARGET_GFX,
+    gfx: str = ARCH,
 ) -> Resolution:
     """The row aiter hits for M x N x K on a (gfx, cu_num) device, or its fallback."""
     base = {"m": m, "n": n, "k": k, "cu_num": cu_num, "gfx": gfx}
     if gfx == "gfx942":
         return Resolution(**base, outcome="error", how="gemm_a4w4 raises: not supported on gfx942")
-    if gfx != TARGET_GFX:
+    if gfx != ARCH:
         return Resolution(**base, outcome="error", how=f"no f4gemm code objects for {gfx}")
     if index.error:
         return Resolution(**base, outcome="error", how=index.error)

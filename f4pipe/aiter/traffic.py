@@ -35,7 +35,7 @@ from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
 
 if TYPE_CHECKING:
-    from f4pipe.perf.predict import Predictor
+    from f4pipe.perf.predict import Ranked
 
 #: A shape list is small (a model has tens of GEMMs).
 MAX_SHAPES_BYTES = 1 << 20
@@ -216,8 +216,9 @@ def _m_independent(r: Resolution, manifest: Manifest) -> bool:
     return all(entries[x].bpreshuffle for x in names if x in entries)
 
 
-def coverage_row(g: Group, predictor: Predictor | None = None) -> dict[str, Any]:
-    """One COVERAGE row (f4pipe.core.schemas) of a group."""
+def coverage_row(g: Group, ranked: list[Ranked] | None = None) -> dict[str, Any]:
+    """One COVERAGE row (f4pipe.core.schemas) of a group; `ranked`: every kernel predicted at
+    the group's largest M (Predictor.rank_shapes), for the predicted columns."""
     r = g.resolution
     row: dict[str, Any] = {
         "name": g.spec.name,
@@ -242,17 +243,21 @@ def coverage_row(g: Group, predictor: Predictor | None = None) -> dict[str, Any]
         "best_us_pred": None,
         "gain_pct_pred": None,
     }
-    if predictor is not None and r.outcome != "error":
-        row.update(_predicted(predictor, g))
+    if ranked is not None and r.outcome != "error":
+        row.update(_predicted(ranked, g))
     return row
 
 
-def _predicted(predictor: Predictor, g: Group) -> dict[str, Any]:
+def predicted_shape(g: Group) -> tuple[int, int, int]:
+    """The shape a group is predicted at: its largest M, where it runs longest."""
+    return g.m_hi, g.spec.n, g.spec.k
+
+
+def _predicted(ranked: list[Ranked], g: Group) -> dict[str, Any]:
     """The slowest of what may run (one kernel, or every candidate of the fallback) against
     the predicted best kernel safe at the shape, at the group's largest M."""
     r = g.resolution
     running = [r.kernel] if r.kernel else list(r.candidates)
-    ranked = predictor.rank(g.m_hi, g.spec.n, g.spec.k)
     by_name = {x.prediction.kernel: x for x in ranked}
     times = [by_name[k].prediction.us for k in running if k in by_name]
     best = next((x for x in ranked if x.safe), None)

@@ -23,9 +23,6 @@ RECORDED_COLUMNS = {"us": "aiter_us", "tflops": "aiter_tflops", "errRatio": "ait
 GFX_COLUMN = "gfx"
 
 
-TARGET_ARCH = "gfx950"  # the arch of every f4gemm code object
-
-
 TUNED_INT_COLUMNS = ("cu_num", "M", "N", "K", "splitK")
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from f4pipe.arch.effects import NO_OFFSETS, Effects, effects_of, reg_name
+from f4pipe.arch.waitcnt import LGKM_MAX, VM_MAX
 from f4pipe.arch.waitstates import MAX_WAIT_STATES, check_window
 from f4pipe.codeobj.program import Program
 
@@ -46,9 +47,8 @@ MAX_HAZARDS = 32
 
 VM, LDS, SMEM = 0, 1, 2
 COUNTER_OF = {"vm": VM, "lds": LDS, "smem": SMEM}
-#: Most ops a counter holds (docs/reference/timing.md A2: 6-bit vmcnt, 4-bit lgkmcnt); a wave
-#: does not issue past a full counter, so older ops have retired by then.
-VM_MAX, LGKM_MAX = 63, 15
+#: Most ops a counter holds is its s_waitcnt field's maximum (arch.waitcnt VM_MAX, LGKM_MAX): a
+#: wave does not issue past a full counter, so older ops have retired by then.
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ I32_MAX = np.iinfo(np.int32).max
 class LdsWords:
     """Per workgroup slot and LDS word: the last write's tag; per wave slot: its last read's.
 
-    Kept for the process (EmulatorDevice._lds_pool) and reused (see the tag comment), so the
+    Kept for the process (f4pipe.emu.batch.lds_pool) and reused (see the tag comment), so the
     large arrays are allocated and faulted in once, not per batch or device. `base` is the
     first sequence number the next batch uses."""
 

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 from f4pipe.analysis.cfg import Cfg, build_cfg
 from f4pipe.analysis.hazards import counter_findings
 from f4pipe.analysis.ldsdma import LdsDmaModel
-from f4pipe.analysis.timing import LGKM_MAX, VM_MAX, Hazard, TimingModel
+from f4pipe.analysis.timing import Hazard, TimingModel
 from f4pipe.arch.effects import NO_OFFSETS, Effects, effects_of
+from f4pipe.arch.waitcnt import LGKM_MAX, VM_MAX, encode_waitcnt
 from f4pipe.codeobj.program import Program
 
 if TYPE_CHECKING:
@@ -214,15 +215,6 @@ def advise(program: Program) -> list[WaitAdvice]:
     cfg = build_cfg(program)
     states = states_by_pc(program, cfg)
     return [advise_wait(program, cfg, pc, states) for pc in wait_pcs(program, cfg)]
-
-
-def encode_waitcnt(simm16: int, vmcnt: int, lgkmcnt: int) -> int:
-    """The s_waitcnt immediate with new vmcnt (bits 3:0 and 15:14) and lgkmcnt (bits 11:8),
-    expcnt and the other bits kept."""
-    if not (0 <= vmcnt <= VM_MAX and 0 <= lgkmcnt <= LGKM_MAX):
-        raise ValueError(f"vmcnt {vmcnt} / lgkmcnt {lgkmcnt} out of range")
-    keep = simm16 & ~(0xF | 0xC000 | 0xF00) & 0xFFFF
-    return keep | (vmcnt & 0xF) | ((vmcnt >> 4) & 0x3) << 14 | (lgkmcnt & 0xF) << 8
 
 
 def patch_waits(co_path: Path, out: Path, limits: dict[int, tuple[int, int]]) -> None:

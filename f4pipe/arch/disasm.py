@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from f4pipe.arch import isa
 from f4pipe.arch.decode import Instruction, Operand
+from f4pipe.arch.waitcnt import waitcnt_text
 
 
 def format_operand(op: Operand) -> str:
@@ -45,20 +46,6 @@ def _sreg(code: int, count: int) -> str:
     return f"s[{code}:{code + count - 1}]"
 
 
-def _waitcnt(simm: int) -> str:
-    vm = (simm & 0xF) | ((simm >> 10) & 0x30)
-    exp = (simm >> 4) & 7
-    lgkm = (simm >> 8) & 0xF
-    parts = []
-    if vm != 63:
-        parts.append(f"vmcnt({vm})")
-    if exp != 7:
-        parts.append(f"expcnt({exp})")
-    if lgkm != 15:
-        parts.append(f"lgkmcnt({lgkm})")
-    return " ".join(parts) if parts else "0"
-
-
 def _target(inst: Instruction, labels: Mapping[int, str] | None) -> str:
     assert inst.target is not None
     if labels and inst.target in labels:
@@ -79,7 +66,7 @@ def _operands(inst: Instruction, labels: Mapping[int, str] | None) -> str:
     fmt, name = inst.fmt, inst.name
     if fmt == "SOPP":
         if name == "s_waitcnt":
-            return _waitcnt(inst.imm)
+            return waitcnt_text(inst.imm)
         if name == "s_nop":
             return str(inst.imm)
         if inst.target is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from f4pipe.arch import isa
 from f4pipe.arch.decode import Instruction, Operand
+from f4pipe.arch.waitcnt import decode_waitcnt
 from f4pipe.core.errors import EmulatorError
 
 SGPR_BASE = 512
@@ -101,14 +102,6 @@ def reg_name(r: int) -> str:
         return f"a{r - isa.AGPR_BASE}"
     code = r - SGPR_BASE
     return isa.SPECIAL_SGPR_NAMES.get(code, f"s{code}")
-
-
-def decode_waitcnt(simm16: int) -> tuple[int, int]:
-    """(vmcnt, lgkmcnt) of an s_waitcnt immediate (docs/reference/timing.md A2: vmcnt bits 3:0
-    and 15:14, lgkmcnt bits 11:8; an all-ones field does not wait)."""
-    vm = (simm16 & 0xF) | ((simm16 >> 14) & 0x3) << 4
-    lgkm = (simm16 >> 8) & 0xF
-    return vm, lgkm
 
 
 def mfma_passes(inst: Instruction) -> int:

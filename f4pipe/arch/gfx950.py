@@ -10,6 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+#: The architecture f4pipe serves: every f4gemm code object's, the emulator's and the GPU's a
+#: stage launches on (the others a fetch takes are only round-tripped).
+ARCH = "gfx950"
+#: Compute units of an MI355X (and MI350X): 8 XCDs x 32 CUs (AMD CDNA4 whitepaper), aiter's
+#: tuned tables' cu_num; the emulator reports it and the heuristic assumes it without a device.
+NUM_CU = 256
+
 WAVE_SIZE = 64
 SIMDS_PER_CU = 4
 #: Waves one SIMD can hold, whatever the registers allow.

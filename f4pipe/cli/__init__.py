@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "aiter-id": ("facts", "the aiter id a source gives (a branch resolved, a local tree hashed)"),
     "device": ("facts", "whether the device --device opens here times launches (no launch)"),
+    "config-check": ("facts", "the config's architectures, edit kernels, tuned tables: there?"),
     "co2asm": ("codeobj", "code object -> reassemblable assembly"),
     "assemble": ("codeobj", "assembly -> code object (llvm-mc + ld.lld)"),
     "roundtrip": ("codeobj", "co2asm + assemble + equivalence proof"),

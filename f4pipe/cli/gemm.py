@@ -31,6 +31,7 @@ from f4pipe.cli.args import (
 from f4pipe.core.errors import ConfigError, HipVersionError, NoDeviceError
 from f4pipe.core.fsio import check_writable, json_text
 from f4pipe.core.layout import GEMM_STAGES, K_PADDINGS, NO_DEVICE, SCALE_PADDINGS
+from f4pipe.host.benchprotocol import BENCH_ITERS, COLD_ROTATE_BYTES, Protocol
 from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 
@@ -527,20 +528,29 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
     p.add_argument("--variant", default="original", help="label: original, rebuilt, ...")
     add_artifact_keys(p)
     p.add_argument(
-        "--iters", type=int, default=100, help="timed launches per case (bench; default 100)"
+        "--iters",
+        type=int,
+        default=BENCH_ITERS,
+        help=f"timed launches per case (bench; default {BENCH_ITERS})",
     )
     if name == "bench":
         p.add_argument(
             "--repeats",
             type=int,
-            default=5,
-            help="the timed launches come in this many repeats (default 5)",
+            default=Protocol.repeats,
+            help=f"the timed launches come in this many repeats (default {Protocol.repeats})",
         )
         p.add_argument(
-            "--warmup", type=int, default=10, help="at least this many warm-up launches (10)"
+            "--warmup",
+            type=int,
+            default=Protocol.warmup,
+            help=f"at least this many warm-up launches ({Protocol.warmup})",
         )
         p.add_argument(
-            "--warmup-ms", type=float, default=50.0, help="... and at least this long (50 ms)"
+            "--warmup-ms",
+            type=float,
+            default=Protocol.warmup_ms,
+            help=f"... and at least this long ({Protocol.warmup_ms:g} ms)",
         )
         p.add_argument(
             "--hot",
@@ -550,8 +560,9 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
         p.add_argument(
             "--rotate-mib",
             type=int,
-            default=288,
-            help="cold mode: MiB of operand copies to rotate through (default 288: more than "
+            default=COLD_ROTATE_BYTES >> 20,
+            help=f"cold mode: MiB of operand copies to rotate through (default "
+            f"{COLD_ROTATE_BYTES >> 20}: more than "
             "the L2s and Infinity Cache of an MI355X)",
         )
     add_record(p)

@@ -117,9 +117,10 @@ def run_predict(args: argparse.Namespace) -> int:
         return EXIT_OK
     predictor = Predictor(manifest)
     wanted = [manifest.get(k) for k in args.kernel or []]
-    for m, n, k, kernel in shapes:
-        kernels = [manifest.get(kernel)] if kernel else (wanted or None)
-        ranked = predictor.rank(m, n, k, args.splitk, kernels, warm=args.warm, explain=True)
+    asked = [(m, n, k, [manifest.get(kernel)] if kernel else (wanted or None))
+             for m, n, k, kernel in shapes]  # fmt: skip
+    rankings = predictor.rank_shapes(asked, args.splitk, warm=args.warm, explain=True)
+    for (m, n, k, _), ranked in zip(shapes, rankings, strict=True):
         best = min((r.prediction.us for r in ranked if r.safe), default=None)
         rows = [record(predictor, r, args.warm, best) for r in ranked]
         if args.json:

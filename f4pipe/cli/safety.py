@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from f4pipe.aiter.manifest import Manifest, read_manifest
 from f4pipe.aiter.tables import CONFIGS_PATH
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.cli import EXIT_FAILED, EXIT_OK, command_help
 from f4pipe.cli.args import (
     add_artifact_keys,
@@ -32,7 +33,7 @@ from f4pipe.cli.args import (
 from f4pipe.cli.fetchcmd import add_source_args, source_from_args
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import write_bytes
-from f4pipe.core.layout import SWEEP_ORDERS, TUNED_CSV_MEMBER
+from f4pipe.core.layout import BASE_VARIANTS, SWEEP_ORDERS, TUNED_CSV_MEMBER
 from f4pipe.fetch import extract_wheel_file, fetch_aiter
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 
@@ -78,6 +79,7 @@ def run_safety(args: argparse.Namespace) -> int:
         orders=orders,
         store=store,
         workers=args.workers,
+        variant=args.variant,
     )
     written = write_if_asked(args.output, rows, SAFETY)
     counts: dict[str, int] = {}
@@ -99,23 +101,30 @@ def run_safety(args: argparse.Namespace) -> int:
     return EXIT_OK if args.record or not disagree else EXIT_FAILED
 
 
+def chosen_tuned_tables(co_dir: Path, wanted: list[str] | None) -> dict[str, Path]:
+    """The tuned tables beside `co_dir`, only those `wanted` names (paths below aiter/configs)
+    when given, each of which must be there (`--table`, config `audit_tuned.tables`)."""
+    from f4pipe.aiter.aiterdir import tuned_tables_of
+
+    tables = tuned_tables_of(co_dir)
+    if not wanted:
+        return tables
+    names = {t.removeprefix(f"{CONFIGS_PATH}/") for t in wanted}
+    missing = sorted(names - tables.keys())
+    if missing:
+        raise InputError(
+            f"--table {missing}: not among the tuned tables of {co_dir.parent} "
+            f"({sorted(tables) or 'none'})"
+        )
+    return {name: path for name, path in tables.items() if name in names}
+
+
 def _audit_inputs(args: argparse.Namespace, located: Located) -> dict[str, Path]:
     """The tables to audit: the CSV files given, else the located aiter's tuned tables
     (only those named by --table, when given)."""
-    from f4pipe.aiter.aiterdir import tuned_tables_of
-
     if args.csv:
         return {path.name if len(args.csv) == 1 else str(path): path for path in args.csv}
-    tables = tuned_tables_of(located.co_dir)
-    if args.table:
-        wanted = {t.removeprefix(f"{CONFIGS_PATH}/") for t in args.table}
-        missing = sorted(wanted - tables.keys())
-        if missing:
-            raise InputError(
-                f"--table {missing}: not among the tuned tables of {located.co_dir.parent} "
-                f"({sorted(tables) or 'none'})"
-            )
-        tables = {name: path for name, path in tables.items() if name in wanted}
+    tables = chosen_tuned_tables(located.co_dir, args.table)
     if not tables and located.fetched is None:
         raise InputError(
             f"no tuned table given and none beside {located.co_dir} (no aiter/configs with a4w4 "
@@ -147,23 +156,33 @@ def run_coverage(
     """`audit-tuned --shapes/--shape`: what aiter runs for each shape, and the tables' key
     findings. Exit 1 if a shape runs an unsafe kernel or makes aiter raise."""
     from f4pipe.aiter.lookup import build_index, key_findings
-    from f4pipe.aiter.traffic import coverage_row, format_row, groups, parse_shape, read_shapes
+    from f4pipe.aiter.traffic import (
+        coverage_row,
+        format_row,
+        groups,
+        parse_shape,
+        predicted_shape,
+        read_shapes,
+    )
     from f4pipe.aiter.tuned import read_tuned
     from f4pipe.core.schemas import COVERAGE
 
     specs = [s for path in args.shapes for s in read_shapes(path)]
     specs += [parse_shape(text) for text in args.shape]
     index = build_index({name: read_tuned(path) for name, path in tables.items()})
+    found = [
+        g for spec in specs for g in groups(index, manifest, spec, cu_num=args.cu_num, gfx=args.gfx)
+    ]
+    rankings = {}
     predictor = None
     if args.predict:
         from f4pipe.perf.predict import Predictor
 
         predictor = Predictor(manifest)
-    rows = [
-        coverage_row(g, predictor)
-        for spec in specs
-        for g in groups(index, manifest, spec, cu_num=args.cu_num, gfx=args.gfx)
-    ]
+        shapes = sorted({predicted_shape(g) for g in found if g.resolution.outcome != "error"})
+        ranked = predictor.rank_shapes([(*shape, None) for shape in shapes])
+        rankings = dict(zip(shapes, ranked, strict=True))
+    rows = [coverage_row(g, rankings.get(predicted_shape(g))) for g in found]
     written = write_if_asked(args.output, rows, COVERAGE)
     findings = key_findings(index)
     print(
@@ -308,6 +327,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_workers(p)
     p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
     p.add_argument(
+        "--variant",
+        default=BASE_VARIANTS[0],
+        help="the rows' variant: original (default) or an edit's edit-<name>",
+    )
+    p.add_argument(
         "--order",
         action="append",
         help=f"workgroup order (repeatable, at least two; default {', '.join(SWEEP_ORDERS)})",
@@ -369,9 +393,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cu-num", type=int, default=256, help="the device's CU count for --shapes (default 256)"
     )
-    p.add_argument(
-        "--gfx", default="gfx950", help="the device's arch for --shapes (default gfx950)"
-    )
+    p.add_argument("--gfx", default=ARCH, help=f"the device's arch for --shapes (default {ARCH})")
     p.add_argument(
         "--findings",
         action="store_true",

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from f4pipe.cli import EXIT_OK, command_help
 from f4pipe.cli.args import add_artifact_keys, add_co_dir, add_store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -20,7 +24,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from f4pipe.aiter.tuned import read_tuned, tuned_header
     from f4pipe.cli.locate import artifact_keys, locate_co_dir
     from f4pipe.core.errors import InputError
-    from f4pipe.core.schemas import TUNE, read_table, write_rows
+    from f4pipe.core.schemas import TUNE, write_rows
     from f4pipe.perf.predict import Predictor
     from f4pipe.pipeline import tune, tunedcsv
     from f4pipe.pipeline.resultstore import open_store
@@ -44,8 +48,7 @@ def run_tune(args: argparse.Namespace) -> int:
         toolchain_json=args.toolchain_json,
     )
     evidence = tune.Evidence.from_tables(
-        read_table(args.safety).to_pandas() if args.safety else None,
-        read_table(args.splitk).to_pandas() if args.splitk else None,
+        _table(args.safety, "safety"), _table(args.splitk, "splitk")
     )
     predictor = Predictor(manifest)
     frame = tune.tune_lists(
@@ -56,7 +59,7 @@ def run_tune(args: argparse.Namespace) -> int:
         index=build_index(frames) if frames else None,
         evidence=evidence,
         store=open_store(args.store),
-        bench=read_table(args.bench).to_pandas() if args.bench else None,
+        bench=_table(args.bench, "bench"),
     )
     main_table = next(iter(tables.values()), None)
     header = tuned_header(main_table)
@@ -100,6 +103,15 @@ def run_tune(args: argparse.Namespace) -> int:
             + (f" ({r.reason})" if r.status == tune.STATUS_REFUSED else "")
         )
     return EXIT_OK
+
+
+def _table(path: Path | None, name: str) -> pd.DataFrame | None:
+    """A pipeline table read with its schema (columns added since its release as nulls)."""
+    from f4pipe.core.schemas import ADDED_COLUMNS, TABLE_SCHEMAS, read_table
+
+    if path is None:
+        return None
+    return read_table(path, TABLE_SCHEMAS[name], ADDED_COLUMNS.get(name, ())).to_pandas()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

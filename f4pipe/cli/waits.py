@@ -338,7 +338,8 @@ def cmd_waits(args: argparse.Namespace) -> int:
 def _predicted_savings(entry, co_path: Path, verified: dict) -> dict[int, tuple[float, float]]:
     """Per confirmed loosening, the cycle model's workgroup cycles at K=2048 before and after
     (f4pipe.perf; PREDICTED)."""
-    from f4pipe.perf.predict import KernelProfile, wait_change_cycles
+    from f4pipe.perf.predict import wait_change_cycles
+    from f4pipe.perf.profile import KernelProfile
 
     profile = KernelProfile(entry, co_path)
     return {

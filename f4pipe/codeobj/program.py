@@ -95,7 +95,7 @@ class Program:
 
     @classmethod
     def _of(cls, co: CodeObject, co_path: Path, symbol: str) -> Program:
-        if co.arch != "gfx950":
+        if co.arch != gfx950.ARCH:
             raise EmulatorError(
                 f"{co_path}: built for {co.arch}; the emulator runs gfx950 code only"
             )

@@ -19,14 +19,15 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.core.cache import cache_root
+from f4pipe.core.debian import ProvisionError, Remedy, has_apt, private_apt, unpack
 from f4pipe.core.errors import InputError, ToolchainError
-from f4pipe.core.fsio import atomic_dir, atomic_path, read_json_file, write_json
+from f4pipe.core.fsio import atomic_path, read_json_file, write_json
 
 TOOLS = ("llvm-objdump", "llvm-readelf", "llvm-objcopy", "llvm-mc", "ld.lld")
 #: LLVM's compiler: not needed by the pipeline, only by the cross-check of f4pipe's timing
@@ -168,7 +169,7 @@ def knows_gfx950(bin_dir: Path) -> bool:
             [
                 str(bin_dir / "llvm-mc"),
                 "-triple=amdgcn-amd-amdhsa",
-                "-mcpu=gfx950",
+                f"-mcpu={ARCH}",
                 "-filetype=null",
             ],
             input=probe,
@@ -294,56 +295,11 @@ def _nothing_found_message(reasons: list[str]) -> str:
 # Provisioning from Debian's registry
 
 
-def debian_mirror() -> str:
-    """The Debian archive URI this machine's apt already uses (deb822 or one-line format).
-
-    Reusing the configured mirror keeps provisioning on whatever mirror or proxy the machine
-    is set up for.
-    """
-    if os.environ.get("F4PIPE_DEBIAN_MIRROR"):
-        return os.environ["F4PIPE_DEBIAN_MIRROR"]
-    files = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
-    for f in files:
-        for stanza in f.read_text(errors="replace").split("\n\n"):
-            fields = dict(
-                line.split(":", 1)
-                for line in stanza.splitlines()
-                if ":" in line and not line.startswith("#")
-            )
-            uris = fields.get("URIs", "").split()
-            suites = fields.get("Suites", "")
-            if uris and "security" not in suites and "main" in fields.get("Components", ""):
-                return uris[0]
-    legacy = [
-        Path("/etc/apt/sources.list"),
-        *sorted(Path("/etc/apt/sources.list.d").glob("*.list")),
-    ]
-    for f in legacy:
-        if not f.is_file():
-            continue
-        for line in f.read_text(errors="replace").splitlines():
-            parts = line.split()
-            if parts[:1] == ["deb"] and "security" not in line:
-                uri = next((p for p in parts[1:] if "://" in p), None)
-                if uri:
-                    return uri
-    raise ToolchainError(
-        "cannot find a Debian archive in /etc/apt to provision LLVM from; set F4PIPE_DEBIAN_MIRROR "
-        f"or install LLVM >= {MIN_LLVM_MAJOR} yourself"
-    )
-
-
-def _apt_options(state: Path) -> list[str]:
-    return [
-        f"-o=Dir::Etc::SourceList={state / 'sources.list'}",
-        "-o=Dir::Etc::SourceParts=/dev/null",
-        f"-o=Dir::State::Lists={state / 'lists'}",
-        f"-o=Dir::Cache={state / 'cache'}",
-        "-o=Debug::NoLocking=1",
-        # As root, apt drops privileges to _apt, which cannot write our private cache.
-        *(["-o=APT::Sandbox::User=root"] if os.geteuid() == 0 else []),
-        "-qq",
-    ]
+LLVM_REMEDY = Remedy(
+    what="LLVM",
+    no_mirror=f"install LLVM >= {MIN_LLVM_MAJOR} yourself",
+    failed=f"install ROCm or LLVM >= {MIN_LLVM_MAJOR} yourself and set toolchain.bin_dir",
+)
 
 
 def _write_wrapper(root: Path, bin_dir: Path, name: str, target: Path) -> None:
@@ -364,71 +320,40 @@ def _write_wrapper(root: Path, bin_dir: Path, name: str, target: Path) -> None:
         tmp.chmod(0o755)
 
 
+def _write_wrappers(out: Path, final_root: Path) -> None:
+    """bin/ with a wrapper per tool; paths name `final_root`, where the root lands."""
+    root = out / "root"
+    llvm_bin = root / "usr" / "lib" / f"llvm-{PROVISION_LLVM_MAJOR}" / "bin"
+    bin_dir = out / "bin"
+    bin_dir.mkdir()
+    for name in (*TOOLS, LLC):
+        src = llvm_bin / name
+        if not src.exists():
+            raise ToolchainError(f"provisioned packages lack {name} ({src})")
+        target = final_root / src.resolve().relative_to(root.resolve())
+        _write_wrapper(final_root, bin_dir, name, target)
+
+
 def provision_debian_llvm() -> Path:
     """Download Debian 13's LLVM into the cache (see the module docstring); return its bin dir."""
     dest = provisioned_dir()
-    if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
+    if not has_apt():
         raise ToolchainError(
             "no LLVM that knows gfx950 was found, and this machine has no apt-get/dpkg to "
             f"provision one; install ROCm or LLVM >= {MIN_LLVM_MAJOR} (llvm-mc, llvm-objdump, "
             "llvm-readelf, llvm-objcopy, ld.lld) and set toolchain.bin_dir"
         )
-    mirror = debian_mirror()
     print(
         f"f4pipe: provisioning LLVM {PROVISION_LLVM_MAJOR} from Debian {PROVISION_SUITE} "
         f"into {dest}",
         flush=True,
     )
-    with tempfile.TemporaryDirectory(prefix="f4pipe-apt-") as tmp:
-        state = Path(tmp)
-        (state / "lists" / "partial").mkdir(parents=True)
-        (state / "cache" / "archives" / "partial").mkdir(parents=True)
-        keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
-        signed = f"[signed-by={keyring}] " if Path(keyring).is_file() else ""
-        (state / "sources.list").write_text(f"deb {signed}{mirror} {PROVISION_SUITE} main\n")
-        opts = _apt_options(state)
-        debs = state / "debs"
-        debs.mkdir()
-        _run_apt(["apt-get", *opts, "update"], state)
-        _run_apt(["apt-get", *opts, "download", *PROVISION_PACKAGES], debs)
-        with atomic_dir(dest) as out:
-            root = out / "root"
-            root.mkdir()
-            for deb in sorted(debs.glob("*.deb")):
-                _run_apt(["dpkg", "-x", str(deb), str(root)], state)
-            llvm_bin = root / "usr" / "lib" / f"llvm-{PROVISION_LLVM_MAJOR}" / "bin"
-            bin_dir = out / "bin"
-            bin_dir.mkdir()
-            for name in (*TOOLS, LLC):
-                src = llvm_bin / name
-                if not src.exists():
-                    raise ToolchainError(f"provisioned packages lack {name} ({src})")
-                # Final paths: the directory is renamed into place when this block ends.
-                final_root = dest / "root"
-                target = final_root / src.resolve().relative_to(root.resolve())
-                _write_wrapper(final_root, bin_dir, name, target)
-            write_json(
-                out / "provenance.json",
-                {
-                    "suite": PROVISION_SUITE,
-                    "packages": sorted(p.name for p in debs.glob("*.deb")),
-                    "mirror": mirror,
-                },
-            )
-    return dest / "bin"
-
-
-def _run_apt(cmd: list[str], cwd: Path) -> None:
     try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, timeout=TOOL_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolchainError(f"provisioning LLVM failed running {cmd[0]}: {exc}") from exc
-    if proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip()[-2000:]
-        raise ToolchainError(
-            f"provisioning LLVM failed: `{' '.join(cmd[:2])} ...` exited {proc.returncode}: {err}; "
-            f"install ROCm or LLVM >= {MIN_LLVM_MAJOR} yourself and set toolchain.bin_dir"
-        )
+        with private_apt(PROVISION_SUITE, LLVM_REMEDY) as apt:
+            unpack(apt, apt.download(PROVISION_PACKAGES), dest, _write_wrappers)
+    except ProvisionError as exc:
+        raise ToolchainError(str(exc)) from None
+    return dest / "bin"
 
 
 def write_toolchain_json(toolchain: Toolchain, path: Path) -> None:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pandas as pd
 
-from f4pipe.aiter.tuned import TARGET_ARCH
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.compare.asmfacts import fact_changes, instruction_diff
 from f4pipe.core.errors import InputError
 from f4pipe.core.fsio import read_input_text
-from f4pipe.core.layout import K_PADDINGS, ROUNDTRIP_DIR, SCALE_PADDINGS
+from f4pipe.core.layout import BASE_VARIANTS, K_PADDINGS, ROUNDTRIP_DIR, SCALE_PADDINGS
 from f4pipe.pipeline.archive import PROVENANCE_NAME
 from f4pipe.pipeline.resultset import RUN_KEY, ResultSet, find_aiter_provenance
 from f4pipe.report.render import (
@@ -325,7 +325,7 @@ def gemm_changes(a: ResultSet, b: ResultSet, name: str) -> pd.DataFrame | None:
     return pd.DataFrame(rows)
 
 
-SAFETY_KEY = ["kernel", "edge_class", "m", "n", "k", "policy", "scale_pad", "k_pad"]
+SAFETY_KEY = ["variant", "kernel", "edge_class", "m", "n", "k", "policy", "scale_pad", "k_pad"]
 #: What a safety table written before the K-tail classes ran every cell under: the C++ driver's
 #: scale padding, A and B unpadded in K (core.layout SCALE_PADDINGS[0], K_PADDINGS[0]).
 PADDING_BEFORE_K_TAILS = {"scale_pad": SCALE_PADDINGS[0], "k_pad": K_PADDINGS[0]}
@@ -333,9 +333,14 @@ PADDING_BEFORE_K_TAILS = {"scale_pad": SCALE_PADDINGS[0], "k_pad": K_PADDINGS[0]
 
 def _with_paddings(table: pd.DataFrame) -> pd.DataFrame:
     """The safety table with its padding columns, filled for a set written before them: the
-    K-tail classes run one shape under several paddings, so a cell is known only with them."""
+    K-tail classes run one shape under several paddings, so a cell is known only with them.
+    And its variant, filled (original) for a set written before edits were swept."""
     missing = {c: v for c, v in PADDING_BEFORE_K_TAILS.items() if c not in table.columns}
-    return table.assign(**missing) if missing else table
+    table = table.assign(**missing) if missing else table
+    variant = table["variant"] if "variant" in table.columns else None
+    return table.assign(
+        variant=BASE_VARIANTS[0] if variant is None else variant.fillna(BASE_VARIANTS[0])
+    )
 
 
 def safety_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
@@ -353,6 +358,7 @@ def safety_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
             continue
         rows.append(
             {
+                "variant": r["variant"],
                 "kernel": short_kernel(r["kernel"]),
                 "edge": r["edge_class"],
                 "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",
@@ -388,7 +394,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
         return None
     cols = [*AUDIT_KEY, "line", "kernel", "symbol", "log2_k_split", "status", "emulated"]
     cols += ["lookup_finding"]  # null in sets written before the lookup model
-    fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", TARGET_ARCH)) for t in (ta, tb))
+    fa, fb = (t[cols].assign(gfx=t["gfx"].fillna("").replace("", ARCH)) for t in (ta, tb))
     m = merge_sets(fa.drop_duplicates(AUDIT_KEY), fb.drop_duplicates(AUDIT_KEY), AUDIT_KEY)
     rows = []
     for _, r in m.iterrows():
@@ -398,7 +404,7 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
         change = "added" if state_a == "-" else "removed" if state_b == "-" else "changed"
         rows.append(
             {
-                "table": r["csv"] + (f" [{r['gfx']}]" if r["gfx"] != TARGET_ARCH else ""),
+                "table": r["csv"] + (f" [{r['gfx']}]" if r["gfx"] != ARCH else ""),
                 "line B": fmt_value(r["line B"]),
                 "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",
                 "change": change,

@@ -18,14 +18,8 @@ if TYPE_CHECKING:  # the emulator is optional and heavy: only its report types a
 
     from f4pipe.analysis.timing import HazardReport
     from f4pipe.emu.memory import RaceReport
-    from f4pipe.host.benchstats import Protocol as BenchProtocol
+    from f4pipe.host.benchprotocol import Protocol as BenchProtocol
 
-#: What the gfx950 emulator says it is (f4pipe.emu.EmulatorDevice): known without importing it
-#: (its device_id is layout.EMULATOR_DEVICE_ID).
-EMULATOR_ARCH = "gfx950"
-#: Compute units the emulator reports to the tile heuristic: the MI355X's, so kernel choice
-#: matches it.
-EMULATED_NUM_CU = 256
 #: device_id of f4pipe's emulator-backed HIP runtime (f4pipe.hipshim): the hardware launcher's
 #: real hip-python calls, but the emulator's results and the host's clock, never a GPU's.
 HIP_SHIM_DEVICE_ID = "hip-shim-emulator"

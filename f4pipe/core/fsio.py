@@ -49,6 +49,25 @@ def check_writable(target: str | os.PathLike[str], what: str = "output") -> None
     target = Path(target)
     if target.is_dir():
         raise InputError(f"{what} {target}: is a directory; name a file")
+    _check_creatable_under(target, what)
+
+
+def check_writable_dir(target: str | os.PathLike[str], what: str) -> None:
+    """Refuse a directory that outputs cannot be written into, or created at: a file, a path
+    under a file, a read-only directory (found by the caller before any job starts, so a
+    mistaken config costs no earlier output)."""
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{what} {target}: is a file, not a directory; name a directory")
+    if target.is_dir():
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise InputError(f"{what} {target}: directory is not writable")
+        return
+    _check_creatable_under(target, what)
+
+
+def _check_creatable_under(target: Path, what: str) -> None:
+    """`target` can be created: its nearest existing ancestor is a writable directory."""
     parent = target.parent
     try:
         while not parent.exists() and parent != parent.parent:

@@ -67,14 +67,24 @@ def device_fact_file(kind: str) -> str:
     return f"device-{kind}.json"
 
 
+def toolchain_fact_file(bin_dir_key: str) -> str:
+    """The toolchain found for one configured `toolchain.bin_dir` (f4pipe.pipeline.facts.
+    fact_key): a result set's toolchain.json is a copy of it."""
+    return f"toolchain-{bin_dir_key}.json"
+
+
+def config_fact_file(aiter_id: str, names_key: str) -> str:
+    """The config check of one aiter id: the config's names it confirmed (fact_key)."""
+    return f"config-{aiter_id}-{names_key}.json"
+
+
 #: device_id of rows that no device produced (kernels, roundtrip).
 NO_DEVICE = "none"
 
 # --- architectures ---------------------------------------------------------------------------
 
-#: The architecture every stage serves: its f4gemm/ and its tables sit at the top of a fetched
-#: aiter and of a result set.
-PRIMARY_ARCH = "gfx950"
+#: The architecture every stage serves (f4pipe.arch.gfx950.ARCH): its f4gemm/ and its tables
+#: sit at the top of a fetched aiter and of a result set.
 #: Each other architecture a fetch took (aiter's gfx1250 f4gemm) is listed and round-tripped
 #: into `<result set>/architectures/<arch>/`: these tables and a roundtrip/ directory. The
 #: stages beyond the round trip launch, time and choose gfx950's kernels only.

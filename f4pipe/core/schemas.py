@@ -283,9 +283,11 @@ BENCH = with_keys(
 # verdict: safe | race | hazard | wrong | fault ("hazard": a timing fault, f4pipe.analysis.timing,
 # named in `detail`); policy: "unsafe" (the seed layout, as aiter runs it) or "pad"
 # (f4pipe.aiter.shaperules's remedy). rule_safe: what f4pipe.aiter.shaperules predicts; agrees: it
-# matched.
+# matched. variant: "original", or an edit's `edit-<name>` (swept as the original is; null in a
+# table written before edits were swept: the original).
 
 SAFETY = with_keys(
+    pa.field("variant", pa.string()),
     pa.field("kernel", pa.string(), nullable=False),
     pa.field("tile_m", pa.int32(), nullable=False),
     pa.field("tile_n", pa.int32(), nullable=False),
@@ -459,7 +461,7 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "roundtrip": ("hazards", "hazard_detail", "reused_from", "reuse_key"),
     "verify": ("hazards", "advisories", "reused_from", "reuse_key"),
     "splitk": ("hazards", "advisories", "reused_from", "reuse_key"),
-    "safety": ("reused_from", "reuse_key"),
+    "safety": ("reused_from", "reuse_key", "variant"),
 }
 
 #: Every table by the name the pipeline and `f4pipe gather` use.

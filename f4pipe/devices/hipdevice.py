@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.core.device import HIP_SHIM_DEVICE_ID, DeviceBuffer
 from f4pipe.core.errors import (
@@ -46,7 +47,6 @@ from f4pipe.devices.devinfo import (
 )
 from f4pipe.hipshim import SHIM_DEVICE_NAME
 
-REQUIRED_ARCH = "gfx950"
 #: The hip-python release to install for each HIP runtime (major, minor) that hipRuntimeGetVersion
 #: reports; each is tested on f4pipe's HIP shim (`nox -s hip`, pyproject's [tool.f4pipe]).
 HIP_PYTHON_FOR_HIP: dict[tuple[int, int], str] = {
@@ -267,10 +267,10 @@ class HipDevice:
         props = device_properties(hip, device_index)
         arch = _text(props.gcnArchName)
         name = _text(props.name)
-        if not arch.startswith(REQUIRED_ARCH):
+        if not arch.startswith(ARCH):
             raise NoDeviceError(
                 f"no gfx950 GPU: device {device_index} is {name!r} ({arch}); the f4gemm code "
-                f"objects need {REQUIRED_ARCH}"
+                f"objects need {ARCH}"
             )
         shim = name == SHIM_DEVICE_NAME
         if shim:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from f4pipe.core.device import EMULATED_NUM_CU, EMULATOR_ARCH, Device, measures_throughput
+from f4pipe.arch.gfx950 import ARCH, NUM_CU
+from f4pipe.core.device import Device, measures_throughput
 from f4pipe.core.errors import HipVersionError, NoDeviceError
 from f4pipe.core.layout import DEVICE_KINDS, EMULATOR_DEVICE_ID
 
@@ -49,8 +50,8 @@ class LazyEmulator:
     for it."""
 
     device_id = EMULATOR_DEVICE_ID
-    arch = EMULATOR_ARCH
-    num_cu = EMULATED_NUM_CU
+    arch = ARCH
+    num_cu = NUM_CU
     can_time = False
     info = None  # no clocks, driver or PCI identity (the bench stage asks; it only predicts)
 

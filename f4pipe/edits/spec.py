@@ -44,3 +44,15 @@ def parse_edit_specs(items: list[dict[str, Any]] | None) -> list[EditSpec]:
             raise ConfigError(f"edits[{i}].name {name!r} is used twice; names must be unique")
         specs.append(EditSpec(name=name, kernel=kernel, asm=Path(asm)))
     return specs
+
+
+def check_edit_files(specs: list[EditSpec]) -> list[EditSpec]:
+    """Each edit's assembly file exists (relative to the working directory), named by its key
+    before any job starts: Snakemake would otherwise stop on a missing input in its own words."""
+    for i, spec in enumerate(specs):
+        if not spec.asm.is_file():
+            raise ConfigError(
+                f"edits[{i}].asm: {spec.asm} is not a file: give the edited .s, relative to the "
+                "working directory"
+            )
+    return specs

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from f4pipe.analysis.timing import LGKM_MAX, VM_MAX
 from f4pipe.analysis.waits import Repair
+from f4pipe.arch.waitcnt import LGKM_MAX, VM_MAX
 from f4pipe.codeobj.program import Program
 from f4pipe.core.errors import InputError
 

@@ -16,13 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from f4pipe.emu.device import (
-        EmulatorDevice,
-        EmulatorKernel,
-        LaunchFault,
-        LaunchStats,
-        SharedRuns,
-    )
+    from f4pipe.emu.batch import SharedRuns
+    from f4pipe.emu.device import EmulatorDevice, EmulatorKernel
+    from f4pipe.emu.launching import LaunchFault, LaunchStats
 
 __all__ = ["EmulatorDevice", "EmulatorKernel", "LaunchFault", "LaunchStats", "SharedRuns"]
 
@@ -34,5 +30,5 @@ def __getattr__(name: str) -> Any:
     if name in __all__:
         from f4pipe.emu import device
 
-        return getattr(device, name)
+        return getattr(device, name)  # the device module imports each of them
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

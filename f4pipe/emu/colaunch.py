@@ -18,7 +18,8 @@ waves count as done, which no other launch can notice) and the others go on; it 
 alone, as launch would, with only its own allocations visible, so its fault names the same
 addresses. Any other error takes the waves' launches out and the rest run again.
 
-Each batch is recorded in the device's SharedRuns, so the sweep's other workgroup orders
+Each batch is set up and recorded in SharedRuns by the device's BatchSetup
+(f4pipe.emu.batch), as the device's own batches are, so the sweep's other workgroup orders
 replay it instead of executing it again.
 """
 
@@ -26,59 +27,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from f4pipe.analysis.timing import HazardReport
-from f4pipe.analysis.timingrun import TimingRun
-from f4pipe.codeobj.program import Program
 from f4pipe.core.errors import EmulatorError
-from f4pipe.emu.engine import LANES, Executor, WaveIds
+from f4pipe.emu.engine import WaveIds
 from f4pipe.emu.launching import (
     IsolatedRun,
     LaunchFault,
     LaunchStats,
+    StagedLaunch,
     apply_run,
-    initial_state,
     order_workgroups,
 )
 from f4pipe.emu.memory import DeferredStore, Journal, WriteConflict, positions_by_key
 
-if TYPE_CHECKING:  # the device imports this module when it first runs staged launches
+if TYPE_CHECKING:  # the device imports this module: the device is only a type here
     from f4pipe.emu.device import EmulatorDevice
 
 #: A batch's verdict on a launch stopped at a faulting access (it then runs alone); None:
 #: a launch the batch could not stand for, for another reason.
 FAULTED = "faulted"
 Outcome = IsolatedRun | str | None
-
-
-@dataclass(frozen=True)
-class StagedLaunch:
-    """A launch whose kernarg segment is allocated (EmulatorDevice.stage_launch)."""
-
-    program: Program
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    kernarg: bytes
-    kernarg_addr: int
-    owned: frozenset[int]  # start addresses of its allocations, kernarg segment included
-
-    @property
-    def workgroups(self) -> int:
-        return self.grid[0] * self.grid[1] * self.grid[2]
-
-    @property
-    def waves_per_group(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2] // LANES
-
-    def wg_ids(self) -> np.ndarray:
-        """[workgroups, 3] (x, y, z) in launch order (x fastest)."""
-        gx, gy, _ = self.grid
-        n = np.arange(self.workgroups, dtype=np.int64)
-        return np.stack([n % gx, (n // gx) % gy, n // (gx * gy)], axis=1)
 
 
 def launch_staged(
@@ -116,7 +88,7 @@ def _chunks(device: EmulatorDevice, staged: Sequence[StagedLaunch]) -> list[list
             last is None
             or last[0].program is not launch.program
             or last[0].block != launch.block
-            or waves + size > device.max_waves_per_batch
+            or waves + size > device.batches.max_waves_per_batch
         ):
             chunks.append([launch])
             waves = size
@@ -156,7 +128,7 @@ def _replay(device: EmulatorDevice, launch: StagedLaunch, run: IsolatedRun) -> L
     """Land a batched launch's stores and hazards as its own launch, in the device's order."""
     t0 = time.perf_counter()
     stats = device.new_stats(launch.grid, launch.block)
-    hazards = HazardReport() if device.check_hazards else None
+    hazards = HazardReport() if device.batches.check_hazards else None
     device.memory.begin_launch()
     try:
         order = order_workgroups(launch.workgroups, device.workgroup_order)
@@ -175,22 +147,18 @@ def _batched_runs(device: EmulatorDevice, chunk: list[StagedLaunch]) -> list[Out
     """Each launch's run from one lockstep batch of the chunk (FAULTED or None: run it
     alone), found in the device's SharedRuns when another order already ran the same
     chunk."""
-    memory, shared = device.memory, device.shared_runs
-    key = (
+    batches = device.batches
+    key = batches.run_key(
         "launches",
         tuple(
             (launch.program.text, launch.program.entry, launch.kernarg, launch.grid)
             for launch in chunk
         ),
         chunk[0].block,
-        device.max_instructions_per_wave,
-        device.check_hazards,
-        memory.layout(),
     )
-    if shared is not None:
-        found, runs = shared.find(key, memory)
-        if found:
-            return runs  # type: ignore[return-value]
+    found, runs = batches.find_run(key)
+    if found:
+        return runs  # type: ignore[return-value]
     runs_by: dict[int, Outcome] = {}
     active = list(range(len(chunk)))
     read: set[int] = set()
@@ -204,8 +172,7 @@ def _batched_runs(device: EmulatorDevice, chunk: list[StagedLaunch]) -> list[Out
             break
         active = [i for j, i in enumerate(active) if j not in outcome]
     result = [runs_by.get(i) for i in range(len(chunk))]
-    if shared is not None:
-        shared.add(key, memory, read, result)  # type: ignore[arg-type]
+    batches.keep_run(key, read, result)
     return result
 
 
@@ -230,18 +197,9 @@ def _trial(
         wg_owner=owner,
         wg_writer=np.arange(len(owner), dtype=np.int64),
     )
-    ex = Executor(prog, memory, ids, max_instructions=device.max_instructions_per_wave)
-    initial_state(ex, prog, np.repeat([launch.kernarg_addr for launch in launches], sizes), block)
-    if device.check_hazards:
-        ex.timing = TimingRun(
-            device._timing_model(prog),
-            HazardReport(),
-            device._lds_pool(ex.num_wg, ex.lds.shape[1], wpg),
-            num_waves=ex.W,
-            wave_wg=ex.wg,
-            waves_per_group=wpg,
-            per_workgroup=True,
-        )
+    kernarg_addrs = np.repeat([launch.kernarg_addr for launch in launches], sizes)
+    hazards = HazardReport() if device.batches.check_hazards else None
+    ex = device.batches.executor(prog, ids, kernarg_addrs, block, hazards, per_workgroup=True)
     memory.partition({start: j for j, launch in enumerate(launches) for start in launch.owned})
     memory.defer_writes()
     try:

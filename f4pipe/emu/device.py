@@ -15,47 +15,41 @@ more than one workgroup wrote (LaunchStats.races), which is a race whatever the 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 import numpy as np
 
-from f4pipe.analysis.timing import HazardReport, TimingModel
-from f4pipe.analysis.timingrun import LdsWords, TimingRun
+from f4pipe.analysis.timing import HazardReport
+from f4pipe.arch.gfx950 import ARCH, NUM_CU
 from f4pipe.codeobj.program import Program
-from f4pipe.core.device import EMULATED_NUM_CU, EMULATOR_ARCH, DeviceBuffer
+from f4pipe.core.device import DeviceBuffer
 from f4pipe.core.errors import EmulatorError, NoDeviceError
 from f4pipe.core.fsio import write_text
 from f4pipe.core.layout import EMULATOR_DEVICE_ID
+from f4pipe.emu.batch import (
+    DEFAULT_MAX_INSTRUCTIONS_PER_WAVE,
+    DEFAULT_MAX_WAVES_PER_BATCH,
+    BatchSetup,
+    SharedRuns,
+)
+from f4pipe.emu.colaunch import launch_staged
 from f4pipe.emu.engine import LANES, Executor, WaveIds
 from f4pipe.emu.launching import (
     IsolatedRun,
     LaunchFault,
     LaunchStats,
+    StagedLaunch,
     apply_run,
-    initial_state,
     order_workgroups,
     parse_workgroup_order,
 )
-from f4pipe.emu.memory import (
-    GlobalMemory,
-    WriteConflict,
-    keep_freed_host_memory,
-)
-
-if TYPE_CHECKING:
-    from f4pipe.emu.colaunch import StagedLaunch
-
-DEFAULT_MAX_WAVES_PER_BATCH = 512
-DEFAULT_MAX_INSTRUCTIONS_PER_WAVE = 2_000_000
-#: The LDS bookkeeping arrays by waves per workgroup (EmulatorDevice._lds_pool).
-_LDS_POOLS: dict[int, LdsWords] = {}
+from f4pipe.emu.memory import GlobalMemory, WriteConflict, keep_freed_host_memory
 
 
 @dataclass
@@ -95,8 +89,8 @@ class EmulatorDevice:
     """
 
     device_id = EMULATOR_DEVICE_ID
-    arch = EMULATOR_ARCH
-    num_cu = EMULATED_NUM_CU
+    arch = ARCH
+    num_cu = NUM_CU
     can_time = False
 
     def __init__(
@@ -117,17 +111,20 @@ class EmulatorDevice:
         if max_waves_per_batch < 1:
             raise EmulatorError(f"max_waves_per_batch={max_waves_per_batch} must be >= 1")
         keep_freed_host_memory()
-        self.memory = GlobalMemory()
+        #: The memory and the batch settings, shared with the co-launcher (f4pipe.emu.batch).
+        self.batches = BatchSetup(
+            GlobalMemory(),
+            max_waves_per_batch,
+            max_instructions_per_wave,
+            check_hazards,
+            shared_runs,
+        )
+        self.memory = self.batches.memory
         self.trace_wave = trace_wave
         self.trace_out = trace_out
-        self.max_waves_per_batch = max_waves_per_batch
-        self.max_instructions_per_wave = max_instructions_per_wave
         self.workgroup_order = workgroup_order
-        self.check_hazards = check_hazards
         self.isolate_workgroups = isolate_workgroups
-        self.shared_runs = shared_runs
         self._programs: dict[tuple[Path, str], Program] = {}
-        self._models: dict[int, TimingModel] = {}
         self._buffers: dict[int, DeviceBuffer] = {}
         #: Attached to every batch's Executor (Executor.observer): sees each step before it
         #: executes. The cycle model's path recorder (f4pipe.perf.trace) sets it.
@@ -243,8 +240,6 @@ class EmulatorDevice:
     ) -> StagedLaunch:
         """A launch to run later with launch_staged, its kernarg segment allocated now (so
         every address is the one a launch made now would get); `buffers` are its own."""
-        from f4pipe.emu.colaunch import StagedLaunch
-
         self.new_stats(grid, block)
         ka = self.kernarg_block(kernel.program, kernarg)
         owned = frozenset([ka, *(b.addr for b in buffers)])
@@ -255,8 +250,6 @@ class EmulatorDevice:
         with only each one's buffers allocated: the stats of each, or its LaunchFault. With
         isolate_workgroups, launches of one kernel run as one lockstep batch where that
         provably changes nothing (f4pipe.emu.colaunch). Frees their kernarg segments."""
-        from f4pipe.emu.colaunch import launch_staged
-
         return launch_staged(self, staged)
 
     def _run(
@@ -274,13 +267,13 @@ class EmulatorDevice:
         would fault) and go one by one straight away."""
         waves_per_group = stats.waves // stats.workgroups
         sink, owned = self._trace_sink()
-        hazards = HazardReport() if self.check_hazards else None
+        hazards = HazardReport() if self.batches.check_hazards else None
         self.memory.begin_launch()
         try:
             groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
             wg_ids = np.array([(x, y, z) for z, y, x in groups], dtype=np.int64).reshape(-1, 3)
             run_order = order_workgroups(len(wg_ids), self.workgroup_order)
-            per_batch = max(1, self.max_waves_per_batch // waves_per_group)
+            per_batch = max(1, self.batches.max_waves_per_batch // waves_per_group)
             run = _BatchRunner(self, prog, ka, block, waves_per_group, wg_ids, sink, kernarg, grid)
             for start in range(0, len(wg_ids), per_batch):
                 batch = run_order[start : start + per_batch]
@@ -308,7 +301,7 @@ class EmulatorDevice:
         """Whether an isolated batch goes through _BatchRunner.isolated: never when tracing;
         a lone workgroup only when another device may replay it (SharedRuns): then the sweep's
         second order replays its stores instead of executing it again."""
-        return sink is None and (len(batch) > 1 or self.shared_runs is not None)
+        return sink is None and (len(batch) > 1 or self.batches.shared_runs is not None)
 
     def time_launches(self, *args, **kwargs) -> float:
         raise NoDeviceError(
@@ -324,31 +317,9 @@ class EmulatorDevice:
             self.memory.free(addr)
         self._buffers.clear()
         self._programs.clear()
-        self._models.clear()
+        self.batches.forget_programs()
 
     # --- helpers -------------------------------------------------------------------------
-
-    def _lds_pool(self, num_wg: int, words: int, waves_per_group: int) -> LdsWords:
-        """The LDS bookkeeping arrays, reused across batches, launches and devices (see
-        LdsWords): the shape-edge sweep makes two devices per kernel, and zeroing tens of
-        MB of tags for each cost about 0.6 CPU-s of its 29. One set per workgroup size, for the
-        process: batches run one at a time, each leaving the tags old for the next."""
-        pool = _LDS_POOLS.get(waves_per_group)
-        if pool is None or not pool.fits(num_wg, words, waves_per_group):
-            per_batch = max(1, self.max_waves_per_batch // waves_per_group)
-            pool = LdsWords(max(num_wg, per_batch), words, waves_per_group)
-            _LDS_POOLS[waves_per_group] = pool
-        return pool
-
-    def _timing_model(self, prog: Program) -> TimingModel:
-        """One per program, so its memoised transitions serve every later launch."""
-        from f4pipe.analysis.hazards import timing_model
-
-        model = self._models.get(id(prog))
-        if model is None:
-            model = timing_model(prog)
-            self._models[id(prog)] = model
-        return model
 
     def _check(self, buf: DeviceBuffer) -> None:
         if self._buffers.get(buf.addr) != buf:
@@ -398,26 +369,17 @@ class _BatchRunner:
             wg_ids=self.wg_ids[batch],
             wg_linear=batch,
         )
-        ex = Executor(
+        ex = dev.batches.executor(
             self.prog,
-            dev.memory,
             ids,
-            max_instructions=dev.max_instructions_per_wave,
+            self.kernarg_addr,
+            self.block,
+            hazards,
+            per_workgroup=per_workgroup,
             trace_wave=dev.trace_wave,
             trace_out=self.sink,
+            observer=dev.observer,
         )
-        initial_state(ex, self.prog, self.kernarg_addr, self.block)
-        ex.observer = dev.observer
-        if hazards is not None:  # the model is built when a batch first executes, not for
-            ex.timing = TimingRun(  # launches replayed from SharedRuns
-                dev._timing_model(self.prog),
-                hazards,
-                dev._lds_pool(ex.num_wg, ex.lds.shape[1], wpg),
-                num_waves=ex.W,
-                wave_wg=ex.wg,
-                waves_per_group=wpg,
-                per_workgroup=per_workgroup,
-            )
         self.last = ex
         try:
             ex.run()
@@ -441,19 +403,19 @@ class _BatchRunner:
         land and the same error is raised, as running it directly would. With the device's
         SharedRuns, a batch another device already ran on the same inputs (a fault included)
         is replayed without executing it again."""
-        memory, shared = self.device.memory, self.device.shared_runs
-        key = self.shared_key(batch) if shared is not None else ()
-        found, run = shared.find(key, memory) if shared is not None else (False, None)
+        batches = self.device.batches
+        key = self.shared_key(batch) if batches.shared_runs is not None else ()
+        found, run = batches.find_run(key)
         if found and run is None:
             return False  # the same batch failed on another device: it fails here too
         executed = not found
         if not found:
             read, run = self.trial(batch)
-            if shared is not None:
-                shared.add(key, memory, read, run)
+            batches.keep_run(key, read, run)
         if run is None:
             return False
-        apply_run(memory, run, batch, hazards)
+        assert isinstance(run, IsolatedRun)
+        apply_run(batches.memory, run, batch, hazards)
         stats.wave_instructions += run.wave_instructions
         stats.steps += run.steps if executed else 0
         if run.fault is not None:
@@ -468,7 +430,7 @@ class _BatchRunner:
         no order to get wrong, and an independent journal means it saw what a direct run
         sees up to the fault."""
         memory = self.device.memory
-        scratch = HazardReport() if self.device.check_hazards else None
+        scratch = HazardReport() if self.device.batches.check_hazards else None
         trial = LaunchStats()
         memory.defer_writes()
         fault = None
@@ -490,9 +452,9 @@ class _BatchRunner:
         return journal.read, run
 
     def shared_key(self, batch: np.ndarray) -> tuple:
-        """Everything a batch's execution depends on but the contents of the memory it reads."""
-        dev, prog = self.device, self.prog
-        return (
+        """The SharedRuns key of the workgroups `batch` of this launch."""
+        prog = self.prog
+        return self.device.batches.run_key(
             prog.symbol,
             prog.text,
             prog.entry,
@@ -500,38 +462,4 @@ class _BatchRunner:
             self.grid,
             self.block,
             frozenset(int(w) for w in batch),
-            dev.max_instructions_per_wave,
-            self.device.check_hazards,
-            dev.memory.layout(),
         )
-
-
-class SharedRuns:
-    """Isolated batches that EmulatorDevices launching the same kernel on the same inputs in
-    other workgroup orders replay instead of executing (the shape-edge sweep runs every launch
-    in two orders). Sound because an isolated batch's journal is independent: each workgroup's
-    stores depend only on the launch and on the memory it read, never on the order. A batch
-    that could not run isolated is remembered too, so the other orders go one workgroup at a
-    time without trying. A batch is found by its launch key and the digest of the
-    allocations it read (up to where it stopped, for a failed one)."""
-
-    def __init__(self) -> None:
-        self._runs: dict[tuple, list[tuple[set[int], tuple, IsolatedRun | None]]] = {}
-
-    @staticmethod
-    def _digest(memory: GlobalMemory, starts: set[int]) -> tuple:
-        return tuple(
-            (start, hashlib.blake2b(memory.array(start)).digest()) for start in sorted(starts)
-        )
-
-    def find(self, key: tuple, memory: GlobalMemory) -> tuple[bool, IsolatedRun | None]:
-        """(found, run): run None for a batch that failed."""
-        for read, digest, run in self._runs.get(key, ()):
-            if digest == self._digest(memory, read):
-                return True, run
-        return False, None
-
-    def add(
-        self, key: tuple, memory: GlobalMemory, read: set[int], run: IsolatedRun | None
-    ) -> None:
-        self._runs.setdefault(key, []).append((read, self._digest(memory, read), run))

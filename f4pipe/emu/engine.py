@@ -188,9 +188,11 @@ class Executor:
     def set_s(self, code: int, sel: Sel, value) -> None:
         self.sgpr[code, sel] = value
         if code in (isa.EXEC_LO, isa.EXEC_HI):
-            self._exec_changed()
+            self.exec_changed()
 
-    def _exec_changed(self) -> None:
+    def exec_changed(self) -> None:
+        """Re-read the lane mask from EXEC's SGPRs; whoever writes them directly (set_s does
+        it itself; launching.initial_state) calls it."""
         ex = self.sgpr[isa.EXEC_LO].astype(np.uint64) | (
             self.sgpr[isa.EXEC_HI].astype(np.uint64) << np.uint64(32)
         )

@@ -1,6 +1,7 @@
 """What a launch is made of, apart from the device that runs it: the workgroup order, its
-stats and fault, the initial register state, and an isolated run's stores and how they land.
-EmulatorDevice (device.py) and the batches of several launches (colaunch.py) share them."""
+stats and fault, a launch staged to run with others, the initial register state, and an
+isolated run's stores and how they land. EmulatorDevice (device.py) and the batches of several
+launches (colaunch.py) share them."""
 
 from __future__ import annotations
 
@@ -42,6 +43,33 @@ def order_workgroups(num: int, order: str) -> np.ndarray:
     if kind == "shuffle":
         return np.random.default_rng(seed).permutation(ids)
     return ids
+
+
+@dataclass(frozen=True)
+class StagedLaunch:
+    """A launch whose kernarg segment is allocated (EmulatorDevice.stage_launch), to run with others
+    (colaunch.launch_staged)."""
+
+    program: Program
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    kernarg: bytes
+    kernarg_addr: int
+    owned: frozenset[int]  # start addresses of its allocations, kernarg segment included
+
+    @property
+    def workgroups(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def waves_per_group(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2] // LANES
+
+    def wg_ids(self) -> np.ndarray:
+        """[workgroups, 3] (x, y, z) in launch order (x fastest)."""
+        gx, gy, _ = self.grid
+        n = np.arange(self.workgroups, dtype=np.int64)
+        return np.stack([n % gx, (n // gx) % gy, n // (gx * gy)], axis=1)
 
 
 @dataclass
@@ -130,4 +158,4 @@ def initial_state(
     ex.vgpr[0] = (x | (y << 10) | (z << 20)).astype(np.uint32)
     ex.sgpr[isa.EXEC_LO] = 0xFFFFFFFF
     ex.sgpr[isa.EXEC_HI] = 0xFFFFFFFF
-    ex._exec_changed()
+    ex.exec_changed()

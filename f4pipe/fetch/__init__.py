@@ -104,6 +104,7 @@ __all__ = [
     "LocalSource",
     "PypiSource",
     "aiter_id_for",
+    "check_local_pin",
     "ensure_wheel",
     "extract_wheel_file",
     "extract_wheel_tree",
@@ -357,8 +358,21 @@ def recorded_files(record: dict[str, Any]) -> dict[str, Any]:
     return named_content(record["files"], record.get("tables", {}), others)
 
 
+def check_local_pin(source: Mapping[str, Any] | AiterSource) -> None:
+    """A pinned local source's content against its pin, before any fetch: the aiter-id fact
+    job's check (the fetch job's output keeps its path, the aiter id of the content, when only
+    the pin changes, and Snakemake clears it before the job runs)."""
+    src = parse_source(source)
+    if not isinstance(src, LocalSource) or src.sha256 is None:
+        return
+    content = content_files(src.path)
+    digest = content.digest()
+    if digest != src.sha256:
+        raise ChecksumError(_local_pin_message(src, content.directory, digest, {}, None))
+
+
 def _local_pin_message(
-    src: LocalSource, directory: Path, digest: str, files: dict, resources_dir: Path
+    src: LocalSource, directory: Path, digest: str, files: dict, resources_dir: Path | None
 ) -> str:
     """Name the changed files when an earlier fetch of the pinned content is on disk."""
     assert src.sha256 is not None
@@ -366,8 +380,8 @@ def _local_pin_message(
         f"local aiter directory {directory}: content sha256 {digest}, but the source pins "
         f"{src.sha256}"
     )
-    pinned = AiterDir.at(resources_dir, local_id(src.sha256))
-    if pinned.is_fetched():
+    pinned = None if resources_dir is None else AiterDir.at(resources_dir, local_id(src.sha256))
+    if pinned is not None and pinned.is_fetched():
         record = pinned.provenance()
         recorded = recorded_files(record)
         changed = [

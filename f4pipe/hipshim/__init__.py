@@ -27,7 +27,7 @@ from f4pipe.core.native import compile_shared
 
 #: What the shim's hipGetDeviceProperties calls itself; HipDevice recognises the shim by it.
 SHIM_DEVICE_NAME = "f4pipe HIP shim (gfx950 emulator, not a GPU)"
-SHIM_ARCH = "gfx950:sramecc+:xnack-"
+SHIM_ARCH = f"{gfx950.ARCH}:sramecc+:xnack-"
 LIBRARY_NAME = "libamdhip64.so"
 SOURCE_NAME = "libamdhip64.c"
 

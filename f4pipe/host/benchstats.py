@@ -1,13 +1,13 @@
 """Timing that survives MI355X noise: the measurement protocol, per-row statistics, and the
 judgement of a throughput change against the noise.
 
-**Protocol** (`Protocol`, config `bench:`; every bench row records it). Warm-up by count and
-by time (clocks and caches settle: at least `warmup` launches and `warmup_ms` of them); then
-`repeats` x `launches` timed launches, each between its own event pair, so the spread is
-measured, not averaged away. Cold mode rotates through enough distinct copies of the operands
-that their total exceeds the L2s plus the Infinity Cache (`rotate_bytes`, default 288 MiB >
-32 MiB + 256 MiB), as aiter's tuner does; hot mode reuses one set and is named as such.
-splitK's memset of D stays inside each timed launch, as in the seed driver.
+**Protocol** (`f4pipe.host.benchprotocol.Protocol`, config `bench:`; every bench row records
+it). Warm-up by count and by time (clocks and caches settle: at least `warmup` launches and
+`warmup_ms` of them); then `repeats` x `launches` timed launches, each between its own event
+pair, so the spread is measured, not averaged away. Cold mode rotates through enough distinct
+copies of the operands that their total exceeds the L2s plus the Infinity Cache (`rotate_bytes`,
+default 288 MiB > 32 MiB + 256 MiB), as aiter's tuner does; hot mode reuses one set and is named
+as such. splitK's memset of D stays inside each timed launch, as in the seed driver.
 
 **Statistics** (`summarize`): the median (robust to the outliers a throttling GPU produces),
 the minimum, the quartiles and IQR, and a distribution-free 95 % confidence interval of the
@@ -31,7 +31,7 @@ noise has a p90 of 20 %, and finds a true 10 % change in every pair at 2 % noise
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,40 +41,6 @@ CONFIDENCE = 0.95
 FLOOR_PCT = 3.0
 #: Threshold per unit of relative IQR (the larger of the two rows').
 SPREAD_FACTOR = 1.0
-#: Bytes of operand copies cold mode rotates through: more than the L2s (8 x 4 MiB) and the
-#: Infinity Cache (256 MiB) of an MI355X together.
-COLD_ROTATE_BYTES = 288 << 20
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """How a row was timed (recorded per row as `describe()`)."""
-
-    warmup: int = 10  # at least this many untimed launches
-    warmup_ms: float = 50.0  # ... and at least this long
-    repeats: int = 5
-    launches: int = 20  # timed launches per repeat, one event pair each
-    cold: bool = True  # rotate operand copies (rotate_bytes in all) between launches
-    rotate_bytes: int = COLD_ROTATE_BYTES
-
-    def __post_init__(self) -> None:
-        if self.repeats < 1 or self.launches < 1 or self.warmup < 0 or self.warmup_ms < 0:
-            raise ValueError(f"bench protocol needs repeats, launches >= 1: {self}")
-
-    @property
-    def samples(self) -> int:
-        return self.repeats * self.launches
-
-    def describe(self) -> str:
-        cache = f"cold (rotating {self.rotate_bytes >> 20} MiB of operands)" if self.cold else "hot"
-        return (
-            f"{self.repeats}x{self.launches} launches, one event pair each, after "
-            f">= {self.warmup} launches and >= {self.warmup_ms:g} ms of warm-up; {cache}; "
-            "median, IQR, 95 % order-statistic CI of the median; Tukey outliers counted, kept"
-        )
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import psutil
 
 from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.aiter.shaperules import check_paddings, check_shape, k_tail, padded_launch
@@ -39,7 +40,7 @@ from f4pipe.host.verify import Verification, verify_output
 
 if TYPE_CHECKING:
     from f4pipe.analysis.timing import HazardReport
-    from f4pipe.host.benchstats import Protocol as BenchProtocol
+    from f4pipe.host.benchprotocol import Protocol as BenchProtocol
 
 #: Untimed launches before the timed ones (the seed driver's).
 WARMUP_LAUNCHES = 5
@@ -115,23 +116,16 @@ def host_bytes_needed(layout: BufferLayout, verify: bool) -> int:
     return total
 
 
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def available_memory() -> int:
+    """Bytes the machine can give a run without swapping (psutil: MemAvailable on Linux)."""
+    return int(psutil.virtual_memory().available)
 
 
 def check_memory(layout: BufferLayout, verify: bool) -> None:
     """Refuse before allocating anything a run that cannot fit in the available memory."""
     needed = host_bytes_needed(layout, verify)
     available = available_memory()
-    if available is not None and needed > available:
+    if needed > available:
         raise ShapeError(
             f"M={layout.m} N={layout.n} K={layout.k} needs about {needed} bytes "
             f"({needed / 2**30:.1f} GiB) of host memory, {available} bytes "

@@ -194,12 +194,17 @@ def launch_geometry(
     """gdx = ceil(N/tile_N), gdy = ceil(M/tile_M); splitK: k_per_tg = round_up(K/k_num, 256),
     gdz = ceil(K/k_per_tg) (so a split that would leave chunks under 256 collapses)."""
     check_shape(m, n, k, log2_k_split)
-    k_num = 1 << log2_k_split
-    k_per_tg = round_up(k // k_num, SPLITK_K_ALIGN)
-    gdz = -(-k // k_per_tg)
+    gdx, gdy, gdz, k_per_tg = grid_dims(tile_m, tile_n, m, n, k, log2_k_split)
     return LaunchGeometry(
-        grid=(-(-n // tile_n), -(-m // tile_m), gdz), block=BLOCK, k_num=k_num, k_per_tg=k_per_tg
+        grid=(gdx, gdy, gdz), block=BLOCK, k_num=1 << log2_k_split, k_per_tg=k_per_tg
     )
+
+
+def grid_dims(tile_m, tile_n, m, n, k, log2_k_split):
+    """(gdx, gdy, gdz, k_per_tg) of launch_geometry, for ints or numpy integer arrays alike
+    (the batch predictor evaluates it on every row at once); shapes unchecked."""
+    k_per_tg = round_up(k // (1 << log2_k_split), SPLITK_K_ALIGN)
+    return -(-n // tile_n), -(-m // tile_m), -(-k // k_per_tg), k_per_tg
 
 
 def gemm_kernarg(

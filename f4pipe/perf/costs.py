@@ -28,6 +28,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from f4pipe.arch.gfx950 import NUM_CU
+
 #: Where the fitted constants live (one file; `python -m f4pipe.perf.fit` rewrites it).
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 #: The M ranges the accuracy is reported in: (name, lowest M, highest M).
@@ -124,7 +126,7 @@ TABLE: tuple[Cost, ...] = (
     ),
     Cost(
         "num_cu",
-        256,
+        NUM_CU,
         "CUs",
         "WP: 8 XCDs x 32 CUs; aiter's table is cu_num 256",
     ),

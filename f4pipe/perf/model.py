@@ -35,16 +35,14 @@ the calibrated constants are global (costs.Calibration).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
-from f4pipe.aiter.manifest import KernelEntry
 from f4pipe.host.gemm import tflops
 from f4pipe.host.kernarg import LaunchGeometry
 from f4pipe.perf.costs import COST, Calibration
-from f4pipe.perf.cu import WorkgroupCycles
 
 #: K values (per workgroup) at which a kernel's path is traced; above the last, per-workgroup
 #: cycles grow linearly with the slope between the last two.
@@ -128,90 +126,93 @@ def hbm_bytes(
     grid: tuple[int, int, int],
     warm: bool = False,
 ) -> float:
-    """Bytes HBM serves over the launch: first touch of A, B, scales and D when A and B fit in
-    the Infinity Cache (only D when `warm`: launches repeated on the same buffers find A and B
-    there). Else per round of workgroups, each distinct A row tile and B column tile once: the
-    XCDs' L2s miss separately, but workgroups of one round stream a shared tile at about the
-    same pace, so the Infinity Cache (one for all XCDs) serves every request after the first;
-    of a tile the previous round read, it serves the share of that round's tiles it holds: all
-    when they fit, else capacity / their bytes (a cache that sees a stream larger than itself
-    again keeps about that share of it, not none). Plus D."""
+    """hbm_bytes_rows of one launch."""
+    one = (np.array([x]) for x in (m, n, k_local, *grid))
+    m_, n_, k_, *grid_ = one
+    return float(hbm_bytes_rows(tile_m, tile_n, m_, n_, k_, tuple(grid_), warm)[0])
+
+
+def operand_bytes(m, n, k_local, gdz):
+    """The bytes of A, B and their scales a launch reads (each split of K its own share;
+    scalars or arrays)."""
+    return (m + n) * k_local * gdz * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
+
+
+def hbm_bytes_rows(
+    tile_m: int,
+    tile_n: int,
+    m: np.ndarray,
+    n: np.ndarray,
+    k_local: np.ndarray,
+    grid: tuple[np.ndarray, np.ndarray, np.ndarray],
+    warm: bool = False,
+) -> np.ndarray:
+    """Bytes HBM serves over each launch of one kernel: first touch of A, B, scales and D when
+    A and B fit in the Infinity Cache (only D when `warm`: launches repeated on the same
+    buffers find A and B there). Else per round of workgroups, each distinct A row tile and B
+    column tile once: the XCDs' L2s miss separately, but workgroups of one round stream a
+    shared tile at about the same pace, so the Infinity Cache (one for all XCDs) serves every
+    request after the first; of a tile the previous round read, it serves the share of that
+    round's tiles it holds: all when they fit, else capacity / their bytes (a cache that sees a
+    stream larger than itself again keeps about that share of it, not none). Plus D. The
+    rounds of every launch are walked at once (round_tiles)."""
     gdx, gdy, gdz = grid
-    row_bytes = k_local * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
     d_bytes = output_bytes(m, n, gdz)
-    mall = COST["mall_bytes"]
-    footprint = (m + n) * k_local * gdz * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
-    if footprint <= mall:
-        return float(d_bytes if warm else footprint + d_bytes)
-    a_bytes, b_bytes = min(tile_m, m) * row_bytes, tile_n * row_bytes
+    footprint = operand_bytes(m, n, k_local, gdz)
+    out = (d_bytes if warm else footprint + d_bytes).astype(float)
+    big = np.flatnonzero(footprint > COST["mall_bytes"])
+    if len(big) == 0:
+        return out
     num_cu = int(COST["num_cu"])
-    workgroups = gdx * gdy * gdz
-    fetched = 0.0
-    prev_a: Intervals = []
-    prev_b: Intervals = []
-    held = 0.0  # the share of the previous round's tiles the Infinity Cache still holds
-    for start in range(0, workgroups, num_cu):
-        a, b = round_tiles(start, min(workgroups, start + num_cu), gdx, gdy)
-        fetched += (_length(a) - held * _overlap(a, prev_a)) * a_bytes
-        fetched += (_length(b) - held * _overlap(b, prev_b)) * b_bytes
-        held = min(1.0, mall / max(_length(a) * a_bytes + _length(b) * b_bytes, 1.0))
-        prev_a, prev_b = a, b
-    return float(fetched + d_bytes)
-
-
-#: Sorted, disjoint, half-open intervals of tile numbers.
-Intervals = list[tuple[int, int]]
-
-
-def round_tiles(start: int, stop: int, gdx: int, gdy: int) -> tuple[Intervals, Intervals]:
-    """The A row tiles (z * gdy + y) and B column tiles (z * gdx + x) that workgroups
-    start..stop-1 read. Their ids are consecutive (x fastest), so within one split z they cover
-    one run of rows and one run of columns (wrapping once): intervals, computed in a few steps
-    per round rather than per workgroup (the largest grids have 10^6 workgroups)."""
-    per_split = gdx * gdy
-    a: Intervals = []
-    b: Intervals = []
-    lo = start
-    while lo < stop:
-        z = lo // per_split
-        hi = min(stop, (z + 1) * per_split)
-        first, last = lo - z * per_split, hi - 1 - z * per_split
-        a.append((z * gdy + first // gdx, z * gdy + last // gdx + 1))
-        x0, x1 = first % gdx, last % gdx
-        if hi - lo >= gdx:
-            b.append((z * gdx, z * gdx + gdx))
-        elif x0 <= x1:
-            b.append((z * gdx + x0, z * gdx + x1 + 1))
-        else:
-            b += [(z * gdx, z * gdx + x1 + 1), (z * gdx + x0, z * gdx + gdx)]
-        lo = hi
-    return _merged(a), _merged(b)
-
-
-def _merged(spans: Intervals) -> Intervals:
-    out: Intervals = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
+    workgroups = (gdx * gdy * gdz)[big]
+    rounds = -(-workgroups // num_cu)
+    launch = np.repeat(np.arange(len(big)), rounds)
+    first = np.cumsum(rounds) - rounds  # each launch's first position in the walk
+    start = (np.arange(len(launch)) - first[launch]) * num_cu
+    stop = np.minimum(workgroups[launch], start + num_cu)
+    a, b, a_shared, b_shared = round_tiles(start, stop, gdx[big][launch], gdy[big][launch])
+    row_bytes = k_local[big] * (FP4_BYTES_PER_K + SCALE_BYTES_PER_K)
+    a_bytes = (np.minimum(tile_m, m[big]) * row_bytes)[launch]
+    b_bytes = (tile_n * row_bytes)[launch]
+    # the share of the previous round's tiles the Infinity Cache still holds (none before
+    # a launch's first round, which shares no tile with a previous one)
+    held = np.minimum(1.0, COST["mall_bytes"] / np.maximum(a * a_bytes + b * b_bytes, 1.0))
+    held_before = np.where(start > 0, np.roll(held, 1), 0.0)
+    fetched = (a - held_before * a_shared) * a_bytes + (b - held_before * b_shared) * b_bytes
+    out[big] = np.bincount(launch, weights=fetched, minlength=len(big)) + d_bytes[big]
     return out
 
 
-def _length(spans: Intervals) -> int:
-    return sum(hi - lo for lo, hi in spans)
-
-
-def _overlap(p: Intervals, q: Intervals) -> int:
-    """How many tile numbers two interval lists share."""
-    i = j = total = 0
-    while i < len(p) and j < len(q):
-        total += max(0, min(p[i][1], q[j][1]) - max(p[i][0], q[j][0]))
-        if p[i][1] < q[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
+def round_tiles(start, stop, gdx, gdy):
+    """(A row tiles, B column tiles, A tiles shared with the round before, B tiles shared)
+    of the rounds of workgroups start..stop-1 (arrays, one element per round; the round
+    before is start - num_cu .. start - 1). Workgroup id i (x fastest, then y, then the split
+    z) reads A row tile z * gdy + y = i // gdx and B column tile z * gdx + x: a round's A
+    tiles are one run of numbers, and its B tiles those of each split it spans, every column
+    where a split's share of the round covers a row. Counted, never listed: the largest
+    grids have 10^6 workgroups."""
+    per_split = gdx * gdy
+    a = (stop - 1) // gdx - start // gdx + 1
+    a_shared = np.where((start > 0) & (start % gdx != 0), 1, 0)
+    z_first, z_last = start // per_split, (stop - 1) // per_split
+    head = np.minimum(stop, (z_first + 1) * per_split) - start
+    tail = stop - z_last * per_split
+    b = np.where(
+        z_first == z_last,
+        np.minimum(gdx, stop - start),
+        np.minimum(gdx, head) + np.minimum(gdx, tail) + (z_last - z_first - 1) * gdx,
+    )
+    before = start - int(COST["num_cu"])
+    z_prev = (start - 1) // per_split
+    shared_split = (start > 0) & (z_prev == z_first)
+    earlier = start - np.maximum(before, z_prev * per_split)  # the round before, in the split
+    later = head  # this round, in the same split
+    b_shared = np.where(
+        shared_split,
+        np.minimum(earlier, gdx) + np.minimum(later, gdx) - np.minimum(gdx, earlier + later),
+        0,
+    )
+    return a, b, a_shared, b_shared
 
 
 def hbm_share(l2_bytes, hbm_bytes):
@@ -303,38 +304,30 @@ def combine(cal: Calibration, workgroups, cycles, l2_bytes, hbm_bytes, mfma_busy
 
 
 def kernel_time(
-    entry: KernelEntry,
-    m: int,
-    n: int,
-    k: int,
-    log2_k_split: int,
-    geometry: LaunchGeometry,
-    wg: WorkgroupCycles,
     cal: Calibration,
-    hbm: float,
-) -> Prediction:
-    """Predicted time of one launch (its `geometry`), given the workgroup's simulated cycles
-    at its K and the bytes HBM serves; its D stores' clocks (store_clocks) are added to the
-    workgroup's time and to its vector-memory path's."""
-    workgroups, rounds = workgroups_and_rounds(geometry)
-    stores = store_clocks(cal, workgroup_output_bytes(m, n, geometry))
-    wg = replace(wg, cycles=wg.cycles + stores, vmem_busy=wg.vmem_busy + stores)
+    m,
+    n,
+    k,
+    gdz,
+    workgroups,
+    wg: dict,
+    hbm,
+) -> dict:
+    """Predicted time of launches of `workgroups` workgroups (gdz splits of K), given the
+    workgroup's simulated cycles at its K (`wg`: cycles, mfma_busy and vmem_bytes, as in
+    cu.WorkgroupCycles) and the bytes HBM serves; its D stores' clocks (store_clocks) are added
+    to the workgroup's time. Scalars or arrays alike: Prediction's numeric fields, by name."""
+    stores = store_clocks(cal, output_bytes(m, n, gdz) / workgroups)
+    cycles = wg["cycles"] + stores
     us, compute_us, l2_us, hbm_us = combine(
-        cal, workgroups, wg.cycles, workgroups * wg.vmem_bytes, hbm, wg.mfma_busy
+        cal, workgroups, cycles, workgroups * wg["vmem_bytes"], hbm, wg["mfma_busy"]
     )
-    memory_us = max(l2_us, hbm_us)
-    return Prediction(
-        kernel=entry.name,
-        m=m,
-        n=n,
-        k=k,
-        log2_k_split=log2_k_split,
-        us=us,
-        tflops=tflops(m, n, k, us),
-        bound=None,
-        compute_us=compute_us,
-        memory_us=memory_us,
-        rounds=rounds,
-        workgroups=workgroups,
-        wg_cycles=wg.cycles,
-    )
+    return {
+        "us": us,
+        "tflops": tflops(m, n, k, us),
+        "compute_us": compute_us,
+        "memory_us": np.maximum(l2_us, hbm_us),
+        "rounds": -(-workgroups // int(COST["num_cu"])),
+        "workgroups": workgroups,
+        "wg_cycles": cycles,
+    }

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from f4pipe.aiter.aiterdir import AiterDir
 from f4pipe.aiter.manifest import Manifest, read_manifest
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.codeobj.toolchain import Toolchain
 from f4pipe.core.errors import ConfigError, InputError
 from f4pipe.core.fsio import sha256_file
-from f4pipe.core.layout import PRIMARY_ARCH, ROUNDTRIP_DIR, table_file
+from f4pipe.core.layout import ROUNDTRIP_DIR, table_file
 from f4pipe.core.schemas import KERNELS, ROUNDTRIP, ArtifactKeys, write_rows
 from f4pipe.pipeline.resultstore import ResultStore, Row
 from f4pipe.pipeline.roundtrip import roundtrip_dir
@@ -59,10 +60,10 @@ def kernel_rows(manifest: Manifest, keys: ArtifactKeys) -> list[Row]:
 def chosen_architectures(aiter: AiterDir, chosen: Sequence[str] | None) -> list[str]:
     """The architectures beside gfx950 to round-trip: every one the fetch took (None), or
     those named, each of which the fetch must hold (gfx950 is always run: not listed here)."""
-    held = [arch for arch in aiter.architectures() if arch != PRIMARY_ARCH]
+    held = [arch for arch in aiter.architectures() if arch != ARCH]
     if chosen is None:
         return held
-    missing = [arch for arch in chosen if arch != PRIMARY_ARCH and arch not in held]
+    missing = [arch for arch in chosen if arch != ARCH and arch not in held]
     if missing:
         raise ConfigError(
             f"the fetched aiter {aiter.path} holds no {', '.join(missing)} f4gemm directory (it "

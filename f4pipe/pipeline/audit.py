@@ -42,7 +42,8 @@ from f4pipe.aiter.shaperules import (
     short_name,
     violations,
 )
-from f4pipe.aiter.tuned import ASM_PREFIX, GFX_COLUMN, RECORDED_COLUMNS, TARGET_ARCH, read_tuned
+from f4pipe.aiter.tuned import ASM_PREFIX, GFX_COLUMN, RECORDED_COLUMNS, read_tuned
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import ShapeError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID
@@ -336,10 +337,8 @@ def audit_tuned(
         row = _row(keys, name or csv_path.name, r, gfx)
         rows.append(row)
         entry = by_symbol.get(row["symbol"])
-        if gfx and gfx != TARGET_ARCH:
-            row.update(
-                status="other-arch", reason=f"row is for {gfx}, the kernels for {TARGET_ARCH}"
-            )
+        if gfx and gfx != ARCH:
+            row.update(status="other-arch", reason=f"row is for {gfx}, the kernels for {ARCH}")
         elif entry is None:
             row.update(status="unknown-kernel", reason="symbol not in the f4gemm manifest")
         else:

@@ -49,8 +49,9 @@ from f4pipe.aiter.shaperules import (
 )
 from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import EmulatorError
-from f4pipe.core.layout import EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
+from f4pipe.core.layout import BASE_VARIANTS, EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.core.verdicts import SAFETY_RANK
 from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm, run_gemms
 from f4pipe.host.kernarg import KERNARG_FIELDS, BufferLayout
 from f4pipe.host.operands import generate_operand
@@ -291,8 +292,7 @@ def sweep_kernel(
 
 
 def _worst(outcomes: Sequence[OrderOutcome]) -> OrderOutcome:
-    rank = {"fault": 4, "wrong": 3, "hazard": 2, "race": 1, "safe": 0}
-    return max(outcomes, key=lambda o: rank[verdict_of([o])])
+    return max(outcomes, key=lambda o: SAFETY_RANK[verdict_of([o])])
 
 
 def _row(
@@ -377,10 +377,12 @@ def sweep(
     orders: Sequence[str] = DEFAULT_ORDERS,
     store: ResultStore | None = None,
     workers: int = 1,
+    variant: str = BASE_VARIANTS[0],
 ) -> list[dict[str, Any]]:
     """SAFETY rows for the manifest's kernels (or the named ones), kernels spread over
     `workers` processes; a kernel whose sweep `store` holds (same bytes, manifest row, orders,
-    toolchain, f4pipe) is not run again."""
+    toolchain, f4pipe) is not run again. `variant`: the code objects' (an edit's
+    `edit-<name>`), set on every row after the store's, which are keyed by content alone."""
     entries = [manifest.get(k) for k in kernels] if kernels else list(manifest)
 
     def kernel_rows(entry: KernelEntry) -> list[dict[str, Any]]:
@@ -404,7 +406,7 @@ def sweep(
 
     label = "safety" if len(entries) > 1 else ""
     per_kernel = map_ordered(kernel_rows, entries, workers=workers, label=label)
-    return [row for rows in per_kernel for row in rows]
+    return [{**row, "variant": variant} for rows in per_kernel for row in rows]
 
 
 # --- static evidence -------------------------------------------------------------------------

@@ -14,7 +14,14 @@ finds each fact once and writes it as a small JSON file under `<results_dir>/fac
   newer commit only when asked (`snakemake --forcerun aiter_id all`): only the network could
   tell, and a run should not need it to learn that nothing changed;
 - the device fact (`f4pipe device`): what the configured kind means here, in particular whether
-  the device times launches (bench's jobs depend on it); kept until deleted.
+  the device times launches (bench's jobs depend on it); kept until deleted;
+- the toolchain fact (`f4pipe toolchain`): the LLVM the configured `toolchain.bin_dir` gives,
+  proved to know gfx950; kept until deleted (`--forcerun toolchain` finds it again). A result
+  set's toolchain.json is a copy of it, made after it: a directory that is no LLVM fails this
+  job, whose output is no result set's file, so the earlier set keeps its toolchain.json;
+- the config check (`f4pipe config-check`): the config's names only the fetched aiter can
+  confirm (architectures, each edit's kernel, the tuned tables to audit), before the jobs that
+  use them (and the set's config.json) run, for the same reason.
 """
 
 from __future__ import annotations
@@ -37,6 +44,14 @@ def source_key(source: Mapping[str, Any]) -> str:
     """A short digest of the configured aiter source: the name of its fact file, so a
     changed configuration has a fact of its own."""
     text = json.dumps({k: str(v) for k, v in source.items()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fact_key(value: Any) -> str:
+    """A short digest of what the config says (`toolchain.bin_dir`; the names the config check
+    confirms): the name of its fact file, so a mistaken value fails in a job whose output is
+    its own file, never an earlier result set's."""
+    text = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -63,12 +78,13 @@ def aiter_id_fact(source: Mapping[str, Any]) -> dict[str, Any]:
     fetch job's output keeps its path when only the pin changes, and Snakemake clears a job's
     output before it runs, so a wrong pin found by the fetch would cost the tree an earlier good
     run fetched. Found here, in a job of its own source's fact, it costs nothing."""
-    from f4pipe.fetch import aiter_id_for
+    from f4pipe.fetch import aiter_id_for, check_local_pin
     from f4pipe.fetch.sources import PypiSource, parse_source
     from f4pipe.fetch.wheel import ensure_wheel
 
     if isinstance(parse_source(source), PypiSource) and source.get("sha256"):
         ensure_wheel(source)  # raises ChecksumError on a pin the wheel does not match
+    check_local_pin(source)  # a local source's pin, for the same reason
     return {AITER_ID: aiter_id_for(source), "source": {k: str(v) for k, v in source.items()}}
 
 

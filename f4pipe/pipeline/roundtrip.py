@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from f4pipe.aiter.manifest import read_manifest
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.codeobj.assemble import assemble
 from f4pipe.codeobj.co2asm import check_reassembles, co2asm_with_listing
 from f4pipe.codeobj.equivalence import Equivalence, compare
@@ -97,7 +98,7 @@ def static_hazards(co_path: Path) -> tuple[int | None, str]:
 
     try:
         co = CodeObject.read(co_path)
-        if co.arch != "gfx950":
+        if co.arch != ARCH:
             return None, f"not checked: the hazard rules are gfx950's, this is {co.arch}"
         reports = [analyse(Program.load(co_path, k.name)) for k in co.kernel_symbols()]
     except F4PipeError as exc:

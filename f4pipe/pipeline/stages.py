@@ -25,15 +25,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from f4pipe.aiter.heuristic import DEFAULT_NUM_CU, select_kernel
+from f4pipe.aiter.heuristic import select_kernel
 from f4pipe.aiter.manifest import KernelEntry, Manifest
+from f4pipe.arch.gfx950 import ARCH, NUM_CU
 from f4pipe.codeobj.codeobject import CodeObject
 from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.device import Device
 from f4pipe.core.errors import ConfigError, DeviceError, EmulatorError, ShapeError
-from f4pipe.core.layout import NO_DEVICE, PRIMARY_ARCH, SEED_A, SEED_B
+from f4pipe.core.layout import NO_DEVICE, SEED_A, SEED_B
 from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.core.verdicts import RUN_VERDICTS
 from f4pipe.devices.devinfo import CLOCK_FIELDS, DEVICE_FIELDS, clock_fields
+from f4pipe.host.benchprotocol import BENCH_ITERS
+from f4pipe.host.benchprotocol import Protocol as BenchProtocol
 from f4pipe.host.gemm import (
     NOT_TIMED_NO_HARDWARE,
     SHIM_TIME_NOTE,
@@ -48,7 +52,6 @@ from f4pipe.pipeline.progress import track
 from f4pipe.pipeline.resultstore import ResultStore, kernel_identity, reuse_or_run
 
 if TYPE_CHECKING:
-    from f4pipe.host.benchstats import Protocol as BenchProtocol
     from f4pipe.perf.predict import Predictor
 
 NO_DEVICE_REASON = "no gfx950 device"
@@ -71,7 +74,7 @@ class StageSettings:
     seed_a: int = SEED_A
     seed_b: int = SEED_B
     alpha: float = 1.0
-    iters: int = 100  # bench only: timed launches per case (protocol.repeats x launches)
+    iters: int = BENCH_ITERS  # bench only: timed launches per case (protocol.repeats x launches)
     protocol: BenchProtocol | None = None  # bench only: how (f4pipe.host.benchstats)
     bpreshuffle: bool = True  # heuristic cases
     skip_reason: str = NO_DEVICE_REASON  # used when device is None
@@ -225,7 +228,7 @@ def _checked_stage(
 ) -> list[dict[str, Any]]:
     """A checked stage's rows, one per run, the runs spread over settings.workers processes
     on the emulator."""
-    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
+    num_cu = device.num_cu if device is not None else NUM_CU
     runs = plan_runs(manifest, cases, settings, num_cu)
     device_id = device.device_id if device is not None else None
     return map_ordered(
@@ -263,10 +266,6 @@ def _splitk_row(
     return row | {"k_num": geometry.k_num, "k_per_tg": geometry.k_per_tg}
 
 
-#: Statuses that are verdicts of a run, hence worth storing (not "skipped" or "error").
-_VERDICTS = ("passed", "failed", "hazard")
-
-
 def _stored(
     stage: str,
     device: Device | None,
@@ -295,7 +294,7 @@ def _stored(
         inputs,
         {"aiter_id": settings.keys.aiter_id, "variant": settings.variant},
         lambda: [make_row(device, manifest, settings, entry, log2, case)],
-        keep=lambda r: r["status"] in _VERDICTS,
+        keep=lambda r: r["status"] in RUN_VERDICTS,
     )
     return row
 
@@ -314,7 +313,7 @@ def bench_stage(
     """
     from f4pipe.perf.predict import Predictor
 
-    num_cu = device.num_cu if device is not None else DEFAULT_NUM_CU
+    num_cu = device.num_cu if device is not None else NUM_CU
     predictor = Predictor(manifest)
     rows = []
     runs = track(plan_runs(manifest, cases, settings, num_cu), _label("bench", settings))
@@ -388,13 +387,11 @@ SPREAD_FIELDS = (
 def bench_protocol(iters: int, **options: Any) -> BenchProtocol:
     """The protocol for `iters` timed launches per case: Protocol's repeats (default 5), each
     of ceil(iters / repeats) launches; other fields from `options` (f4pipe.host.benchstats)."""
-    from f4pipe.host.benchstats import Protocol
-
-    repeats = int(options.pop("repeats", Protocol.repeats))
+    repeats = int(options.pop("repeats", BenchProtocol.repeats))
     if repeats < 1 or iters < 1:
         raise ConfigError(f"bench needs iters and repeats >= 1 (got {iters} and {repeats})")
     try:
-        return Protocol(repeats=repeats, launches=max(1, -(-iters // repeats)), **options)
+        return BenchProtocol(repeats=repeats, launches=max(1, -(-iters // repeats)), **options)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -424,9 +421,6 @@ def _timed_row(result: GemmResult) -> dict[str, Any]:
     return {"status": SHIM_TIMED, "reason": SHIM_TIME_NOTE, **fields}
 
 
-#: The one architecture the emulator, the cycle model, the edge sweep and the tuned-table
-#: lookup serve: they decode, time and launch gfx950's (MI355X) kernels.
-STAGE_ARCH = PRIMARY_ARCH
 #: Why: said by each such stage given another architecture's objects, and by the report.
 GFX950_ONLY_REASON = (
     "the emulator, the cycle model and aiter's kernel choice f4pipe reproduces are gfx950's"
@@ -437,7 +431,7 @@ def gfx950_only(stage: str, manifest: Manifest) -> str | None:
     """The one line a gfx950-only stage prints instead of running on a manifest whose code
     objects are another architecture's (aiter's gfx1250 f4gemm), or None for gfx950's."""
     archs = sorted({CodeObject.read(manifest.co_path(e)).arch for e in manifest})
-    others = [a for a in archs if a != STAGE_ARCH]
+    others = [a for a in archs if a != ARCH]
     if not others:
         return None
     return (

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from f4pipe.aiter.lookup import TARGET_GFX, TunedIndex, distinct_ms, lookup
+from f4pipe.aiter.lookup import TunedIndex, distinct_ms, lookup
 from f4pipe.aiter.manifest import KernelEntry, Manifest
 from f4pipe.aiter.shaperules import (
     EDGE_K_MIN,
@@ -41,7 +41,9 @@ from f4pipe.aiter.shaperules import (
     violations,
 )
 from f4pipe.aiter.traffic import ShapeSpec, read_shapes
+from f4pipe.arch.gfx950 import ARCH, NUM_CU
 from f4pipe.core.errors import InputError, ShapeError
+from f4pipe.core.layout import BASE_VARIANTS
 from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.pipeline.resultstore import ResultStore
 from f4pipe.pipeline.tuneerr import err_ratios
@@ -49,8 +51,8 @@ from f4pipe.pipeline.tuneerr import err_ratios
 if TYPE_CHECKING:
     from f4pipe.perf.predict import Predictor
 
-#: The device the tables are tuned for (aiter's key): the MI355X.
-CU_NUM = 256
+#: The variant whose verdicts hold for aiter's own code objects (the ones a tuned table names).
+ORIGINAL = BASE_VARIANTS[0]
 #: The splits aiter's a4w4 tuner races on a splitK kernel: range(compute_gemm_SplitK + 1), and
 #: compute_gemm_SplitK returns 3 (aiter/ops/gemm_op_a4w4.py, both versions).
 TUNER_SPLITS = (0, 1, 2, 3)
@@ -95,9 +97,9 @@ def aiter_rows_list(tables: Mapping[str, pd.DataFrame], manifest: Manifest) -> S
         gfx = df["gfx"].astype(str).str.strip() if "gfx" in df.columns else None
         for i, r in enumerate(df.itertuples(index=False)):
             d = r._asdict()
-            if str(d["kernelName"]).strip() not in symbols or int(d["cu_num"]) != CU_NUM:
+            if str(d["kernelName"]).strip() not in symbols or int(d["cu_num"]) != NUM_CU:
                 continue
-            if gfx is not None and gfx.iloc[i] != TARGET_GFX:
+            if gfx is not None and gfx.iloc[i] != ARCH:
                 continue
             m, n, k = int(d["M"]), int(d["N"]), int(d["K"])
             where = f"{name}:{int(d['line'])}"
@@ -137,14 +139,18 @@ class Evidence:
     def from_tables(cls, safety: pd.DataFrame | None, splitk: pd.DataFrame | None) -> Evidence:
         edge: dict[tuple[str, str], str] = {}
         if safety is not None and len(safety):
+            original = safety["variant"].fillna(ORIGINAL) == ORIGINAL  # null: before variants
             bad = safety[
-                (safety["policy"] == "unsafe") & safety["rule_safe"] & (safety["verdict"] != "safe")
+                original
+                & (safety["policy"] == "unsafe")
+                & safety["rule_safe"]
+                & (safety["verdict"] != "safe")
             ]
             edge = {(r.kernel, r.edge_class): r.verdict for r in bad.itertuples()}
         split: dict[tuple[str, int], str] = {}
         if splitk is not None and len(splitk):
             bad = splitk[
-                (splitk["variant"] == "original") & splitk["status"].isin(["failed", "hazard"])
+                (splitk["variant"] == ORIGINAL) & splitk["status"].isin(["failed", "hazard"])
             ]
             split = {(r.kernel, int(r.log2_k_split)): r.status for r in bad.itertuples()}
         return cls(edge, split)
@@ -285,8 +291,8 @@ def aiter_view(frame: pd.DataFrame, index: TunedIndex | None, manifest: Manifest
                 }
             )
             continue
-        hit = lookup(index, manifest, r.m, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
-        low = lookup(index, manifest, r.m_low, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
+        hit = lookup(index, manifest, r.m, r.n, r.k, cu_num=NUM_CU, gfx=ARCH)
+        low = lookup(index, manifest, r.m_low, r.n, r.k, cu_num=NUM_CU, gfx=ARCH)
         safe = hit.safe if hit.safe is None or low.row != hit.row else hit.safe and low.safe
         out.append(
             {
@@ -371,7 +377,7 @@ def measured_us(frame: pd.DataFrame, bench: pd.DataFrame | None) -> pd.Series:
     key = ["kernel", "m", "n", "k", "log2_k_split"]
     if bench is None or not len(bench):
         return pd.Series(np.nan, index=frame.index)
-    ran = bench[(bench["status"] == "measured") & (bench["variant"] == "original")]
+    ran = bench[(bench["status"] == "measured") & (bench["variant"] == ORIGINAL)]
     times = ran.groupby(key)["us"].median().rename("us_measured").reset_index()
     return frame[key].merge(times, on=key, how="left")["us_measured"].set_axis(frame.index)
 

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from f4pipe import __version__
-from f4pipe.aiter.lookup import TARGET_GFX, lookup
+from f4pipe.aiter.lookup import lookup
 from f4pipe.aiter.manifest import Manifest
 from f4pipe.aiter.tuned import NO_KERNEL_ID, a4w4_bw, a4w4_tflops
+from f4pipe.arch.gfx950 import ARCH, NUM_CU
 from f4pipe.core.schemas import ArtifactKeys
-from f4pipe.pipeline.tune import CU_NUM, SHAPE_KEY, STATUS_TUNED, ShapeList
+from f4pipe.pipeline.tune import SHAPE_KEY, STATUS_TUNED, ShapeList
 
 if TYPE_CHECKING:
     from f4pipe.perf.predict import Predictor
@@ -34,8 +35,8 @@ def table_rows(frame: pd.DataFrame, list_name: str, manifest: Manifest) -> list[
     picks = written_picks(frame[frame["list"] == list_name])
     return [
         {
-            "gfx": TARGET_GFX,
-            "cu_num": CU_NUM,
+            "gfx": ARCH,
+            "cu_num": NUM_CU,
             "m": r.m,
             "n": r.n,
             "k": r.k,
@@ -99,7 +100,7 @@ def lookup_misses(csv_path: Path, frame: pd.DataFrame, manifest: Manifest) -> li
     misses = []
     for r in written_picks(frame).itertuples():
         for m in {r.m, r.m_low}:
-            got = lookup(index, manifest, m, r.n, r.k, cu_num=CU_NUM, gfx=TARGET_GFX)
+            got = lookup(index, manifest, m, r.n, r.k, cu_num=NUM_CU, gfx=ARCH)
             if got.outcome != "hit" or got.kernel != r.kernel or got.log2_k_split != r.log2_k_split:
                 misses.append(f"M={m} N={r.n} K={r.k}: {got.outcome} {got.runs or got.how}")
     return misses

@@ -8,7 +8,15 @@ held against `workflow/schemas/config.schema.yaml`, and the first mistake become
 that names the file and the key (`config/config.yaml: unknown key 'devise' (did you mean
 'device'?)`) instead of Snakemake's exception and the schema dump. A local source's path is
 checked too: a directory without an f4gemm manifest is named here, by its key, before any job
-runs. Nothing is hashed and nothing is fetched: the Snakefile's parse stays cheap.
+runs. So are the directories the run writes (`results_dir`, `resources_dir`, `reuse.store`: a
+file, a path under a file, a read-only directory) and a `toolchain.bin_dir` that is no
+directory. Nothing is hashed, fetched or run: the Snakefile's parse stays cheap.
+
+Why here: Snakemake deletes a job's outputs before it runs and again when it fails, and a job
+whose parameters changed runs again, so a mistake that a job finds costs that job's outputs of
+the earlier good result set. What this module cannot check cheaply (does the LLVM at
+`toolchain.bin_dir` know gfx950) a fact job finds, writing a file of its own under
+`results/facts/` before any job writes into a result set (workflow/rules/codeobj.smk).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import yaml
 
 from f4pipe.aiter.manifest import MANIFEST_NAME, find_f4gemm_dir
 from f4pipe.core.errors import ConfigError, InputError, ManifestError
-from f4pipe.core.fsio import read_input_text
+from f4pipe.core.fsio import check_writable_dir, read_input_text
 from f4pipe.fetch.sources import parse_source
 
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -75,6 +83,7 @@ def load(
     config = merged(base, command_line)
     check(config, schema, lambda key: origin(key, given))
     check_source(config["aiter"], origin("aiter", given))
+    check_paths(config, lambda key: origin(key, given))
     return config
 
 
@@ -156,3 +165,23 @@ def check_source(aiter: Mapping[str, Any], file: Path) -> None:
             "or its gfx950/f4gemm/: give aiter's hsa/gfx950/f4gemm directory, or the hsa/ or "
             "gfx950/ above it"
         ) from None
+
+
+def check_paths(config: Mapping[str, Any], where) -> None:
+    """The directories the run writes can be written, and a configured LLVM directory is one:
+    say so by key before any job starts (a job that found it would lose the earlier set's
+    outputs it was to replace)."""
+    written = [("results_dir", config["results_dir"]), ("resources_dir", config["resources_dir"])]
+    if store := config.get("reuse", {}).get("store"):
+        written.append(("reuse.store", store))
+    for key, value in written:
+        try:
+            check_writable_dir(value, key)
+        except InputError as exc:
+            raise ConfigError(f"{where(key.split('.')[0])}: {exc}") from None
+    bin_dir = config["toolchain"]["bin_dir"]
+    if bin_dir and not Path(bin_dir).expanduser().is_dir():
+        raise ConfigError(
+            f"{where('toolchain')}: toolchain.bin_dir: {bin_dir} is not a directory: give "
+            'LLVM\'s bin directory, or "" to search and provision one'
+        )

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from f4pipe.core.layout import BASE_VARIANTS, SEED_SPLITK_ERR_PCT, SEED_SPLITK_SHAPE
+from f4pipe.core.verdicts import SAFETY_COLOURS
 from f4pipe.report.render import short_kernel
 
 #: The plots `snakemake --report` carries beside the page (workflow/rules/report.smk): the
@@ -190,31 +192,35 @@ def short_kernel_label(kernel: str) -> str:
     return kernel.rsplit("_", 1)[-1] if "_" in kernel else kernel
 
 
-#: Colours of the safety heatmap, worst verdict per cell (not run: grey).
 #: Inches per heatmap cell (width, height): at dpi 110 about 50 x 11 px, which the report
 #: shows at about that size (render.TALL_PLOTS).
 HEATMAP_CELL_IN = (0.45, 0.1)
 
-SAFETY_COLOURS = {"safe": "#4caf50", "race": "#ffb300", "wrong": "#e53935", "fault": "#6a1b9a"}
+
+def safety_heatmap_rgba(cells: pd.DataFrame) -> np.ndarray:
+    """The heatmap's pixels, one per cell: its worst verdict's colour (core.verdicts
+    SAFETY_COLOURS), transparent where the cell holds no verdict (not run)."""
+    from matplotlib.colors import to_rgba
+
+    blank = (0.0, 0.0, 0.0, 0.0)
+    colours = {v: to_rgba(c) for v, c in SAFETY_COLOURS.items()}
+    return np.array(
+        [[colours.get(v, blank) for v in row] for row in cells.itertuples(index=False)],
+        dtype=float,
+    ).reshape(len(cells), cells.shape[1], 4)
 
 
 def plot_safety_heatmap(cells: pd.DataFrame, path: Path) -> str:
     """Kernel x edge class, each cell coloured by its worst verdict (`cells`: one row per
     kernel, one column per edge class, verdict names). The figure is sized to the grid (a
     fixed size per cell), so 35 kernels stay legible instead of shrinking into a strip."""
-    from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
     plt = pyplot()
-    verdicts = list(SAFETY_COLOURS)
-    codes = cells.apply(lambda col: col.map(lambda v: verdicts.index(v) if v in verdicts else -1))
-    grid = codes.to_numpy(dtype=float, copy=True)
-    grid[grid < 0] = float("nan")
     width = 1.9 + HEATMAP_CELL_IN[0] * cells.shape[1]
     height = 1.0 + HEATMAP_CELL_IN[1] * len(cells)
     fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    cmap = ListedColormap(list(SAFETY_COLOURS.values()))
-    ax.imshow(grid, cmap=cmap, vmin=0, vmax=3, aspect="auto")
+    ax.imshow(safety_heatmap_rgba(cells), aspect="auto")
     ax.set_xticks(range(cells.shape[1]), list(cells.columns), fontsize=7.5, rotation=35, ha="right")
     ax.set_yticks(range(len(cells)), list(cells.index), fontsize=7.5)
     ax.legend(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from f4pipe.core.layout import PRIMARY_ARCH
+from f4pipe.arch.gfx950 import ARCH
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.pipeline.stages import GFX950_ONLY_REASON
 from f4pipe.report.render import KERNEL_PREFIX, Section, in_kernel_order, short_kernel
@@ -26,7 +26,7 @@ GFX950_STAGES = "emulator verify, splitK, shape-edge safety, throughput and the 
 
 def roundtrip_tables(rs: ResultSet) -> dict[str, pd.DataFrame]:
     """Each architecture's round-trip rows that the set holds, gfx950's first."""
-    tables = {PRIMARY_ARCH: rs.table("roundtrip")}
+    tables = {ARCH: rs.table("roundtrip")}
     tables |= {arch: t.get("roundtrip") for arch, t in rs.arch_tables.items()}
     return {arch: df for arch, df in tables.items() if df is not None and len(df)}
 
@@ -82,18 +82,18 @@ def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
     sec = Section("roundtrip", "Round-trip: disassemble, reassemble, compare", "not run", "none")
     sec.headline = "not run"
     tables = roundtrip_tables(rs)
-    if PRIMARY_ARCH not in tables:
+    if ARCH not in tables:
         sec.notes.append("roundtrip.parquet is missing: the round-trip stage has not run.")
         return sec
     sec.notes.append(f"kernel names drop the common prefix {KERNEL_PREFIX}")
-    gfx950 = tables[PRIMARY_ARCH]
+    gfx950 = tables[ARCH]
     hazards = int(gfx950["hazards"].fillna(0).sum())
     findings = f"{hazards} static timing finding(s) in the rebuilt objects"
     if len(tables) == 1:
         sec.verdict = f"{arch_verdict(gfx950)}; {findings}"
     else:  # the timing analysis is gfx950's: its findings go with gfx950's verdict
         sec.verdict = "; ".join(
-            f"{arch}: {arch_verdict(df)}" + (f", {findings}" if arch == PRIMARY_ARCH else "")
+            f"{arch}: {arch_verdict(df)}" + (f", {findings}" if arch == ARCH else "")
             for arch, df in tables.items()
         )
     sec.headline = roundtrip_headline(tables, hazards)
@@ -102,7 +102,7 @@ def roundtrip_section(rs: ResultSet, out_dir: Path | None) -> Section:
     if len(tables) == 1:
         sec.table = roundtrip_table(gfx950).reset_index(drop=True)
         return sec
-    others = ", ".join(arch for arch in tables if arch != PRIMARY_ARCH)
+    others = ", ".join(arch for arch in tables if arch != ARCH)
     sec.notes.append(
         f"{others}: round trip only; {GFX950_STAGES} are gfx950 only: {GFX950_ONLY_REASON}"
     )

@@ -10,6 +10,8 @@ from typing import Any
 import pandas as pd
 
 from f4pipe.aiter.shaperules import EDGE_CLASSES
+from f4pipe.core.layout import BASE_VARIANTS
+from f4pipe.core.verdicts import SAFETY_MEANINGS, SAFETY_RANK, worst_verdict
 from f4pipe.pipeline.audit import format_finding
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.plots import HEATMAP_PNG, plot_predicted_vs_recorded, plot_safety_heatmap
@@ -21,11 +23,7 @@ from f4pipe.report.render import (
     short_kernel,
 )
 
-VERDICT_RANK = {"safe": 0, "race": 1, "wrong": 2, "fault": 3}
-
-
-def _worst_verdict(rows: pd.DataFrame) -> str:
-    return "" if not len(rows) else max(rows["verdict"], key=VERDICT_RANK.__getitem__)
+ORIGINAL = BASE_VARIANTS[0]
 
 
 def _padding_cell(rows: pd.DataFrame) -> str:
@@ -47,7 +45,7 @@ def _safety_cell(rows: pd.DataFrame) -> str:
         return "-"
     if "scale_pad" in rows and rows[["scale_pad", "k_pad"]].drop_duplicates().shape[0] > 1:
         return _padding_cell(rows)
-    worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+    worst = rows.loc[rows["verdict"].map(SAFETY_RANK).idxmax()]
     v = str(worst["verdict"])
     if v == "wrong" and worst["bad"]:
         return (
@@ -61,20 +59,82 @@ def _safety_cell(rows: pd.DataFrame) -> str:
     return v
 
 
+def split_variants(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The original code objects' rows, and the edits' (a table written before edits were
+    swept has no variant: every row is the original's)."""
+    if "variant" not in df:
+        return df, df.iloc[:0]
+    original = df["variant"].isna() | (df["variant"] == ORIGINAL)
+    return df[original], df[~original]
+
+
+def _kernel_line(label: str, rows: pd.DataFrame, padded: pd.DataFrame) -> dict[str, Any]:
+    """One row of the section's table: a kernel's (or an edit's) cell per edge class."""
+    first = rows.iloc[0]
+    line: dict[str, Any] = {"kernel": label, "store": first["store_class"]}
+    for edge in EDGE_CLASSES:
+        line[edge] = _safety_cell(rows[rows["edge_class"] == edge])
+    line["padded"] = (
+        "-" if not len(padded) else "safe" if (padded["verdict"] == "safe").all() else "NOT safe"
+    )
+    line["static D bound"] = first["static_d_bound"]
+    line["static N guards"] = first["static_n_guards"]
+    return line
+
+
+def broken_edges(original: pd.DataFrame, edit: pd.DataFrame) -> list[tuple[str, str]]:
+    """(edge class, the edit's worst verdict) where the original kernel is safe and its edit
+    is not: what an edit costs, in the seed layout (policy unsafe)."""
+    broken = []
+    for edge in EDGE_CLASSES:
+        before = worst_verdict(original.loc[original["edge_class"] == edge, "verdict"])
+        after = worst_verdict(edit.loc[edit["edge_class"] == edge, "verdict"])
+        if before == "safe" and after not in ("", "safe"):
+            broken.append((edge, after))
+    return broken
+
+
+def _edit_lines(
+    raw: pd.DataFrame, edits: pd.DataFrame
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """Each edit's table row by its kernel (shown beneath the original's), and one sentence per
+    edit that breaks an edge its original keeps."""
+    lines: dict[str, list[dict[str, Any]]] = {}
+    broke: list[str] = []
+    if not len(edits):
+        return lines, broke
+    for (variant, kernel), rows in edits.groupby(["variant", "kernel"], sort=True):
+        unsafe_rows = rows[rows["policy"] == "unsafe"]
+        label = f"{short_kernel(str(kernel))} ({variant})"
+        lines.setdefault(str(kernel), []).append(
+            _kernel_line(label, unsafe_rows, rows[rows["policy"] == "pad"])
+        )
+        broken = broken_edges(raw[raw["kernel"] == kernel], unsafe_rows)
+        if broken:
+            broke.append(
+                f"{variant} breaks {short_kernel(str(kernel))} where the original is safe: "
+                + ", ".join(f"{edge} {verdict}" for edge, verdict in broken)
+            )
+    return lines, broke
+
+
 def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
-    df = rs.table("safety")
+    """The original code objects' sweep (the heatmap, the counts), and each edit's kernel
+    beside its original's row, with every edge the edit breaks named in words."""
+    table_rows = rs.table("safety")
     sec = Section("safety", "Shape-edge safety: kernel x edge class (emulator)", "not run", "none")
     sec.headline = "not run"
-    if df is None or not len(df):
+    if table_rows is None or not len(table_rows):
         sec.notes.append("safety.parquet is missing: the safety sweep has not run.")
         return sec
+    df, edits = split_variants(table_rows)
     # natural kernel order once: the table and the heatmap below group in this order
     raw = df[df["policy"] == "unsafe"].sort_values("kernel", key=in_kernel_order, kind="stable")
     padded = df[df["policy"] == "pad"]
     counts = []
     for edge in EDGE_CLASSES:
         cell = raw[raw["edge_class"] == edge].groupby("kernel")["verdict"]
-        worst = cell.agg(lambda v: max(v, key=VERDICT_RANK.__getitem__))
+        worst = cell.agg(worst_verdict)
         tally = worst.value_counts()
         counts.append(f"{edge}: " + ", ".join(f"{n} {v}" for v, n in sorted(tally.items())))
     disagree = df[~df["agrees"]]
@@ -95,12 +155,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         )
         sec.headline = f"{len(disagree)} rows: rules and emulator disagree"
     sec.state = "bad" if len(disagree) else "info"
-    sec.notes.append(
-        "safe: D[:M,:N] right and no canary outside it moved in every workgroup order, no "
-        "races; race: right here, but two workgroups store to one address (hardware order "
-        "decides); wrong: first bad element (expected, got) in some order; fault: the kernel "
-        "left its buffers (the emulator refuses; hardware writes or reads whatever is there)"
-    )
+    sec.notes.append("; ".join(f"{v}: {meaning}" for v, meaning in SAFETY_MEANINGS.items()))
     sec.notes.append(
         f"orders: {', '.join(sorted(set(df['orders'])))}; kernel names drop "
         f"the prefix {KERNEL_PREFIX}"
@@ -114,25 +169,23 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
                 for _, r in disagree.iterrows()
             )
         )
+    edit_lines, broke = _edit_lines(raw, edits)
+    if broke:
+        sec.state = "bad"
+        sec.verdict = f"{len(broke)} edit(s) break an edge the original keeps; {sec.verdict}"
+        sec.headline = f"{len(broke)} edit(s) break a safe edge"
+        sec.notes[:0] = broke
     table = []
     for kernel, rows in raw.groupby("kernel", sort=False):
-        first = rows.iloc[0]
-        line: dict[str, Any] = {"kernel": short_kernel(str(kernel))}
-        line["store"] = first["store_class"]
-        for edge in EDGE_CLASSES:
-            line[edge] = _safety_cell(rows[rows["edge_class"] == edge])
         pads = padded[padded["kernel"] == kernel]
-        line["padded"] = (
-            "-" if not len(pads) else "safe" if (pads["verdict"] == "safe").all() else "NOT safe"
-        )
-        line["static D bound"] = first["static_d_bound"]
-        line["static N guards"] = first["static_n_guards"]
-        table.append(line)
+        table.append(_kernel_line(short_kernel(str(kernel)), rows, pads))
+        table += edit_lines.get(str(kernel), [])
     sec.table = pd.DataFrame(table)
     if out_dir is not None:
         worst = {
             short_kernel(str(kernel)): {
-                edge: _worst_verdict(rows[rows["edge_class"] == edge]) for edge in EDGE_CLASSES
+                edge: worst_verdict(rows.loc[rows["edge_class"] == edge, "verdict"])
+                for edge in EDGE_CLASSES
             }
             for kernel, rows in raw.groupby("kernel", sort=False)
         }
@@ -140,7 +193,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         sec.plot = plot_safety_heatmap(cells, out_dir / HEATMAP_PNG)
     repro = []
     for (kernel, edge), rows in raw[raw["verdict"] != "safe"].groupby(["kernel", "edge_class"]):
-        worst = rows.loc[rows["verdict"].map(VERDICT_RANK).idxmax()]
+        worst = rows.loc[rows["verdict"].map(SAFETY_RANK).idxmax()]
         repro.append(f"# {short_kernel(str(kernel))} {edge}: {worst['verdict']}")
         repro.append(str(worst["reproducer"]))
     if repro:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from f4pipe.core.layout import BASE_VARIANTS, SEED_SPLITK_ERR_PCT, SEED_SPLITK_SHAPE
+from f4pipe.core.verdicts import RAN_AS, RUN_COMPLETED, RUN_PROBLEMS
 from f4pipe.pipeline.resultset import ResultSet
 from f4pipe.report.plots import (
     SPLITK_PNG,
@@ -44,7 +45,7 @@ def _not_run(sec: Section, name: str, df: pd.DataFrame | None) -> bool:
         sec.verdict, sec.state, sec.headline = "not run", "none", "not run"
         sec.notes.append(f"{name}.parquet is missing: the {name} stage has not run.")
         return True
-    ran = df[df["status"].isin(["passed", "failed"])]
+    ran = df[df["status"].isin(RUN_COMPLETED)]
     if not len(ran):
         errored = (df["status"] == "error").any()
         sec.verdict = f"no {name} run completed: {_status_counts(df)}"
@@ -92,7 +93,7 @@ def _identical(df: pd.DataFrame, metrics: Sequence[str]) -> tuple[int, int]:
     cols = [f"{v} {m}" for v in BASE_VARIANTS for m in ("status", *metrics)]
     if not all(c in df.columns for c in cols):
         return 0, 0
-    ran = ["passed", "failed"]
+    ran = RUN_COMPLETED
     both = df[df["original status"].isin(ran) & df["rebuilt status"].isin(ran)]
     same = both[
         [
@@ -139,7 +140,7 @@ def verify_section(rs: ResultSet, out_dir: Path | None) -> Section:
             f"timing checked on the emulator (memory counters, LDS visibility, wait states): "
             f"{int(hazards)} hazard(s) in {int((df['hazards'].fillna(0) > 0).sum())} run(s)"
         )
-    bad = df["status"].isin(["failed", "error", "hazard"]).any() or same != both
+    bad = df["status"].isin(RUN_PROBLEMS).any() or same != both
     sec.state = "bad" if bad else "ok"
     sec.headline = _run_counts(df)
     if not bad and same != both:
@@ -167,13 +168,9 @@ def _run_counts(df: pd.DataFrame) -> str:
     )
 
 
-#: A status as the headline says it of runs ("2 of 6 runs errored").
-RAN_AS = {"error": "errored", "hazard": "with hazards"}
-
-
 def _problems(df: pd.DataFrame) -> list[str]:
     """One line per failed or errored run, so they are seen without reading the whole table."""
-    bad = df[df["status"].isin(["failed", "hazard", "error"])]
+    bad = df[df["status"].isin(RUN_PROBLEMS)]
     lines = [
         f"{r['status']}: {r['variant']} {short_kernel(r['kernel'])} {shape_label(r)}"
         + (f" ({r['reason']})" if r["reason"] else f" ({r['bad']} bad elements)")
@@ -213,7 +210,7 @@ def splitk_section(rs: ResultSet, out_dir: Path | None) -> Section:
             sec.plot = plot_splitk(None, out_dir / SPLITK_PNG)
         return sec
     assert df is not None
-    ran = df[df["status"].isin(["passed", "failed"])]
+    ran = df[df["status"].isin(RUN_COMPLETED)]
     worst = ran.groupby("log2_k_split")["err_frac"].max()
     sec.verdict = f"{_run_counts(df)}; worst error by split: " + ", ".join(
         f"{1 << int(lg)}: {v * 100:.2f} %" for lg, v in worst.items()

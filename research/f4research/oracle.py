@@ -260,7 +260,7 @@ def _wait_check(
     kernel: Compiled, i: int, counter: int, limits: tuple[int, int], base: _Findings
 ) -> Outcome:
     """A wait one count looser must expose exactly the registers the model says it does."""
-    from f4pipe.analysis.waits import encode_waitcnt
+    from f4pipe.arch.waitcnt import encode_waitcnt
 
     ins = kernel.asm[i]
     loose = (limits[0] + 1, limits[1]) if counter == 0 else (limits[0], limits[1] + 1)

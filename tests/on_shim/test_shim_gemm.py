@@ -83,7 +83,7 @@ def test_a_protocol_times_every_launch_alone_and_rotates_distinct_operand_copies
     """R x N launches, each between its own event pair, the splitK memset of D inside it;
     warm-up first; cold mode uploads distinct copies of A, B and their scales and really
     launches on each in turn."""
-    from f4pipe.host.benchstats import Protocol
+    from f4pipe.host.benchprotocol import Protocol
     from f4pipe.host.kernarg import KERNARG_SIZE, unpack_kernarg
 
     entry = manifest.get(SPLITK_KERNEL)

@@ -48,17 +48,52 @@ checkpoint fetch:
         "--expect-id {wildcards.aiter_id:q} > {log:q} 2>&1"
 
 
+# The configured LLVM, proved to know gfx950, as a fact of its own (f4pipe.pipeline.facts): a
+# `toolchain.bin_dir` that is no such LLVM fails here, and Snakemake's removal of a failed job's
+# outputs costs no result set anything. Each set's toolchain.json is then a copy of the fact.
 rule toolchain:
     output:
-        TOOLCHAIN,
+        TOOLCHAIN_FACT,
     log:
-        LOGS / "toolchain.log",
+        FACT_LOGS / "toolchain.log",
+    priority: 100
     conda:
         "../envs/f4pipe.yaml"
     params:
         toolchain=get_toolchain_args,
     shell:
         "f4pipe toolchain {params.toolchain} -o {output:q} > {log:q} 2>&1"
+
+
+rule toolchain_json:
+    input:
+        TOOLCHAIN_FACT,
+    output:
+        TOOLCHAIN,
+    log:
+        LOGS / "toolchain.log",
+    conda:
+        "../envs/f4pipe.yaml"
+    shell:
+        # copied beside, then renamed: never half-written (a plain copy: no f4pipe start-up)
+        "(cp {input:q} {output:q}.part && mv {output:q}.part {output:q}) 2> {log:q}"
+
+
+rule config_check:
+    input:
+        fetched=AITER_DIR,
+    output:
+        CONFIG_FACT,
+    log:
+        LOGS / "config_check.log",
+    priority: 100
+    conda:
+        "../envs/f4pipe.yaml"
+    params:
+        names=get_config_check_args,
+    shell:
+        "f4pipe config-check --aiter-dir {input.fetched:q} {params.names} -o {output:q} "
+        "> {log:q} 2>&1"
 
 
 rule kernels:
@@ -151,6 +186,7 @@ rule architectures:
     input:
         fetched=AITER_DIR,
         toolchain=TOOLCHAIN,
+        checked=CONFIG_FACT,
     output:
         directory(ARCHS),
     log:

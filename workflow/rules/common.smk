@@ -11,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from f4pipe.core.errors import ConfigError
-from f4pipe.edits.spec import parse_edit_specs
+from f4pipe.edits.spec import check_edit_files, parse_edit_specs
 from f4pipe.pipeline.joberrors import report as failed_job_report
 from f4pipe.pipeline.workflowconfig import load as load_config
 from f4pipe.core.fsio import json_text
@@ -20,6 +20,7 @@ from f4pipe.pipeline.facts import (
     TIMES_LAUNCHES,
     local_source_files,
     read_fact,
+    fact_key,
     source_key,
 )
 from f4pipe.core.layout import (
@@ -45,7 +46,9 @@ from f4pipe.core.layout import (
     aiter_id_fact_file,
     device_fact_file,
     edit_name_of,
+    config_fact_file,
     table_file,
+    toolchain_fact_file,
 )
 from f4pipe.aiter.manifest import read_manifest
 from f4pipe.host.matrices import get_matrix, kernels_that_may_run
@@ -60,12 +63,14 @@ from f4pipe.report.plots import (
 mimetypes.add_type(*PARQUET_MEDIA_TYPE)
 
 # config/config.yaml, then --configfile / --config on top (`aiter` replaced whole), checked with
-# one line per mistake (f4pipe.pipeline.workflowconfig); exit 2 as every f4pipe command does.
+# one line per mistake (f4pipe.pipeline.workflowconfig; the edits here: f4pipe.edits.spec); exit
+# 2 as every f4pipe command does.
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 try:
     LOADED = load_config(
         config, workflow.overwrite_configfiles, yaml.safe_load(SCHEMA.read_text())
     )
+    EDIT_SPECS = check_edit_files(parse_edit_specs(LOADED.get("edits", [])))
 except ConfigError as exc:
     sys.stderr.write(f"f4pipe: error: {exc}\n")
     sys.exit(2)
@@ -83,6 +88,10 @@ RESULTS_ROOT = Path(config["results_dir"])
 FACTS = RESULTS_ROOT / FACTS_DIR
 AITER_ID_FACT = FACTS / aiter_id_fact_file(source_key(config["aiter"]))
 DEVICE_FACT = FACTS / device_fact_file(config["device"])
+# The LLVM `toolchain.bin_dir` gives, proved to know gfx950: a fact too, so that a directory
+# that is no LLVM fails a job whose output is its own file; each set's toolchain.json is a
+# copy of it, and every job that writes into a set comes after that copy.
+TOOLCHAIN_FACT = FACTS / toolchain_fact_file(fact_key(config["toolchain"]["bin_dir"]))
 # Everything else belongs to one aiter id: the wildcard {aiter_id} in every path below, whose
 # value `all` takes from the aiter id fact (get_final_outputs).
 AITER_ID_WILDCARD = "{aiter_id}"
@@ -103,9 +112,18 @@ TUNED = (
     RESULTS / TUNED_DIR
 )  # f4pipe tune's tables in aiter's format, one per shape list
 ARCHS = RESULTS / ARCHS_DIR  # every architecture beside gfx950: kernels + round trip
+# The config's names that only the fetched aiter confirms (architectures, edit kernels, tuned
+# tables): a fact of the aiter id, an input of the jobs that use them and of config.json, so a
+# mistaken name fails before any of them replaces an earlier set's file.
+CHECKED_NAMES = {
+    "architectures": config["architectures"],
+    "edit_kernels": [spec.kernel for spec in EDIT_SPECS],
+    "tables": config["audit_tuned"].get("tables", []),
+}
+CONFIG_FACT = FACTS / config_fact_file(AITER_ID_WILDCARD, fact_key(CHECKED_NAMES))
 ORIGINAL, REBUILT = BASE_VARIANTS
 EDIT_VARIANT = f"{EDIT_VARIANT_PREFIX}{{edit}}"  # variants/edit-<name>/
-EDITS = {spec.name: spec for spec in parse_edit_specs(config.get("edits", []))}
+EDITS = {spec.name: spec for spec in EDIT_SPECS}
 VARIANTS = [*BASE_VARIANTS] + [spec.variant for spec in EDITS.values()]
 
 
@@ -163,6 +181,14 @@ def get_fetched_dir(wildcards):
 def get_f4gemm_dir(wildcards):
     """The fetched code objects and their manifest (the fetch checkpoint's f4gemm/)."""
     return str(Path(get_fetched_dir(wildcards)) / F4GEMM_DIR)
+
+
+def get_config_check_args(wildcards):
+    """CHECKED_NAMES as `f4pipe config-check` options."""
+    args = [f"--architectures {shlex.quote(get_architectures_arg(wildcards))}"]
+    args += [f"--edit-kernel {shlex.quote(k)}" for k in CHECKED_NAMES["edit_kernels"]]
+    args += [f"--table {shlex.quote(str(t))}" for t in CHECKED_NAMES["tables"]]
+    return " ".join(args)
 
 
 def get_toolchain_args(wildcards):
@@ -344,11 +370,16 @@ def get_store_args(wildcards):
 
 
 def get_safety_rows(wildcards):
-    """The shape-edge sweep's rows (original code objects): one job, or one per kernel."""
+    """The shape-edge sweep's rows: the original code objects' (one job, or one per kernel)
+    and each edit's, whose variant holds its one kernel (the rebuilt objects are not swept:
+    their bytes are proved equivalent to the originals')."""
+    swept = [ORIGINAL, *(spec.variant for spec in EDITS.values())]
     if PER_VARIANT_JOBS:
-        return [RESULTS / "safety" / ORIGINAL / f"{EVERY_KERNEL}.parquet"]
+        return [RESULTS / "safety" / v / f"{EVERY_KERNEL}.parquet" for v in swept]
     return [
-        RESULTS / "safety" / ORIGINAL / f"{k}.parquet" for k in get_kernels(wildcards)
+        RESULTS / "safety" / v / f"{k}.parquet"
+        for v in swept
+        for k in get_variant_kernels(wildcards, v)
     ]
 
 

@@ -9,6 +9,7 @@ rule edit_variant:
         fetched=AITER_DIR,
         asm=get_edit_asm,
         toolchain=TOOLCHAIN,
+        checked=CONFIG_FACT,
     output:
         variant=directory(VARIANT_DIRS / EDIT_VARIANT),
         diff=report(

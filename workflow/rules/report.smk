@@ -2,6 +2,11 @@
 
 
 rule effective_config:
+    input:
+        # after the toolchain is proved and the config's names checked: a mistaken config
+        # leaves the earlier set's config.json as it was
+        TOOLCHAIN,
+        CONFIG_FACT,
     output:
         RESULTS / "config.json",
     log:

@@ -1,5 +1,5 @@
 # Shape-edge safety: the edge sweep on the emulator (one job, or one per kernel: config
-# `jobs_per`), and the audit of aiter's a4w4 tuned GEMM tables (fetched with the code objects,
+# `jobs_per`) of the original code objects and of each edit's kernel, and the audit of aiter's a4w4 tuned GEMM tables (fetched with the code objects,
 # any source kind) against the rules it proves.
 
 
@@ -20,7 +20,8 @@ rule safety:
         kernel=get_unit_kernel_args,
         store=get_store_args,
     shell:
-        "f4pipe safety --co-dir {input.co_dir:q} {params.kernel} --aiter-id {wildcards.aiter_id:q} "
+        "f4pipe safety --co-dir {input.co_dir:q} {params.kernel} --variant {wildcards.variant:q} "
+        "--aiter-id {wildcards.aiter_id:q} "
         "{params.store} --workers {threads:q} --toolchain-json {input.toolchain:q} --record "
         "-o {output:q} > {log:q} 2>&1"
 
@@ -47,6 +48,7 @@ rule audit_tuned:
     input:
         fetched=AITER_DIR,
         toolchain=TOOLCHAIN,
+        checked=CONFIG_FACT,
     output:
         report(
             RESULTS / table_file("audit"),
