@@ -21,6 +21,7 @@ is measured the way aiter's tuner measures it (f4pipe.pipeline.tuneerr), on one 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from f4pipe.aiter.shaperules import (
     EDGE_K_TAIL,
     EDGE_K_TAIL_ROW,
     K_BLOCK,
+    Violation,
     check_shape,
     violations,
 )
@@ -114,14 +116,17 @@ AITER_ROWS = "aiter-rows"
 # --- safety --------------------------------------------------------------------------------
 
 
-def edge_classes(entry: KernelEntry, m: int, n: int, k: int) -> frozenset[str]:
-    """The edge classes a shape exercises for a kernel: the rules it breaks, else its K class
-    (the sweep's aligned shapes), and its K tail."""
-    found = {v.edge_class for v in violations(entry, m, n, k)}
-    found.add(EDGE_K_MIN if k == K_BLOCK else EDGE_K_MULTI)
+def edge_classes(
+    entry: KernelEntry, m: int, n: int, k: int, found: Sequence[Violation] | None = None
+) -> frozenset[str]:
+    """The edge classes a shape exercises for a kernel: the rules it breaks (`found`, when the
+    caller has them), its K class (the sweep's aligned shapes), and its K tail."""
+    broken = found if found is not None else violations(entry, m, n, k)
+    classes = {v.edge_class for v in broken}
+    classes.add(EDGE_K_MIN if k == K_BLOCK else EDGE_K_MULTI)
     if k % K_BLOCK:
-        found.add(EDGE_K_TAIL_ROW if m == 1 else EDGE_K_TAIL)
-    return frozenset(found)
+        classes.add(EDGE_K_TAIL_ROW if m == 1 else EDGE_K_TAIL)
+    return frozenset(classes)
 
 
 @dataclass(frozen=True)
@@ -161,20 +166,31 @@ def unsafe_reason(
 ) -> str:
     """Why the candidate is unsafe for the M values its row serves ("" = safe)."""
     reasons = []
+    name = _name(entry)
     for m in sorted({m_low, m_key}):
-        reasons += [f"M={m}: {v.message}" for v in violations(entry, m, n, k)]
-        for cls in sorted(edge_classes(entry, m, n, k)):
-            if (entry.name, cls) in evidence.edge:
-                reasons.append(f"the edge sweep found {cls} {evidence.edge[entry.name, cls]}")
-    if (entry.name, split) in evidence.splitk:
-        reasons.append(f"the splitK stage found split {split} {evidence.splitk[entry.name, split]}")
+        found = violations(entry, m, n, k)
+        reasons += [f"M={m}: {v.message}" for v in found]
+        if not evidence.edge:
+            continue
+        for cls in sorted(edge_classes(entry, m, n, k, found)):
+            if (name, cls) in evidence.edge:
+                reasons.append(f"the edge sweep found {cls} {evidence.edge[name, cls]}")
+    if (name, split) in evidence.splitk:
+        reasons.append(f"the splitK stage found split {split} {evidence.splitk[name, split]}")
     return "; ".join(dict.fromkeys(reasons))
 
 
 # --- candidates ----------------------------------------------------------------------------
 
 
-def _splits(entry: KernelEntry, k: int) -> list[int]:
+@functools.cache
+def _name(entry: KernelEntry) -> str:
+    """entry.name, a property that builds a Path, kept: the candidates ask for it 10^5 times."""
+    return entry.name
+
+
+@functools.cache
+def _splits(entry: KernelEntry, k: int) -> tuple[int, ...]:
     """The splits of TUNER_SPLITS the launcher accepts for the kernel at K."""
     ok = []
     for split in TUNER_SPLITS if entry.splitk else (0,):
@@ -183,20 +199,20 @@ def _splits(entry: KernelEntry, k: int) -> list[int]:
         except ShapeError:
             continue
         ok.append(split)
-    return ok
+    return tuple(ok)
 
 
 def candidates(lists: Sequence[ShapeList], manifest: Manifest, evidence: Evidence) -> pd.DataFrame:
     """One row per (list, shape, kernel, split) the launcher accepts, with its safety; a shape
     the kernels refuse outright keeps one row (kernel "", status refused)."""
-    pool = [e for e in manifest if e.bpreshuffle]
+    pool = [(e, _name(e)) for e in manifest if e.bpreshuffle]
     rows: list[dict[str, Any]] = []
     for sl in lists:
         for spec in sl.specs:
             keys, lows = distinct_ms(spec.m_lo, spec.m_hi, spec.n)
             if sl.exact:
                 keys = lows = np.arange(spec.m_lo, spec.m_hi + 1)
-            entries = [e for e in pool if not spec.kernel or e.name == spec.kernel]
+            entries = [(e, name) for e, name in pool if not spec.kernel or name == spec.kernel]
             for m_key, m_low in zip(keys.tolist(), lows.tolist(), strict=True):
                 base = {
                     "list": sl.name,
@@ -212,11 +228,11 @@ def candidates(lists: Sequence[ShapeList], manifest: Manifest, evidence: Evidenc
                 except ShapeError as exc:
                     rows.append({**base, "kernel": "", "log2_k_split": 0, "reason": str(exc)})
                     continue
-                for e in entries:
+                for e, name in entries:
                     for split in _splits(e, spec.k):
                         reason = unsafe_reason(e, m_key, m_low, spec.n, spec.k, split, evidence)
                         rows.append(
-                            {**base, "kernel": e.name, "log2_k_split": split, "reason": reason}
+                            {**base, "kernel": name, "log2_k_split": split, "reason": reason}
                         )
     frame = pd.DataFrame(rows)
     frame["safe"] = (frame["kernel"] != "") & (frame["reason"] == "")
@@ -261,7 +277,7 @@ def choose(frame: pd.DataFrame) -> pd.Series:
 
 def shape_status(frame: pd.DataFrame) -> pd.Series:
     """Per candidate row: its shape's status (tuned, no safe asm kernel, refused)."""
-    refused = frame.groupby(SHAPE_KEY)["kernel"].transform(lambda s: (s == "").all())
+    refused = (frame["kernel"] == "").groupby([frame[c] for c in SHAPE_KEY]).transform("all")
     picked = frame.groupby(SHAPE_KEY)["picked"].transform("any")
     return pd.Series(
         np.where(refused, STATUS_REFUSED, np.where(picked, STATUS_TUNED, STATUS_NO_SAFE)),
