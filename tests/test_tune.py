@@ -207,14 +207,14 @@ def test_bad_shape_list_names_file_line_value(f4gemm_dir, tmp_path, capsys, text
 
 def _result_set(directory: Path, frame: pd.DataFrame):
     """A result set holding only a TUNE table (and the empty kernels table a set needs)."""
-    from f4pipe.core.schemas import KERNELS, TUNE, write_rows
+    from f4pipe.core.schemas import KERNELS, write_rows
     from f4pipe.pipeline.resultset import ResultSet
-    from f4pipe.pipeline.tunedcsv import tune_rows
+    from f4pipe.pipeline.tunedcsv import write_tune_table
 
     directory.mkdir(parents=True)
     (directory / "toolchain.json").write_text(json.dumps({"toolchain_id": "llvm-22"}))
     write_rows(directory / "kernels.parquet", [], KERNELS)
-    write_rows(directory / "tune.parquet", tune_rows(frame), TUNE)
+    write_tune_table(directory / "tune.parquet", frame)
     return ResultSet.load(directory)
 
 

@@ -24,7 +24,6 @@ def run_tune(args: argparse.Namespace) -> int:
     from f4pipe.aiter.tuned import read_tuned, tuned_header
     from f4pipe.cli.locate import artifact_keys, locate_co_dir
     from f4pipe.core.errors import InputError
-    from f4pipe.core.schemas import TUNE, write_rows
     from f4pipe.perf.predict import Predictor
     from f4pipe.pipeline import tune, tunedcsv
     from f4pipe.pipeline.resultstore import open_store
@@ -86,7 +85,7 @@ def run_tune(args: argparse.Namespace) -> int:
                 tunedcsv.write_outputs(frame, lst, path, manifest, predictor, keys, header, source)
             )
     if args.table:
-        write_rows(args.table, tunedcsv.tune_rows(frame), TUNE)
+        tunedcsv.write_tune_table(args.table, frame)
     for s in tune.summarize(frame):
         print(f"f4pipe tune: {tune.summary_line(s)}")
     for line in written:

@@ -164,7 +164,12 @@ def write_outputs(
     return f"{len(rows)} row(s) -> {path} (provenance and shapes beside it)"
 
 
-def tune_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """The TUNE table's rows (missing values as None, as Parquet wants them)."""
-    plain = frame.astype(object).where(frame.notna(), None)
-    return plain.to_dict("records")
+def write_tune_table(path: Path, frame: pd.DataFrame) -> None:
+    """The TUNE table, written from the frame by columns (10^5 rows: no row dicts), with no
+    pandas metadata, so the same frame gives the same bytes as writing its rows would."""
+    import pyarrow as pa
+
+    from f4pipe.core.schemas import TUNE, write_table
+
+    table = pa.Table.from_pandas(frame[TUNE.names], schema=TUNE, preserve_index=False)
+    write_table(path, table.replace_schema_metadata(None))
