@@ -13,7 +13,7 @@ archives, as the step's JSON records the baseline's archive by name.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import pandas as pd
 
@@ -46,6 +46,7 @@ class ChangesRecord(TypedDict):
     verdict_changes: dict[str, int]  # per kind, as `f4pipe compare --json` counts them
     newly_unsafe: int  # tuned-table rows unsafe now that were not
     regressions: int  # measured runs slower beyond the noise
+    tuned_picks: NotRequired[int]  # tuned shapes whose pick changed (records before: absent)
     summary: list[str]  # the first SUMMARY_LINES of `f4pipe compare`'s summary
     summary_omitted: int  # lines after those
 
@@ -93,6 +94,10 @@ def changes_section(record: ChangesRecord | None) -> Section:
     sec.state = "bad" if record["differs"] or slower else "ok"
     sec.verdict = _verdict(baseline["label"], changed, unsafe, slower)
     sec.headline = _headline(total, unsafe, slower)
+    picks = record.get("tuned_picks", 0)
+    if picks:
+        sec.verdict += f"; {picks} tuned picks changed (predicted; `f4pipe compare` names them)"
+        sec.headline += f", {picks} tuned picks changed"
     sec.notes.append(
         f"baseline: {baseline['archive']} (in the archives directory's {baseline['aiter_id']}/), "
         "the newest archive of another aiter id when the changes step ran (by file time); "
