@@ -179,3 +179,47 @@ def test_the_supported_releases_are_the_tested_ones():
     assert series == set(HIP_PYTHON_FOR_HIP.values())
     (pin,) = [d for d in project["project"]["dependencies"] if d.startswith("hip-python")]
     assert pin == "hip-python>=6.4,<10.1"
+
+
+def test_tune_times_the_candidates_the_model_cannot_separate_on_the_shim(
+    shim_lib, f4gemm_dir, tmp_path
+):
+    """`tune --device hip` end to end through the HIP path (issue 51's measuring step): the
+    shape's safe candidates within the model's p90 band of the predicted best, and at least
+    its 3 fastest predicted, are timed with the bench protocol; the pick is the fastest timed.
+    On the shim the times are the host's clock: the rows say shim-timed and the written `us`
+    stays the prediction."""
+    import json
+
+    import pandas as pd
+
+    from f4pipe.aiter.tuned import read_tuned
+    from f4pipe.pipeline.tunemeasure import MIN_MEASURED
+
+    shapes = tmp_path / "tiny.csv"
+    shapes.write_text("name,M,N,K\ntiny,32,256,512\n")
+    out, table = tmp_path / "tiny.tuned.csv", tmp_path / "tune.parquet"
+    proc = run_f4pipe(
+        shim_lib, "tune", "--co-dir", str(f4gemm_dir), "--shapes", str(shapes), "-o", str(out),
+        "--table", str(table), "--device", "hip", "--iters", "1", "--repeats", "1",
+        "--warmup", "0", "--warmup-ms", "0", "--hot", "--aiter-id", "a", "--toolchain-id", "t",
+        "--store", str(tmp_path / "store"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "decided by the HIP shim's host clock" in proc.stdout
+    rows = pd.read_parquet(table)
+    safe = rows[rows["safe"]]
+    best = safe["us_pred"].min()
+    within = safe["us_pred"] <= best * (1 + safe["band_p90_pct"] / 100)
+    fastest = safe["us_pred"].rank(method="first") <= MIN_MEASURED
+    want = set(safe.index[within | fastest])
+    timed = rows[rows["measured_on"] != ""]
+    assert set(timed.index) == want and len(want) >= MIN_MEASURED
+    assert (timed["measured_on"] == "hip-shim-emulator").all() and timed["us_measured"].gt(0).all()
+    pick = rows[rows["picked"]]
+    assert len(pick) == 1 and pick.index[0] == timed["us_measured"].idxmin()
+    assert (rows["decided_by"] == "shim-timed").all()
+    written = read_tuned(out)
+    assert written["us"].tolist() == [round(float(pick["us_pred"].iloc[0]), 4)]
+    record = json.loads(out.with_name("tiny.tuned.provenance.json").read_text())
+    assert record["decided_by"] == {"shim-timed": 1} and record["measured_rows"] == []

@@ -11,10 +11,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from f4pipe.cli import EXIT_OK, command_help
-from f4pipe.cli.args import add_artifact_keys, add_co_dir, add_store
+from f4pipe.cli.args import (
+    add_artifact_keys,
+    add_co_dir,
+    add_device,
+    add_protocol,
+    add_store,
+    protocol_from,
+)
+from f4pipe.host.benchprotocol import BENCH_ITERS
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from f4pipe.core.device import Device
+    from f4pipe.perf.predict import Predictor
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -50,6 +61,7 @@ def run_tune(args: argparse.Namespace) -> int:
         _table(args.safety, "safety"), _table(args.splitk, "splitk")
     )
     predictor = Predictor(manifest)
+    device = _timing_device(args.device)
     frame = tune.tune_lists(
         lists,
         manifest,
@@ -59,6 +71,8 @@ def run_tune(args: argparse.Namespace) -> int:
         evidence=evidence,
         store=open_store(args.store),
         bench=_table(args.bench, "bench"),
+        device=device,
+        protocol=protocol_from(args) if device is not None else None,
     )
     main_table = next(iter(tables.values()), None)
     header = tuned_header(main_table)
@@ -90,10 +104,7 @@ def run_tune(args: argparse.Namespace) -> int:
         print(f"f4pipe tune: {tune.summary_line(s)}")
     for line in written:
         print(f"f4pipe tune: {line}")
-    print(
-        f"f4pipe tune: us, tflops and bw are PREDICTED by the cycle model ({predictor.model_id}, "
-        f"calibration {predictor.calibration_id}; not measured)"
-    )
+    print(f"f4pipe tune: {_decided_line(frame, predictor)}")
     for r in (
         frame[frame["status"] != tune.STATUS_TUNED].drop_duplicates(tune.SHAPE_KEY).itertuples()
     ):
@@ -102,6 +113,46 @@ def run_tune(args: argparse.Namespace) -> int:
             + (f" ({r.reason})" if r.status == tune.STATUS_REFUSED else "")
         )
     return EXIT_OK
+
+
+def _timing_device(kind: str) -> Device | None:
+    """The device whose launches `tune` times, or None where none can (the emulator: every
+    pick stays predicted)."""
+    from f4pipe.core.errors import HipVersionError, NoDeviceError
+    from f4pipe.devices.opendevice import open_device
+
+    if kind == "emulator":
+        return None
+    try:
+        device = open_device(kind, lazy=True)
+    except HipVersionError:
+        raise  # a HIP runtime the installed hip-python does not match: fix it (exit 2)
+    except NoDeviceError:
+        if kind == "hip":
+            raise
+        return None
+    return device if device.can_time else None
+
+
+def _decided_line(frame: pd.DataFrame, predictor: Predictor) -> str:
+    """How the picks were made, in one line: predicted, or measured where a device timed the
+    candidates the model cannot separate."""
+    from f4pipe.pipeline.tunemeasure import BY_MEASUREMENT, BY_PREDICTION, BY_SHIM
+
+    picks = frame[frame["picked"]].drop_duplicates(["m", "n", "k"])
+    counts = picks["decided_by"].value_counts()
+    model = f"{predictor.model_id}, calibration {predictor.calibration_id}"
+    if counts.get(BY_MEASUREMENT, 0) == 0 and counts.get(BY_SHIM, 0) == 0:
+        return f"us, tflops and bw are PREDICTED by the cycle model ({model}; not measured)"
+    parts = [f"{counts.get(BY_PREDICTION, 0)} pick(s) PREDICTED ({model})"]
+    if counts.get(BY_MEASUREMENT, 0):
+        parts.append(f"{counts[BY_MEASUREMENT]} MEASURED on the GPU (their us is measured)")
+    if counts.get(BY_SHIM, 0):
+        parts.append(
+            f"{counts[BY_SHIM]} decided by the HIP shim's host clock (shim-timed: the path "
+            "ran; the written us stays predicted)"
+        )
+    return "; ".join(parts)
 
 
 def _table(path: Path | None, name: str) -> pd.DataFrame | None:
@@ -119,12 +170,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=command_help("tune"),
         description="For every (M, N, K) of the shape lists (M ranges cut to the M values "
         "aiter's lookup distinguishes), weigh every asm kernel and split the launcher accepts, "
-        "keep the safe ones and pick the predicted fastest; write aiter's a4w4 tuned-table "
-        "format with a provenance file beside it. Times are PREDICTED (cycle model).",
+        "keep the safe ones and pick the predicted fastest (on a GPU: the measured fastest of "
+        "the candidates the model cannot separate); write aiter's a4w4 tuned-table format with "
+        "a provenance file beside it. Times are PREDICTED (cycle model) unless measured.",
     )
     add_co_dir(p)
     add_artifact_keys(p)
     add_store(p)
+    add_device(
+        p,
+        auto="hip when a gfx950 GPU answers (the candidates the model cannot separate are "
+        "timed there, the measured fastest picked), else none (every pick predicted)",
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=BENCH_ITERS,
+        help=f"on a GPU: timed launches per candidate (default {BENCH_ITERS})",
+    )
+    add_protocol(p)
     p.add_argument(
         "--shapes",
         type=Path,

@@ -406,9 +406,11 @@ COVERAGE = pa.schema(
 # m is the tuned row's M, m_low the smallest M it serves (safety holds at both); reason: why the
 # candidate is unsafe ("" safe); picked: the shape's pick; status: the shape's (tuned | no safe
 # asm kernel | refused); aiter_*: what aiter's own tables run at the shape (f4pipe.aiter.lookup);
-# us_pred is PREDICTED (the cycle model), us_measured only ever from a GPU; err_ratio (picks
-# only) is aiter's tuner's measure on the emulated run at err_shape; band_p90_pct the model's
-# p90 error for m's range.
+# us_pred is PREDICTED (the cycle model); us_measured a timed launch's median: the bench
+# stage's on a GPU, or tune's own on measured_on (a GPU, or "hip-shim-emulator": the host's
+# clock); decided_by how the shape's pick was made (predicted | measured | shim-timed:
+# f4pipe.pipeline.tunemeasure); err_ratio (picks only) is aiter's tuner's measure on the
+# emulated run at err_shape; band_p90_pct the model's p90 error for m's range.
 TUNE = with_keys(
     pa.field("list", pa.string(), nullable=False),
     pa.field("name", pa.string(), nullable=False),
@@ -424,6 +426,8 @@ TUNE = with_keys(
     pa.field("us_pred", pa.float64()),
     pa.field("tflops_pred", pa.float64()),
     pa.field("us_measured", pa.float64()),
+    pa.field("measured_on", pa.string(), nullable=False),
+    pa.field("decided_by", pa.string(), nullable=False),
     pa.field("picked", pa.bool_(), nullable=False),
     pa.field("status", pa.string(), nullable=False),
     pa.field("aiter_outcome", pa.string(), nullable=False),

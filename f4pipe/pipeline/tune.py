@@ -47,10 +47,13 @@ from f4pipe.arch.gfx950 import ARCH, NUM_CU
 from f4pipe.core.errors import InputError, ShapeError
 from f4pipe.core.layout import BASE_VARIANTS
 from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.host.benchprotocol import Protocol
 from f4pipe.pipeline.resultstore import ResultStore
 from f4pipe.pipeline.tuneerr import err_ratios
+from f4pipe.pipeline.tunemeasure import BY_PREDICTION, decision_time, measure
 
 if TYPE_CHECKING:
+    from f4pipe.core.device import Device
     from f4pipe.perf.predict import Predictor
 
 #: The variant whose verdicts hold for aiter's own code objects (the ones a tuned table names).
@@ -268,10 +271,12 @@ SHAPE_KEY = ["list", "name", "line", "m", "n", "k"]
 
 def choose(frame: pd.DataFrame) -> pd.Series:
     """The pick of each shape: its fastest safe candidate by predicted time (ties: the first
-    in manifest order). The one place a pick is made: a measuring step (on a timing device,
-    the candidates the model cannot separate) replaces the predicted time here."""
-    safe = frame[frame["safe"] & frame["us_pred"].notna()]
-    best = safe.sort_values("us_pred", kind="stable").groupby(SHAPE_KEY, sort=False).head(1)
+    in manifest order), or by measured time where tunemeasure timed the shape's candidates the
+    model cannot separate. The one place a pick is made."""
+    time = decision_time(frame)
+    safe = frame[frame["safe"] & time.notna()]
+    order = time[safe.index].sort_values(kind="stable").index
+    best = safe.loc[order].groupby(SHAPE_KEY, sort=False).head(1)
     return frame.index.isin(best.index)
 
 
@@ -336,8 +341,9 @@ def emulated_picks(
     from f4pipe.aiter.tuned import ERR_RATIO_LIMIT
 
     frame = frame.copy()
-    frame["err_ratio"] = np.nan
-    frame["err_shape"] = ""
+    if "err_ratio" not in frame:  # a second pass (after timing) keeps what the first found
+        frame["err_ratio"] = np.nan
+        frame["err_shape"] = ""
     runs: dict[tuple, dict[str, Any]] = {}
     for _ in range(MAX_ROUNDS):
         frame["picked"] = choose(frame)
@@ -369,19 +375,28 @@ def tune_lists(
     evidence: Evidence | None = None,
     store: ResultStore | None = None,
     bench: pd.DataFrame | None = None,
+    device: Device | None = None,
+    protocol: Protocol | None = None,
 ) -> pd.DataFrame:
     """TUNE rows (f4pipe.core.schemas): every candidate of every shape, the picks marked, with
     aiter's own answer at the shape, the pick's errRatio, and the time a GPU measured where
-    the bench stage (`bench`) ran the candidate at its shape."""
+    the bench stage (`bench`) ran the candidate at its shape. On a `device` that times
+    launches, the candidates the model cannot separate are timed with `protocol` and the
+    measured fastest is picked (tunemeasure)."""
     frame = candidates(lists, manifest, evidence or Evidence.none())
     frame = predict(frame, manifest, predictor)
-    frame = emulated_picks(frame, manifest, keys, store)
-    frame["status"] = shape_status(frame)
-    frame = aiter_view(frame, index, manifest)
     cal = predictor.calibration_file
     p90 = {m: cal.error_band(m)[1] for m in frame["m"].unique().tolist()}
     frame["band_p90_pct"] = frame["m"].map(p90).astype(float)
     frame["us_measured"] = measured_us(frame, bench)
+    frame["measured_on"] = ""
+    frame["decided_by"] = BY_PREDICTION
+    frame = emulated_picks(frame, manifest, keys, store)
+    if device is not None and device.can_time:
+        frame = measure(frame, manifest, device, protocol or Protocol(), SHAPE_KEY)
+        frame = emulated_picks(frame, manifest, keys, store)  # errRatio of measured picks
+    frame["status"] = shape_status(frame)
+    frame = aiter_view(frame, index, manifest)
     for col, value in keys.as_row().items():
         frame[col] = value
     return frame

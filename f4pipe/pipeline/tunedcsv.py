@@ -16,6 +16,7 @@ from f4pipe.aiter.tuned import NO_KERNEL_ID, a4w4_bw, a4w4_tflops
 from f4pipe.arch.gfx950 import ARCH, NUM_CU
 from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.pipeline.tune import SHAPE_KEY, STATUS_TUNED, ShapeList
+from f4pipe.pipeline.tunemeasure import BY_MEASUREMENT
 
 if TYPE_CHECKING:
     from f4pipe.perf.predict import Predictor
@@ -42,14 +43,20 @@ def table_rows(frame: pd.DataFrame, list_name: str, manifest: Manifest) -> list[
             "k": r.k,
             "kernelid": NO_KERNEL_ID,
             "splitk": r.log2_k_split,
-            "us": round(float(r.us_pred), 4),
+            "us": round(written_us(r), 4),
             "kernelname": symbols[r.kernel],
-            "tflops": a4w4_tflops(r.m, r.n, r.k, float(r.us_pred)),
-            "bw": a4w4_bw(r.m, r.n, r.k, float(r.us_pred)),
+            "tflops": a4w4_tflops(r.m, r.n, r.k, written_us(r)),
+            "bw": a4w4_bw(r.m, r.n, r.k, written_us(r)),
             "errratio": r.err_ratio,
         }
         for r in picks.itertuples()
     ]
+
+
+def written_us(pick: Any) -> float:
+    """A pick's `us`: what a GPU measured where the pick was decided by measurement, else the
+    prediction (never a time the HIP shim's host clock took)."""
+    return float(pick.us_measured if pick.decided_by == BY_MEASUREMENT else pick.us_pred)
 
 
 def provenance(
@@ -71,8 +78,17 @@ def provenance(
         "calibration_id": predictor.calibration_id,
         "header_from": header,
         "predicted_columns": ["us", "tflops", "bw"],
-        "predicted": "us is the cycle model's MI355X time (not measured); tflops and bw are "
-        "aiter's tuner's formulas applied to it",
+        "predicted": "us is the cycle model's MI355X time (not measured) except in the rows "
+        "of measured_rows; tflops and bw are aiter's tuner's formulas applied to it",
+        "measured_rows": [
+            {"m": r.m, "n": r.n, "k": r.k, "us": r.us_measured, "on": r.measured_on}
+            for r in picks[picks["decided_by"] == BY_MEASUREMENT].itertuples()
+        ],
+        "decided_by": {str(k): int(v) for k, v in picks["decided_by"].value_counts().items()},
+        "decision": "predicted: the fastest safe candidate by the cycle model; measured: the "
+        "fastest measured on a GPU among the candidates the model cannot separate (within the "
+        "row's p90 error band of the best, at least the 3 fastest); shim-timed: the same path "
+        "on f4pipe's HIP shim (the host's clock: proves the path, not a GPU's pick)",
         "error_band_pct": {
             name: dict(zip(("median", "p90"), cal.error_band(lo), strict=True))
             for name, lo, _ in M_RANGES
@@ -117,6 +133,8 @@ SIDE_COLUMNS = [
     "kernel",
     "log2_k_split",
     "us_pred",
+    "us_measured",
+    "decided_by",
     "err_ratio",
     "err_shape",
     "aiter_outcome",

@@ -346,6 +346,12 @@ def get_stage_protocol_args(wildcards):
     """bench: the timing protocol's options the config sets (`cold: false` is --hot)."""
     if wildcards.stage != "bench":
         return ""
+    return get_bench_protocol_args()
+
+
+def get_bench_protocol_args():
+    """The bench protocol's options the config sets, for bench and for tune's timing of the
+    candidates the model cannot separate (on a device that times launches)."""
     bench = config["bench"]
     args = [
         f"{flag} {shlex.quote(str(bench[key]))}"
