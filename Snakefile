@@ -12,6 +12,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/codeobj.smk"
 include: "workflow/rules/gemm.smk"
 include: "workflow/rules/safety.smk"
+include: "workflow/rules/tune.smk"
 include: "workflow/rules/edits.smk"
 include: "workflow/rules/report.smk"
 

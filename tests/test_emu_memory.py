@@ -222,6 +222,51 @@ def test_atomic_pk_add_bf16_rounds_each_half_and_serialises_same_address_lanes(t
     assert lo[41] == 1.0 and hi[41] == 256.0  # untouched
 
 
+@pytest.mark.parametrize(
+    ("mode", "want"),
+    [
+        # 1 + 3/256 and 259 are ties, 257 + 1/64 just above one; -(1 + 3/256): toward zero,
+        # not toward -inf
+        ("rne", (1.0 + 2**-6, -(1.0 + 2**-6), 260.0, 258.0)),
+        ("rtz", (1.0 + 2**-7, -(1.0 + 2**-7), 258.0, 256.0)),
+    ],
+)
+def test_atomic_pk_add_bf16_rounding_switch(toolchain, monkeypatch, mode, want) -> None:
+    """F4PIPE_BF16_ATOMIC_ROUNDING picks the atomic's rounding; each mode on hand-computed
+    sums (bf16 has 8 significant bits: at 1 the step is 2^-7, at 256 it is 2)."""
+    from f4pipe.emu.ops_memory import ATOMIC_ROUNDING_ENV
+
+    monkeypatch.setenv(ATOMIC_ROUNDING_ENV, mode)
+    mem = GlobalMemory()
+    addr = mem.alloc(256)
+    old_lo = np.array([1.0, -1.0, 256.0, 256.0], np.float32)
+    add_lo = np.array([3 * 2**-8, -3 * 2**-8, 3.0, 1.0 + 2**-6], np.float32)
+    mem.array(addr).view(np.uint32)[:4] = _bf16(old_lo)
+    _run(
+        toolchain,
+        "buffer_atomic_pk_add_bf16 v4, v1, s[8:11], 0 offen",
+        {1: u32(np.where(LANE < 4, LANE * 4, 252)), 4: _bf16(np.resize(add_lo, 64))},
+        _vsharp(addr, 16),
+        memory=mem,
+    )
+    w = mem.array(addr).view(np.uint32)[:4]
+    got = (w & 0xFFFF).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    assert tuple(got) == want
+
+
+def test_an_unknown_atomic_rounding_is_refused(toolchain, monkeypatch) -> None:
+    from f4pipe.emu.ops_memory import ATOMIC_ROUNDING_ENV
+
+    monkeypatch.setenv(ATOMIC_ROUNDING_ENV, "rtn")
+    with pytest.raises(EmulatorError, match="F4PIPE_BF16_ATOMIC_ROUNDING='rtn': one of rne, rtz"):
+        _run(
+            toolchain,
+            "buffer_atomic_pk_add_bf16 v4, v1, s[8:11], 0 offen",
+            {1: u32(LANE * 0)},
+            _vsharp(GlobalMemory().alloc(256), 16),
+        )
+
+
 def test_an_access_across_allocations_lands_in_each_in_c_order() -> None:
     """One access spanning allocations is split per allocation; a dword written twice keeps
     the later value (C order), as within one allocation."""

@@ -4,49 +4,12 @@ exact sums."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from emu_snippets import make_executor
-
-from f4pipe.core.numerics import e8m0_to_float, fp4_to_float
+from mfma_model import mfma_model
 
 RNG = np.random.default_rng(20260)
-
-
-def _elements(regs: np.ndarray) -> np.ndarray:
-    """[4 regs, 64 lanes] -> M[r][k]: lane 16g + r, k = 32g + t, item t in reg t//8, nibble t%8."""
-    out = np.zeros((16, 128))
-    for lane in range(64):
-        g, r = divmod(lane, 16)
-        for t in range(32):
-            nib = (int(regs[t // 8, lane]) >> (4 * (t % 8))) & 0xF
-            out[r, 32 * g + t] = fp4_to_float(np.array([nib]))[0]
-    return out
-
-
-def _scale_of(scale_reg: np.ndarray, byte: int) -> np.ndarray:
-    """S[r][g] = E8M0 byte `byte` of the scale register in lane 16g + r."""
-    out = np.zeros((16, 4))
-    for lane in range(64):
-        g, r = divmod(lane, 16)
-        out[r, g] = e8m0_to_float(np.array([(int(scale_reg[lane]) >> (8 * byte)) & 0xFF]))[0]
-    return out
-
-
-def _model(a, b, c, sa, sb, byte_a, byte_b) -> np.ndarray:
-    """D[i][j] = C[i][j] + sum_k A[i][k] B[j][k] scaleA[i][k/32] scaleB[j][k/32], rounded once."""
-    am, bm = _elements(a), _elements(b)
-    sam, sbm = _scale_of(sa, byte_a), _scale_of(sb, byte_b)
-    d = np.zeros((16, 16), dtype=np.float32)
-    for i in range(16):
-        for j in range(16):
-            lane, reg = j + 16 * (i // 4), i % 4
-            terms = [float(c[reg, lane].view(np.float32))]
-            terms += [am[i, k] * bm[j, k] * sam[i, k // 32] * sbm[j, k // 32] for k in range(128)]
-            d[i, j] = np.float32(math.fsum(terms))
-    return d
 
 
 @pytest.mark.parametrize(
@@ -71,7 +34,7 @@ def test_scaled_fp4_mfma_matches_the_register_map_model(toolchain, op_sel, op_se
     ex.vgpr[12, 0] = sa
     ex.vgpr[13, 0] = sb
     ex.run()
-    want = _model(a, b, c, sa, sb, op_sel[0] + 2 * op_sel_hi[0], op_sel[1] + 2 * op_sel_hi[1])
+    want = mfma_model(a, b, c, sa, sb, op_sel[0] + 2 * op_sel_hi[0], op_sel[1] + 2 * op_sel_hi[1])
     got = ex.vgpr[256 + 8 : 256 + 12, 0]
     for i in range(16):
         for j in range(16):

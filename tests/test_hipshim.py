@@ -87,20 +87,34 @@ def test_dynamic_lds_beyond_160k_is_refused(kernel_256):
     assert problem == "LDS 163840 static + 4 dynamic bytes exceeds the gfx950's 163840"
 
 
-def test_hip_path_runs_on_the_shim(shim_lib, f4gemm_dir):
-    """tests/on_shim in a process whose hip-python finds the shim by its ordinary search."""
-    env = shim_environment(shim_lib) | {"F4PIPE_ON_SHIM": "1"}
+def run_pytest_on_shim(lib: Path, env: dict[str, str], *args: str) -> str:
+    """`pytest ARGS` in a new process whose hip-python finds the shim `lib`: its output,
+    required to pass and to skip nothing."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/on_shim"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=REPO,
-        env=env,
+        env=shim_environment(lib) | env,
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout.lower(), proc.stdout[-2000:]
+    return proc.stdout
+
+
+def test_hip_path_runs_on_the_shim(shim_lib, f4gemm_dir):
+    """tests/on_shim in a process whose hip-python finds the shim by its ordinary search."""
+    run_pytest_on_shim(shim_lib, {"F4PIPE_ON_SHIM": "1"}, "-q", "tests/on_shim")
+
+
+def test_isa_tests_run_through_the_hip_path_on_the_shim(shim_lib):
+    """`F4PIPE_HW=1 pytest -m isa`, the command an MI355X owner runs, end to end on the shim:
+    every instruction case on the emulator and through hip-python, compared bit for bit
+    (this proves the harness, not the hardware)."""
+    out = run_pytest_on_shim(shim_lib, {"F4PIPE_HW": "1"}, "-v", "-m", "isa", "tests/test_isa.py")
+    assert "test_hw_mode_runs_every_case_through_the_hip_path PASSED" in out
 
 
 def run_f4pipe(lib: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -165,3 +179,47 @@ def test_the_supported_releases_are_the_tested_ones():
     assert series == set(HIP_PYTHON_FOR_HIP.values())
     (pin,) = [d for d in project["project"]["dependencies"] if d.startswith("hip-python")]
     assert pin == "hip-python>=6.4,<10.1"
+
+
+def test_tune_times_the_candidates_the_model_cannot_separate_on_the_shim(
+    shim_lib, f4gemm_dir, tmp_path
+):
+    """`tune --device hip` end to end through the HIP path (issue 51's measuring step): the
+    shape's safe candidates within the model's p90 band of the predicted best, and at least
+    its 3 fastest predicted, are timed with the bench protocol; the pick is the fastest timed.
+    On the shim the times are the host's clock: the rows say shim-timed and the written `us`
+    stays the prediction."""
+    import json
+
+    import pandas as pd
+
+    from f4pipe.aiter.tuned import read_tuned
+    from f4pipe.pipeline.tunemeasure import MIN_MEASURED
+
+    shapes = tmp_path / "tiny.csv"
+    shapes.write_text("name,M,N,K\ntiny,32,256,512\n")
+    out, table = tmp_path / "tiny.tuned.csv", tmp_path / "tune.parquet"
+    proc = run_f4pipe(
+        shim_lib, "tune", "--co-dir", str(f4gemm_dir), "--shapes", str(shapes), "-o", str(out),
+        "--table", str(table), "--device", "hip", "--iters", "1", "--repeats", "1",
+        "--warmup", "0", "--warmup-ms", "0", "--hot", "--aiter-id", "a", "--toolchain-id", "t",
+        "--store", str(tmp_path / "store"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "decided by the HIP shim's host clock" in proc.stdout
+    rows = pd.read_parquet(table)
+    safe = rows[rows["safe"]]
+    best = safe["us_pred"].min()
+    within = safe["us_pred"] <= best * (1 + safe["band_p90_pct"] / 100)
+    fastest = safe["us_pred"].rank(method="first") <= MIN_MEASURED
+    want = set(safe.index[within | fastest])
+    timed = rows[rows["measured_on"] != ""]
+    assert set(timed.index) == want and len(want) >= MIN_MEASURED
+    assert (timed["measured_on"] == "hip-shim-emulator").all() and timed["us_measured"].gt(0).all()
+    pick = rows[rows["picked"]]
+    assert len(pick) == 1 and pick.index[0] == timed["us_measured"].idxmin()
+    assert (rows["decided_by"] == "shim-timed").all()
+    written = read_tuned(out)
+    assert written["us"].tolist() == [round(float(pick["us_pred"].iloc[0]), 4)]
+    record = json.loads(out.with_name("tiny.tuned.provenance.json").read_text())
+    assert record["decided_by"] == {"shim-timed": 1} and record["measured_rows"] == []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -169,3 +172,30 @@ def test_dequantize_applies_one_scale_per_32():
     scales = np.array([[126, 129]], dtype=np.uint8)  # 0.5, 4.0
     got = dequantize(pack_fp4(codes), scales)
     assert got[0, :32].tolist() == [0.5] * 32 and got[0, 32:].tolist() == [4.0] * 32
+
+
+@pytest.mark.parametrize(
+    ("x", "rne", "rtz"),
+    [
+        (1.0 + 2**-8, 1.0, 1.0),  # a tie, to even
+        (1.0 + 3 * 2**-8, 1.0 + 2**-6, 1.0 + 2**-7),  # a tie, to even (up); toward zero down
+        (-(1.0 + 3 * 2**-9), -(1.0 + 2**-7), -1.0),  # above the tie: away; toward zero: in
+        (259.0, 260.0, 258.0),
+        (2.0**-130 * 1.75, 2.0**-130 * 1.75, 2.0**-130 * 1.75),  # subnormal, exact
+        (2.0**-133 * 1.5, 2.0**-132, 2.0**-133),  # the subnormal quantum 2^-133
+        (3.5e38, math.inf, float.fromhex("0x1.fep127")),  # past the largest finite bf16
+    ],
+)
+def test_round_to_bf16_by_hand(x: float, rne: float, rtz: float) -> None:
+    from f4pipe.core.numerics import round_to_bf16
+
+    assert round_to_bf16(np.array([x]), "rne")[0] == rne
+    assert round_to_bf16(np.array([x]), "rtz")[0] == rtz
+
+
+def test_round_to_bf16_nearest_even_is_ml_dtypes_from_float32() -> None:
+    from f4pipe.core.numerics import round_to_bf16
+
+    x = np.random.default_rng(7).standard_normal(100_000).astype(np.float32) * 1e3
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert np.array_equal(round_to_bf16(x.astype(np.float64), "rne"), want)

@@ -115,6 +115,12 @@ COMMANDS: dict[str, Run | Excluded] = {
     "f4pipe audit-tuned --shapes config/shapes/deepseek-v3.csv": Run(codes=(0, 1)),
     "f4pipe audit-tuned --shape 1-4096,7168,2304 --cu-num 256 --predict": Run(codes=(0, 1)),
     "f4pipe audit-tuned --shapes my-model.csv --findings -o coverage.parquet": Run(codes=(0, 1)),
+    "f4pipe tune --shapes config/shapes/deepseek-v3.csv -o deepseek-v3-tuned.csv": Run(
+        "f4pipe tune --shapes shapes.csv -o deepseek-v3-tuned.csv",
+        why="shapes.csv's two shapes: DeepSeek-V3's 2,024 tuned rows take minutes on the "
+        "per-row prediction path",
+    ),
+    "f4pipe tune --shapes shapes.csv --out-dir tuned --table tune.parquet": Run(),
     "python -c 'from hip import hip; from f4pipe.hipshim import build_shim; "
     'build_shim("/tmp/shim", hip.HIP_VERSION)\'': Run(),
     "ROCM_PATH=/tmp/shim LD_LIBRARY_PATH=/tmp/shim/lib f4pipe gemm -m 32 -n 256 -k 512 "
@@ -146,6 +152,10 @@ COMMANDS: dict[str, Run | Excluded] = {
     ),
     "f4pipe gemm -m 8192 -n 8192 -k 8192 --device hip --iters 50": Excluded(NEEDS_GPU),
     "nox -s hardware": Excluded(NEEDS_GPU),
+    "F4PIPE_HW=1 python -m pytest -m isa -v -p no:cacheprovider --junitxml=isa-mi355x.xml "
+    "tests/test_isa.py": Excluded(
+        "needs a gfx950 GPU (tests/test_hipshim.py runs the same command on the HIP shim)"
+    ),
     "snakemake --workflow-profile workflow/profiles/slurm all": Excluded(
         "needs snakemake-executor-plugin-slurm and a Slurm cluster (tests/test_cluster.py runs "
         "the DAG through a cluster executor)"
@@ -322,7 +332,7 @@ def run_one_kernel_pipeline(user: User) -> None:
     config = yaml.safe_load(config_path.read_text())
     config.update(aiter={"kind": "local", "path": str(aiter)}, device="emulator", edits=[])
     config["verify"]["matrix"] = "smoke"
-    for stage in ("splitk", "bench", "safety", "audit_tuned"):
+    for stage in ("splitk", "bench", "safety", "audit_tuned", "tune"):
         config[stage]["activate"] = False
     config_path.write_text(yaml.safe_dump(config))
     user.run("snakemake --cores 2 all")

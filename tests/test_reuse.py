@@ -150,6 +150,14 @@ def test_no_reuse_when_a_parameter_changes(first_run, tmp_path: Path, extra) -> 
     assert rows.reused_from.isna().all() and rows.reuse_key[0] != first.reuse_key[0]
 
 
+def test_no_reuse_under_another_atomic_rounding(first_run, tmp_path: Path, monkeypatch) -> None:
+    """A run under F4PIPE_BF16_ATOMIC_ROUNDING=rtz is another result (its splitK rows differ)."""
+    monkeypatch.setenv("F4PIPE_BF16_ATOMIC_ROUNDING", "rtz")
+    co_dir, store, first = first_run
+    rows = verify(co_dir, store, tmp_path / "x.parquet", "aiter-a")
+    assert rows.reused_from.isna().all() and rows.reuse_key[0] != first.reuse_key[0]
+
+
 def test_reuse_is_per_run(first_run, tmp_path: Path) -> None:
     """A shape added to the cases runs; the unchanged run beside it is reused."""
     co_dir, store, first = first_run

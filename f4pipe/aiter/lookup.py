@@ -487,3 +487,16 @@ def key_findings(index: TunedIndex) -> list[KeyFinding]:
                 )
             )
     return out
+
+
+def distinct_ms(m_lo: int, m_hi: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The M values aiter's lookup distinguishes in [m_lo, m_hi] when a table holds a row at
+    every getPaddedM gl=0 value (16-row steps up to 256, 32 to 1024, 64 to 4096, 128 above):
+    each M pads to one of them at gl=0, before gl=1 is tried, so a row per value serves every
+    M. Returns (the row Ms, the smallest M each serves, from 1 up: what its kernel must be
+    safe at too)."""
+    ms = np.arange(1, m_hi + 1, dtype=np.int64)
+    padded = padded_m_array(ms, n, 0)
+    keys, first = np.unique(padded, return_index=True)
+    wanted = keys >= padded[m_lo - 1]
+    return keys[wanted], ms[first][wanted]

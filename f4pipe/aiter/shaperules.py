@@ -37,6 +37,7 @@ and slack after B, then hand back D[:M, :N]. The same sweep proves it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -147,8 +148,10 @@ def short_name(kernel: str) -> str:
     return kernel.split("Fp4_", 1)[-1]
 
 
+@functools.cache
 def edge_rule(entry: KernelEntry) -> EdgeRule:
-    """The shape rule of one manifest kernel."""
+    """The shape rule of one manifest kernel (kept per entry: a tuning run asks for it about a
+    million times)."""
     tile = (entry.tile_m, entry.tile_n)
     if not entry.bpreshuffle:
         return EdgeRule(

@@ -2,7 +2,8 @@
 is right and fast.
 
 A shape list is a CSV with columns M, N, K and optionally `name` (what the GEMM is, e.g.
-`mlp.down_proj`); M is one value or a range `lo-hi` (every batch size in it). Each shape is
+`mlp.down_proj`) and `kernel` (a kernel the shape is pinned to: `f4pipe tune` then weighs only
+it); M is one value or a range `lo-hi` (every batch size in it). Each shape is
 resolved through aiter's lookup (f4pipe.aiter.lookup) for every M; consecutive M values that
 resolve alike (same row or fallback, same kernels, same safety verdict) form one group, so a
 range of 16,384 batch sizes prints as a handful of lines. With the cycle model, each group
@@ -52,6 +53,7 @@ class ShapeSpec:
     n: int
     k: int
     line: int
+    kernel: str = ""  # the .co name the shape is pinned to ("" = any)
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,8 @@ def read_shapes(path: Path) -> list[ShapeSpec]:
     missing = [c for c in ("m", "n", "k") if c not in columns]
     if missing:
         raise InputError(
-            f"{path}: columns {[c.upper() for c in missing]} missing (a shape list has columns "
-            "M, N, K and optionally name; M may be a range such as 1-8192)"
+            f"{path}:1: columns {[c.upper() for c in missing]} missing (a shape list has columns "
+            "M, N, K and optionally name and kernel; M may be a range such as 1-8192)"
         )
     specs = []
     for line, row in enumerate(reader, start=2):
@@ -110,6 +112,7 @@ def read_shapes(path: Path) -> list[ShapeSpec]:
             n=_positive((row[columns["n"]] or "").strip(), "N", where),
             k=_positive((row[columns["k"]] or "").strip(), "K", where),
             line=line,
+            kernel=(row.get(columns.get("kernel", ""), "") or "").strip(),
         )
         specs.append(checked(spec, where))
     if not specs:

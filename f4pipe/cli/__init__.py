@@ -80,6 +80,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "check aiter's tuned GEMM tables against the safety rules (emulating unsafe rows), or "
         "with --shapes say which kernel aiter runs for each shape of a model",
     ),
+    "tune": (
+        "tune",
+        "a tuned a4w4 table in aiter's format for every shape of a model (predicted, safe picks)",
+    ),
     "tuned-csv": ("safety", "copy one of aiter's tuned GEMM tables out of any aiter source"),
     "report": ("reports", "HTML + markdown report of one result set"),
     "archive": ("reports", "reproducible tarball of a result set, or --check one"),

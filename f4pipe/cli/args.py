@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from f4pipe.codeobj.toolchain import Toolchain
+    from f4pipe.host.benchprotocol import Protocol as BenchProtocol
 
 #: The positional kernel of commands that read one (code_object_of resolves it).
 KERNEL_FILE_HELP = (
@@ -246,4 +247,57 @@ def add_fit_resources(p: argparse.ArgumentParser) -> None:
         "AGPRs and accum_offset, SGPRs, LDS where its addresses are static), print the "
         "occupancy before and after, and refuse (exit 2) an edit gfx950 cannot hold; the .s is "
         "not modified",
+    )
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+
+def add_protocol(p: argparse.ArgumentParser) -> None:
+    """The bench protocol's options beyond --iters (f4pipe.host.benchprotocol.Protocol)."""
+    from f4pipe.host.benchprotocol import COLD_ROTATE_BYTES, Protocol
+
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=Protocol.repeats,
+        help=f"the timed launches come in this many repeats (default {Protocol.repeats})",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=Protocol.warmup,
+        help=f"at least this many warm-up launches ({Protocol.warmup})",
+    )
+    p.add_argument(
+        "--warmup-ms",
+        type=float,
+        default=Protocol.warmup_ms,
+        help=f"... and at least this long ({Protocol.warmup_ms:g} ms)",
+    )
+    p.add_argument(
+        "--hot",
+        action="store_true",
+        help="reuse one operand set (warm caches; default: cold, rotating copies)",
+    )
+    p.add_argument(
+        "--rotate-mib",
+        type=int,
+        default=COLD_ROTATE_BYTES >> 20,
+        help=f"cold mode: MiB of operand copies to rotate through (default "
+        f"{COLD_ROTATE_BYTES >> 20}: more than the L2s and Infinity Cache of an MI355X)",
+    )
+
+
+def protocol_from(args: argparse.Namespace) -> BenchProtocol:
+    """The protocol add_protocol's options (and --iters) ask for."""
+    from f4pipe.pipeline.stages import bench_protocol
+
+    return bench_protocol(
+        args.iters,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        warmup_ms=args.warmup_ms,
+        cold=not args.hot,
+        rotate_bytes=args.rotate_mib << 20,
     )

@@ -19,6 +19,7 @@ from f4pipe.cli.args import (
     add_co_dir,
     add_device,
     add_json_flag,
+    add_protocol,
     add_record,
     add_seed,
     add_store,
@@ -26,12 +27,13 @@ from f4pipe.cli.args import (
     add_workers,
     co_dir_from,
     parse_seed,
+    protocol_from,
     write_if_asked,
 )
 from f4pipe.core.errors import ConfigError, HipVersionError, NoDeviceError
 from f4pipe.core.fsio import check_writable, json_text
 from f4pipe.core.layout import GEMM_STAGES, K_PADDINGS, NO_DEVICE, SCALE_PADDINGS
-from f4pipe.host.benchprotocol import BENCH_ITERS, COLD_ROTATE_BYTES, Protocol
+from f4pipe.host.benchprotocol import BENCH_ITERS
 from f4pipe.host.matrices import MATRICES, STAGE_DEFAULT_MATRIX, get_matrix, parse_case
 from f4pipe.pipeline.resultstore import open_store, reuse_line
 
@@ -462,16 +464,7 @@ def run_stage_command(args: argparse.Namespace) -> int:
         device = None
     protocol = None
     if args.command == "bench":
-        from f4pipe.pipeline.stages import bench_protocol
-
-        protocol = bench_protocol(
-            args.iters,
-            repeats=args.repeats,
-            warmup=args.warmup,
-            warmup_ms=args.warmup_ms,
-            cold=not args.hot,
-            rotate_bytes=args.rotate_mib << 20,
-        )
+        protocol = protocol_from(args)
     settings = StageSettings(
         keys=keys,
         variant=args.variant,
@@ -550,37 +543,7 @@ def register_stage(subparsers: argparse._SubParsersAction, name: str) -> None:
         help=f"timed launches per case (bench; default {BENCH_ITERS})",
     )
     if name == "bench":
-        p.add_argument(
-            "--repeats",
-            type=int,
-            default=Protocol.repeats,
-            help=f"the timed launches come in this many repeats (default {Protocol.repeats})",
-        )
-        p.add_argument(
-            "--warmup",
-            type=int,
-            default=Protocol.warmup,
-            help=f"at least this many warm-up launches ({Protocol.warmup})",
-        )
-        p.add_argument(
-            "--warmup-ms",
-            type=float,
-            default=Protocol.warmup_ms,
-            help=f"... and at least this long ({Protocol.warmup_ms:g} ms)",
-        )
-        p.add_argument(
-            "--hot",
-            action="store_true",
-            help="reuse one operand set (warm caches; default: cold, rotating copies)",
-        )
-        p.add_argument(
-            "--rotate-mib",
-            type=int,
-            default=COLD_ROTATE_BYTES >> 20,
-            help=f"cold mode: MiB of operand copies to rotate through (default "
-            f"{COLD_ROTATE_BYTES >> 20}: more than "
-            "the L2s and Infinity Cache of an MI355X)",
-        )
+        add_protocol(p)
     add_record(p)
     add_table_output(p)
     if name != "bench":  # a throughput number is a measurement, never reused

@@ -53,6 +53,7 @@ from f4pipe.compare.changes import (
     roundtrip_changes,
     safety_changes,
     throughput_deltas,
+    tune_changes,
 )
 from f4pipe.compare.hostfacts import COLUMNS as HOST_COLUMNS
 from f4pipe.compare.hostfacts import host_fact_changes
@@ -95,6 +96,7 @@ class Comparison:
     safety: pd.DataFrame | None
     audit: pd.DataFrame | None
     throughput: pd.DataFrame | None
+    tune: pd.DataFrame | None = None  # tuned picks that changed: predicted, not a verdict
     #: Each architecture beside gfx950 that either set holds (f4pipe.compare.archs).
     architectures: list[ArchitectureChanges] = field(default_factory=list)
     #: The release's host facts that changed (f4pipe.compare.hostfacts).
@@ -131,6 +133,11 @@ class Comparison:
         """Runs judged slower than in A beyond the noise (f4pipe.host.benchstats.judge)."""
         tp = self.throughput
         return 0 if tp is None else int((tp["change"] == "slower").sum())
+
+    @property
+    def tuned_picks(self) -> int:
+        """Tuned shapes whose pick changed, was added or removed (f4pipe tune)."""
+        return 0 if self.tune is None else len(self.tune)
 
     @property
     def newly_unsafe(self) -> int:
@@ -175,6 +182,7 @@ class Comparison:
                     ]
                 )
         lines += self._safety_audit_lines()
+        lines += self._tune_lines()
         tp = self.throughput
         if tp is None:
             lines.append("throughput: not measured in both sets")
@@ -224,6 +232,18 @@ class Comparison:
         ]
         return lines + _capped(listed, max(TERMINAL_ROWS, self.newly_unsafe))
 
+    def _tune_lines(self) -> list[str]:
+        tn = self.tune
+        if tn is None:
+            return ["tuned picks changed: not in both sets"]
+        lines = [f"tuned picks changed (PREDICTED, not a verdict): {len(tn)}"]
+        return lines + _capped(
+            [
+                f"  {r['change']}: {r['list']} {r['shape (MxNxK)']}: {r['A']} -> {r['B']}"
+                for _, r in tn.iterrows()
+            ]
+        )
+
     def as_json(self) -> dict[str, Any]:
         """Everything in the summary as data, for scripts."""
 
@@ -248,6 +268,7 @@ class Comparison:
             "safety": records(self.safety),
             "audit": records(self.audit),
             "throughput": records(self.throughput),
+            "tune": records(self.tune),
             "architecture_cards": self.architecture_cards(),
             "host_facts": records(self.host_facts),
             "architectures": {a.arch: a.as_json() for a in self.architectures},
@@ -280,6 +301,7 @@ def compare_sets(
         safety=safety_changes(a, b),
         audit=audit_changes(a, b),
         throughput=throughput_deltas(a, b, floor_pct, across_machines),
+        tune=tune_changes(a, b),
         architectures=architecture_changes(a, b),
         host_facts=host_fact_changes(aiter_fetch(a), aiter_fetch(b)),
     )

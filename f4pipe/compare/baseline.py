@@ -86,6 +86,7 @@ def first_record(result: ResultSet) -> ChangesRecord:
         verdict_changes={},
         newly_unsafe=0,
         regressions=0,
+        tuned_picks=0,
         summary=[],
         summary_omitted=0,
     )
@@ -101,6 +102,7 @@ def comparison_record(comparison: Comparison, baseline: Baseline) -> ChangesReco
         verdict_changes=comparison.verdict_changes(),
         newly_unsafe=comparison.newly_unsafe,
         regressions=comparison.regressions,
+        tuned_picks=comparison.tuned_picks,
         summary=lines[:SUMMARY_LINES],
         summary_omitted=max(0, len(lines) - SUMMARY_LINES),
         architectures=comparison.architecture_cards(),

@@ -431,6 +431,54 @@ def audit_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
     )
 
 
+TUNE_KEY = ["list", "m", "n", "k"]
+
+
+def _pick_state(r: pd.Series, side: str) -> str:
+    """One side of a tuned shape as a reader compares it: the pick and split, or the status."""
+    status = r[f"status {side}"]
+    if not isinstance(status, str):
+        return "-"
+    if pd.isna(r[f"kernel {side}"]) or status != "tuned":
+        return status
+    return f"{short_kernel(str(r[f'kernel {side}']))} splitK={int(r[f'log2_k_split {side}'])}"
+
+
+def tune_changes(a: ResultSet, b: ResultSet) -> pd.DataFrame | None:
+    """Tuned shapes whose pick changed (kernel, split, or no safe kernel any more), added or
+    removed, matched by (shape list, M, N, K); with both predicted times. None when either set
+    lacks the table."""
+    ta, tb = a.table("tune"), b.table("tune")
+    if ta is None or tb is None:
+        return None
+
+    def shapes(t: pd.DataFrame) -> pd.DataFrame:
+        picked = t[t["picked"]].drop_duplicates(TUNE_KEY)
+        lacking = t[t["status"] != "tuned"].drop_duplicates(TUNE_KEY).assign(kernel=None)
+        cols = [*TUNE_KEY, "kernel", "log2_k_split", "status", "us_pred"]
+        return pd.concat([picked, lacking])[cols]
+
+    m = merge_sets(shapes(ta), shapes(tb), TUNE_KEY)
+    rows = []
+    for _, r in m.iterrows():
+        state_a, state_b = _pick_state(r, "A"), _pick_state(r, "B")
+        if state_a == state_b:
+            continue
+        rows.append(
+            {
+                "list": r["list"],
+                "shape (MxNxK)": f"{r['m']}x{r['n']}x{r['k']}",
+                "change": "added" if state_a == "-" else "removed" if state_b == "-" else "changed",
+                "A": state_a,
+                "B": state_b,
+                "us A (pred)": fmt_value(r["us_pred A"]),
+                "us B (pred)": fmt_value(r["us_pred B"]),
+            }
+        )
+    columns = ["list", "shape (MxNxK)", "change", "A", "B", "us A (pred)", "us B (pred)"]
+    return pd.DataFrame(rows, columns=columns)
+
+
 #: What makes two measurements come from different machines (f4pipe.devices.devinfo columns).
 MACHINE_KEYS = ("device_fingerprint", "rocm_version")
 

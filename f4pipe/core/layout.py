@@ -27,7 +27,7 @@ from pathlib import Path
 #: The GEMM stages, each run per variant over a shape matrix (one table each).
 GEMM_STAGES: tuple[str, ...] = ("verify", "splitk", "bench")
 #: Every table of a result set, in report order; `<name>.parquet` in the result-set directory.
-TABLES: tuple[str, ...] = ("kernels", "roundtrip", *GEMM_STAGES, "safety", "audit")
+TABLES: tuple[str, ...] = ("kernels", "roundtrip", *GEMM_STAGES, "safety", "audit", "tune")
 
 
 def table_file(name: str) -> str:
@@ -45,6 +45,9 @@ CHANGES_JSON = "changes.json"
 ROUNDTRIP_DIR = "roundtrip"
 VARIANTS_DIR = "variants"  # variants/<variant>/: code objects + manifest the stages run on
 EDITS_DIR = "edits"
+#: `f4pipe tune`'s tables in aiter's format: tuned/<shape list>.csv, with .provenance.json and
+#: .shapes.csv beside each.
+TUNED_DIR = "tuned"
 #: Beside the result sets in the results directory: archived sets, and the result store
 #: (f4pipe.pipeline.resultstore; config `reuse.store` overrides where it lives).
 ARCHIVES_DIR = "archives"

@@ -95,6 +95,33 @@ def float_to_bf16_bits(values: np.ndarray) -> np.ndarray:
         return np.where(np.isnan(f32), nan, rounded).astype(np.uint16)
 
 
+#: How a bf16 sum may be rounded (the bf16 atomic's assumption, f4pipe.emu.ops_memory): to
+#: nearest even, or toward zero.
+BF16_ROUNDINGS = ("rne", "rtz")
+_BF16_MAX = float.fromhex("0x1.fep127")
+
+
+def round_to_bf16(values: np.ndarray, mode: str) -> np.ndarray:
+    """float64 values rounded once to bf16 values (float64), to nearest even ("rne") or toward
+    zero ("rtz"): a bf16 + bf16 sum is exact in float64, so this is the sum correctly rounded
+    in either mode. Subnormal bf16 keep their fixed quantum 2^-133; past the largest finite
+    bf16, "rne" gives infinity and "rtz" the largest finite; infinities and NaN pass through."""
+    if mode not in BF16_ROUNDINGS:
+        raise ValueError(f"bf16 rounding {mode!r}: one of {', '.join(BF16_ROUNDINGS)}")
+    x = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(x)
+    _, exp = np.frexp(np.where(finite, x, 0.0))
+    quantum = np.ldexp(1.0, np.maximum(exp, -125) - 8)  # 8 significant bits
+    step = np.rint if mode == "rne" else np.trunc
+    with np.errstate(over="ignore"):
+        rounded = step(np.where(finite, x, 0.0) / quantum) * quantum
+    if mode == "rtz":
+        rounded = np.clip(rounded, -_BF16_MAX, _BF16_MAX)
+    else:
+        rounded = np.where(np.abs(rounded) > _BF16_MAX, np.copysign(np.inf, rounded), rounded)
+    return np.where(finite, rounded, x)
+
+
 # --- nibble packing ----------------------------------------------------------------------------
 
 

@@ -406,6 +406,44 @@ COVERAGE = pa.schema(
         pa.field("gain_pct_pred", pa.float64()),
     ]
 )
+# --- tuning (f4pipe.pipeline.tune; `f4pipe tune`): one row per candidate (kernel, split) of
+# every shape of every shape list (`list`; "aiter-rows": aiter's own asm rows at their shapes).
+# m is the tuned row's M, m_low the smallest M it serves (safety holds at both); reason: why the
+# candidate is unsafe ("" safe); picked: the shape's pick; status: the shape's (tuned | no safe
+# asm kernel | refused); aiter_*: what aiter's own tables run at the shape (f4pipe.aiter.lookup);
+# us_pred is PREDICTED (the cycle model); us_measured a timed launch's median: the bench
+# stage's on a GPU, or tune's own on measured_on (a GPU, or "hip-shim-emulator": the host's
+# clock); decided_by how the shape's pick was made (predicted | measured | shim-timed:
+# f4pipe.pipeline.tunemeasure); err_ratio (picks only) is aiter's tuner's measure on the
+# emulated run at err_shape; band_p90_pct the model's p90 error for m's range.
+TUNE = with_keys(
+    pa.field("list", pa.string(), nullable=False),
+    pa.field("name", pa.string(), nullable=False),
+    pa.field("line", pa.int64(), nullable=False),
+    pa.field("m", pa.int64(), nullable=False),
+    pa.field("m_low", pa.int64(), nullable=False),
+    pa.field("n", pa.int64(), nullable=False),
+    pa.field("k", pa.int64(), nullable=False),
+    pa.field("kernel", pa.string(), nullable=False),
+    pa.field("log2_k_split", pa.int32(), nullable=False),
+    pa.field("safe", pa.bool_(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("us_pred", pa.float64()),
+    pa.field("tflops_pred", pa.float64()),
+    pa.field("us_measured", pa.float64()),
+    pa.field("measured_on", pa.string(), nullable=False),
+    pa.field("decided_by", pa.string(), nullable=False),
+    pa.field("picked", pa.bool_(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("aiter_outcome", pa.string(), nullable=False),
+    pa.field("aiter_row", pa.string(), nullable=False),
+    pa.field("aiter_kernel", pa.string(), nullable=False),
+    pa.field("aiter_split", pa.int32()),
+    pa.field("aiter_safe", pa.bool_()),
+    pa.field("err_ratio", pa.float64()),
+    pa.field("err_shape", pa.string(), nullable=False),
+    pa.field("band_p90_pct", pa.float64()),
+)
 #: Columns added to a table after its first release: an older file lacking them reads with
 #: nulls there, so an archived set stays comparable with a new one.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -445,4 +483,5 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "bench": BENCH,
     "safety": SAFETY,
     "audit": AUDIT,
+    "tune": TUNE,
 }

@@ -10,6 +10,7 @@ allocation raises EmulatorError.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from f4pipe.arch import isa
 from f4pipe.arch.decode import Instruction
 from f4pipe.core.errors import EmulatorError
-from f4pipe.core.numerics import float_to_bf16_bits
+from f4pipe.core.numerics import BF16_ROUNDINGS, float_to_bf16_bits, round_to_bf16
 
 if TYPE_CHECKING:
     from f4pipe.emu.state import Sel, WaveState
@@ -181,8 +182,23 @@ def buffer_store(ex: WaveState, inst: Instruction, sel: Sel) -> None:
     )
 
 
+#: The bf16 atomic's rounding: an assumption (docs/reference/gfx950.md, "The bf16 atomic's
+#: rounding"), "rne" unless this environment variable says "rtz".
+ATOMIC_ROUNDING_ENV = "F4PIPE_BF16_ATOMIC_ROUNDING"
+DEFAULT_ATOMIC_ROUNDING = "rne"
+
+
+def atomic_rounding() -> str:
+    """The bf16 atomic's rounding this process assumes ($F4PIPE_BF16_ATOMIC_ROUNDING)."""
+    mode = os.environ.get(ATOMIC_ROUNDING_ENV, "") or DEFAULT_ATOMIC_ROUNDING
+    if mode not in BF16_ROUNDINGS:
+        raise EmulatorError(f"{ATOMIC_ROUNDING_ENV}={mode!r}: one of {', '.join(BF16_ROUNDINGS)}")
+    return mode
+
+
 def buffer_atomic_pk_add_bf16(ex: WaveState, inst: Instruction, sel: Sel) -> None:
-    """Add two packed bf16 values; each half rounds to nearest even on its own. No return.
+    """Add two packed bf16 values; each half rounds on its own, to nearest even unless
+    F4PIPE_BF16_ATOMIC_ROUNDING=rtz (toward zero). No return.
 
     A bf16 + bf16 sum computed in f32 and rounded once to bf16 equals the correctly rounded
     sum (when exponents differ by more than 16 the smaller term stays far below half a bf16
@@ -201,9 +217,10 @@ def buffer_atomic_pk_add_bf16(ex: WaveState, inst: Instruction, sel: Sel) -> Non
     dup = np.zeros(a.shape, dtype=bool)
     dup[1:] = a[1:] == a[:-1]
     rounds = 0
+    mode = atomic_rounding()
     while a.size:
         first = ~dup
-        _apply_pk_add(ex, inst, sel, a[first], d[first])
+        _apply_pk_add(ex, inst, a[first], d[first], mode)
         a, d = a[dup], d[dup]
         dup = np.zeros(a.shape, dtype=bool)
         dup[1:] = a[1:] == a[:-1]
@@ -219,13 +236,22 @@ def _bf16_pair_to_f32(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _apply_pk_add(
-    ex: WaveState, inst: Instruction, sel: Sel, addr: np.ndarray, data: np.ndarray
+    ex: WaveState, inst: Instruction, addr: np.ndarray, data: np.ndarray, mode: str
 ) -> None:
     for group in ex.memory.dword_views(addr, f"{inst.name} (global memory)"):
         words, idx = group.words, group.index
         old_lo, old_hi = _bf16_pair_to_f32(words[idx])
         add_lo, add_hi = _bf16_pair_to_f32(group.pick(data).astype(U32))
         with np.errstate(all="ignore"):
-            lo = float_to_bf16_bits(old_lo + add_lo).astype(U32)
-            hi = float_to_bf16_bits(old_hi + add_hi).astype(U32)
+            if mode == "rne":
+                lo = float_to_bf16_bits(old_lo + add_lo).astype(U32)
+                hi = float_to_bf16_bits(old_hi + add_hi).astype(U32)
+            else:  # the sum exact in float64, then rounded once toward zero
+                lo = _bf16_bits(round_to_bf16(old_lo.astype(np.float64) + add_lo, mode))
+                hi = _bf16_bits(round_to_bf16(old_hi.astype(np.float64) + add_hi, mode))
         words[idx] = lo | (hi << U32(16))
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """bf16 patterns of values already representable in bf16 (so the conversion is exact)."""
+    return float_to_bf16_bits(values.astype(np.float32)).astype(U32)

@@ -36,6 +36,7 @@ from f4pipe.core.layout import NO_DEVICE, SEED_A, SEED_B
 from f4pipe.core.schemas import ArtifactKeys
 from f4pipe.core.verdicts import RUN_VERDICTS
 from f4pipe.devices.devinfo import CLOCK_FIELDS, DEVICE_FIELDS, clock_fields
+from f4pipe.emu.ops_memory import DEFAULT_ATOMIC_ROUNDING, atomic_rounding
 from f4pipe.host.benchprotocol import BENCH_ITERS
 from f4pipe.host.benchprotocol import Protocol as BenchProtocol
 from f4pipe.host.gemm import (
@@ -288,6 +289,8 @@ def _stored(
             "toolchain_id": settings.keys.toolchain_id,
             "f4pipe": f4pipe_identity(),
         }
+        if atomic_rounding() != DEFAULT_ATOMIC_ROUNDING:  # an emulator run under another
+            inputs["bf16_atomic_rounding"] = atomic_rounding()  # assumption is another result
     (row,) = reuse_or_run(
         store,
         stage,

@@ -46,6 +46,7 @@ class ChangesRecord(TypedDict):
     verdict_changes: dict[str, int]  # per kind, as `f4pipe compare --json` counts them
     newly_unsafe: int  # tuned-table rows unsafe now that were not
     regressions: int  # measured runs slower beyond the noise
+    tuned_picks: NotRequired[int]  # tuned shapes whose pick changed (records before: absent)
     summary: list[str]  # the first SUMMARY_LINES of `f4pipe compare`'s summary
     summary_omitted: int  # lines after those
     #: Per architecture whose kernels changed, "4 kernels added, 5 changed" (absent: written
@@ -98,6 +99,10 @@ def changes_section(record: ChangesRecord | None) -> Section:
     cards = architecture_lines(record.get("architectures", {}))
     sec.verdict += "".join(f"; {line}" for line in cards)
     sec.headline = "; ".join([*cards, _headline(total, unsafe, slower)])
+    picks = record.get("tuned_picks", 0)
+    if picks:
+        sec.verdict += f"; {picks} tuned picks changed (predicted; `f4pipe compare` names them)"
+        sec.headline += f", {picks} tuned picks changed"
     sec.notes.append(
         f"baseline: {baseline['archive']} (in the archives directory's {baseline['aiter_id']}/), "
         "the newest archive of another aiter id when the changes step ran (by file time); "

@@ -3,6 +3,7 @@ stripped so the same rows give the same PNG bytes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,10 @@ from f4pipe.report.render import short_kernel
 SPLITK_PNG = "splitk.png"
 THROUGHPUT_PNG = "throughput.png"
 HEATMAP_PNG = "safety_heatmap.png"
+#: The splitK error's spread over operand draws, atomic orders and the bf16 atomic's rounding
+#: at the seed's shape (written by research/f4research/splitkspread.py; docs/reference/gfx950.md,
+#: "The bf16 atomic's rounding", reads the same numbers).
+SPLITK_SPREAD = Path(__file__).with_name("splitk_spread.json")
 #: (media type, extension) of the tables: Python's table of types has no Parquet, and
 #: `snakemake --report` names each file's type from it (workflow/rules/common.smk adds this).
 PARQUET_MEDIA_TYPE = ("application/vnd.apache.parquet", ".parquet")  # IANA, 2024
@@ -53,6 +58,7 @@ def plot_splitk(ran: pd.DataFrame | None, path: Path) -> str:
         marker="s",
         label=f"seed MI355X (M={m} N={n} K={k})",
     )
+    _plot_splitk_spread(ax)
     styles = {"original": ("-", "o"), "rebuilt": ("--", "x")}
     if ran is None:
         ran = pd.DataFrame(columns=["variant", "kernel", "m", "n", "k", "log2_k_split"])
@@ -76,6 +82,35 @@ def plot_splitk(ran: pd.DataFrame | None, path: Path) -> str:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     return save_figure(fig, path)
+
+
+def _plot_splitk_spread(ax: Any) -> None:
+    """Under the runs: the range of the splitK error over operand draws and every order of the
+    atomics measured, under each atomic rounding, and the emulator's own draw."""
+    record = json.loads(SPLITK_SPREAD.read_text())
+    for rounding, color in (("rne", "tab:blue"), ("rtz", "tab:red")):
+        cells = record["spread"][rounding]
+        splits = sorted(int(s) for s in next(iter(cells.values())))
+        low = [min(cells[f][str(s)]["min"] for f in cells) for s in splits]
+        high = [max(cells[f][str(s)]["max"] for f in cells) for s in splits]
+        ax.fill_between(
+            [1 << s for s in splits],
+            low,
+            high,
+            color=color,
+            alpha=0.15,
+            linewidth=0,
+            label=f"atomic {rounding}: {record['draws']} draws x orders (range)",
+        )
+    points = record["emulator_pct"]
+    ax.plot(
+        [1 << int(s) for s in points],
+        list(points.values()),
+        "+",
+        color="tab:blue",
+        markersize=9,
+        label="emulator, f4pipe's draw, launch order",
+    )
 
 
 def plot_bench(table: pd.DataFrame, path: Path) -> str:

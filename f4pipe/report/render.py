@@ -74,7 +74,7 @@ body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color
 max-width:1320px}
 h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid
 #d0d7de;padding-bottom:4px} .sub{color:#57606a;font-size:13px}
-.glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(128px,1fr));gap:8px;
+.glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(120px,1fr));gap:8px;
 margin:10px 0}
 .card{border-radius:6px;padding:6px 10px;font-size:13px;border:1px solid #d0d7de}
 a.card{display:block;color:inherit;text-decoration:none}

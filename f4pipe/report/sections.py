@@ -29,6 +29,7 @@ from f4pipe.report.render import (
 from f4pipe.report.reuse import reuse_section
 from f4pipe.report.roundtrip import roundtrip_section
 from f4pipe.report.safety import audit_section, safety_section
+from f4pipe.report.tune import tune_section
 
 NOT_MEASURED = "not measured: no gfx950 device"
 
@@ -352,6 +353,7 @@ SECTIONS: list[SectionBuilder] = [
     bench_section,
     safety_section,
     audit_section,
+    tune_section,
     fidelity_section,
     reuse_section,
 ]

@@ -7,6 +7,8 @@ import sys
 
 TOOLS = {
     "oracle": ("crosscheck", "cross-check f4pipe's timing rules against LLVM on generated kernels"),
+    "decodecheck": ("decodecheck", "f4pipe's gfx950 decoder against tinygrad's on code objects"),
+    "splitk": ("splitkspread", "the seed's splitK table against draws, atomic orders, roundings"),
     "accuracy": ("accuracy", "the cycle model on aiter's recorded MI355X timings"),
     "heldback": ("heldback", "the cycle model on the timings it was not fitted on"),
     "variants": ("variants", "candidate model mechanisms, refitted and scored"),

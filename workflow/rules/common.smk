@@ -40,6 +40,7 @@ from f4pipe.core.layout import (
     ROUNDTRIP_DIR,
     STORE_DIR,
     TOOLCHAIN_JSON,
+    TUNED_DIR,
     VARIANTS_DIR,
     aiter_dir,
     aiter_id_fact_file,
@@ -107,6 +108,9 @@ REPORT = RESULTS / REPORT_DIR
 CHANGES = RESULTS / CHANGES_JSON  # what changed since the newest other archived set
 ROUNDTRIP = RESULTS / ROUNDTRIP_DIR
 VARIANT_DIRS = RESULTS / VARIANTS_DIR
+TUNED = (
+    RESULTS / TUNED_DIR
+)  # f4pipe tune's tables in aiter's format, one per shape list
 ARCHS = RESULTS / ARCHS_DIR  # every architecture beside gfx950: kernels + round trip
 # The config's names that only the fetched aiter confirms (architectures, edit kernels, tuned
 # tables): a fact of the aiter id, an input of the jobs that use them and of config.json, so a
@@ -342,6 +346,12 @@ def get_stage_protocol_args(wildcards):
     """bench: the timing protocol's options the config sets (`cold: false` is --hot)."""
     if wildcards.stage != "bench":
         return ""
+    return get_bench_protocol_args()
+
+
+def get_bench_protocol_args():
+    """The bench protocol's options the config sets, for bench and for tune's timing of the
+    candidates the model cannot separate (on a device that times launches)."""
     bench = config["bench"]
     args = [
         f"{flag} {shlex.quote(str(bench[key]))}"
@@ -384,6 +394,47 @@ def is_audit_active():
     return config["audit_tuned"]["activate"]
 
 
+def is_tune_active():
+    """The tuned tables for the config's shape lists (on by default)."""
+    return config.get("tune", {}).get("activate", True)
+
+
+def get_tune_shapes():
+    """The shape lists the tune stage reads (config `tune.shapes`, default config/shapes/)."""
+    return [str(p) for p in config.get("tune", {}).get("shapes", DEFAULT_TUNE_SHAPES)]
+
+
+#: The model shape lists f4pipe ships: tuned by default.
+DEFAULT_TUNE_SHAPES = ["config/shapes/deepseek-v3.csv", "config/shapes/kimi-k3.csv"]
+
+
+def get_tune_outputs():
+    """tuned/<list>.csv of every shape list (the list's file stem)."""
+    return [TUNED / f"{Path(p).stem}.csv" for p in get_tune_shapes()]
+
+
+def get_tune_evidence(wildcards):
+    """The tables whose verdicts the tune stage holds its picks against, where they run."""
+    inputs = {}
+    if config["safety"]["activate"]:
+        inputs["safety"] = RESULTS / table_file("safety")
+    if config["splitk"]["activate"]:
+        inputs["splitk"] = RESULTS / table_file("splitk")
+    if config["bench"]["activate"]:
+        inputs["bench"] = RESULTS / table_file("bench")
+    return inputs
+
+
+def get_tune_evidence_args(wildcards, input):
+    """`--safety` / `--splitk` / `--bench` for the evidence tables the job was given."""
+    args = [
+        f"--{name} {shlex.quote(str(input[name]))}"
+        for name in ("safety", "splitk", "bench")
+        if name in input.keys()
+    ]
+    return " ".join(args)
+
+
 def get_audit_table_args(wildcards):
     """`--table` options for the tables the config names (none means every fetched table),
     and `--predict` when the config asks for the cycle model's re-tune columns."""
@@ -421,6 +472,9 @@ def get_report_inputs(wildcards):
         outputs.append(RESULTS / table_file("safety"))
     if is_audit_active():
         outputs.append(RESULTS / table_file("audit"))
+    if is_tune_active():
+        outputs.append(RESULTS / table_file("tune"))
+        outputs += get_tune_outputs()
     outputs += get_edit_outputs()
     return outputs
 
