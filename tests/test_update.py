@@ -225,7 +225,11 @@ def test_the_new_sets_report_says_what_changed_since_the_old_archive(updated) ->
     card = cards_of((updated["new"] / "report" / "index.html").read_text())[0]
     assert card["title"] == f"Changed since {updated['old'].name}" and card["state"] == "bad"
     total = sum(data["verdict_changes"].values())
-    assert card["headline"] == f"{total} verdict inputs changed, 1 newly unsafe"
+    # the edited kernel and the one whose splitK flipped, named per architecture (issue 53)
+    assert record["architectures"] == {"gfx950": "2 kernels changed"}
+    assert card["headline"] == (
+        f"gfx950: 2 kernels changed; {total} verdict inputs changed, 1 newly unsafe"
+    )
 
 
 @pytest.mark.slow
