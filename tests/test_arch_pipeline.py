@@ -9,6 +9,7 @@ architectures the DAG takes, not the emulator."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -144,5 +145,18 @@ def test_an_update_of_gfx1250_alone_is_named_kernel_by_kernel(two_arch_run, tool
     assert "  added: gfx1250 f4_tiny2\n" in out
     assert "  gfx1250 f4_tiny cluster: 4x4 -> 2x4" in out
     assert "code objects changed: 0" in out  # gfx950's: the same bytes
+    as_json = subprocess.run(
+        ["f4pipe", "compare", a, b, "--json", "-o", str(work / "cmp")],
+        capture_output=True, text=True, cwd=work, check=False,
+    )  # fmt: skip
+    data = json.loads(as_json.stdout)
+    assert data["differs"]
+    assert data["architecture_cards"] == {"gfx1250": "1 kernels added, 1 changed"}
+    counts = {k: v for k, v in data["verdict_changes"].items() if k.startswith("gfx1250")}
+    assert counts == {
+        "gfx1250 kernels": 1, "gfx1250 manifest": 1, "gfx1250 code objects": 2,
+        "gfx1250 roundtrip": 1,  # f4_tiny2's round trip: only B has one
+    }  # fmt: skip
+    assert "gfx1250 code objects" in (work / "cmp" / "index.html").read_text()
     html = (work / "results" / new_id / "report" / "index.html").read_text()
     assert "gfx1250: 1 kernels added, 1 changed" in html
