@@ -25,6 +25,7 @@ from cards import cards_of
 from conftest import DEFAULT_SOURCE
 from workflow_run import REPO, snakemake
 
+from f4pipe.aiter.hostfacts import FP4_UTILS
 from f4pipe.aiter.manifest import MANIFEST_NAME, read_manifest
 from f4pipe.aiter.shaperules import is_safe
 from f4pipe.aiter.tables import CONFIGS_PATH
@@ -43,6 +44,8 @@ EDIT_FROM = "v_cvt_pk_bf16_f32 v16, v8, v9\n"
 EDIT_TO = "v_cvt_pk_bf16_f32 v16, v9, v8\n"
 RETUNED = (128, 800, 5120)  # safe on 256x128, a write-write race on 256x256 (N % 256 != 0)
 TABLE = "a4w4_blockscale_tuned_gemm.csv"
+#: e8m0_shuffle's allocation of the padded scales in the wheel's fp4_utils.py
+ALLOCATION = "    scale_padded = torch.empty(\n        (m + 255)"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -100,6 +103,7 @@ def history(f4gemm_dir: Path, toolchain, tmp_path_factory) -> tuple[str, str, st
     configs.mkdir(parents=True)
     rows = tuned_rows(wheel_table, manifest)
     rows.to_csv(configs / TABLE, index=False)
+    fp4_utils = extract_wheel_file(DEFAULT_SOURCE, repo / FP4_UTILS, FP4_UTILS)  # host code
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "wheel's kernels")
     first = git(repo, "rev-parse", "HEAD")
@@ -123,7 +127,11 @@ def history(f4gemm_dir: Path, toolchain, tmp_path_factory) -> tuple[str, str, st
     rows.loc[last, "kernelName"] = manifest.get(FLIPPED).symbol
     other = rows.iloc[[0]].copy().assign(gfx="gfx942")
     pd.concat([rows, other], ignore_index=True).to_csv(configs / TABLE, index=False)
-    git(repo, "commit", "-q", "-am", "retuned, splitK flipped, one kernel changed")
+    # the host code: e8m0_shuffle zero-fills its padding (issue 53)
+    text = fp4_utils.read_text()
+    assert text.count(ALLOCATION) == 1
+    fp4_utils.write_text(text.replace(ALLOCATION, ALLOCATION.replace("empty", "zeros")))
+    git(repo, "commit", "-q", "-am", "retuned, splitK flipped, one kernel changed, zero-filled")
     asm_rows = int(rows["kernelName"].str.startswith("_ZN").sum())
     return repo.as_uri(), first, git(repo, "rev-parse", "HEAD"), asm_rows
 
@@ -208,6 +216,14 @@ def test_compare_names_every_change_of_the_update(updated) -> None:
     counts = data["verdict_changes"]
     assert counts["code objects"] == 1 and counts["manifest"] == 2 and counts["audit"] == 2
     assert counts["verify"] >= 1 and counts["splitk"] >= 1 and counts["kernels"] == 0
+    # the host code: e8m0_shuffle's padding, read from each commit's fp4_utils.py
+    assert counts["host facts"] == 1
+    assert "host facts changed (this release's host code): 1" in out
+    assert (
+        "  scale padding (e8m0_shuffle): uninitialised scale padding (this release's "
+        "e8m0_shuffle) [aiter/utility/fp4_utils.py:72] -> zero padding (this release's "
+        "e8m0_shuffle) [aiter/utility/fp4_utils.py:72]" in out
+    )
 
 
 @pytest.mark.slow
