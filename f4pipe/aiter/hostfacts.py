@@ -60,9 +60,9 @@ class KnownVersion:
 #: e8m0_shuffle, alone (to 2026-05) or handing over to aiter.ops.shuffle.shuffle_scale; every
 #: version aiter shipped allocates the padded buffer with torch.empty (uninitialised).
 SCALE_SHUFFLES = {
-    "ed1725fcc6033ae3+cb37535c2aaa2fc7": KnownVersion("c2b69b9b87, 2026-07-09"),
     "ce9659e9189f24d1": KnownVersion("beebb2b26c, 2025-06-22; amd-aiter 0.1.7.post2.dev18"),
     "ed1725fcc6033ae3+f1ae20a55b0bf5c0": KnownVersion("446260d19a, 2026-05-09"),
+    "ed1725fcc6033ae3+cb37535c2aaa2fc7": KnownVersion("c2b69b9b87, 2026-07-09"),
     "ed1725fcc6033ae3+f7b9b6769ba7e20f": KnownVersion("044f906a8d, 2026-07-28"),
 }
 #: _dynamic_mxfp4_quant_kernel_asm_layout, the quantisation kernel that writes shuffled scales:
