@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from aiter_host import in_e8m0_shuffle
 
 from f4pipe.aiter.hostfacts import (
     DISPATCH,
@@ -102,12 +103,11 @@ def test_a_zero_filling_source_an_unknown_one_and_compare_naming_the_change(
     (gfx950 / MANIFEST_NAME).write_text(manifest_text([entry]))
     wheel_like = _commit(repo, wheel_files, "the wheel's host code")
     fp4 = wheel_files[FP4_UTILS]
-    alloc = "    scale_padded = torch.empty(\n        (m + 255)"
-    assert fp4.count(alloc) == 1
-    zero = fp4.replace(alloc, alloc.replace("empty", "zeros"))
+    zero = in_e8m0_shuffle(fp4, "torch.empty(", "torch.zeros(")
     by_id = wheel_files[GEMM_OP].replace('ck_config["kernelName"]', 'ck_config["kernelId"]')
     zero_filling = _commit(repo, {FP4_UTILS: zero, GEMM_OP: by_id}, "zero-filled, by id")
-    unknown = _commit(repo, {FP4_UTILS: zero.replace("(m + 255) // 256", "(m + 127) // 128")}, "?")
+    odd_rows = in_e8m0_shuffle(zero, "255", "127")  # another row padding: no known version
+    unknown = _commit(repo, {FP4_UTILS: odd_rows}, "rows padded to 128")
 
     def fetched(commit: str) -> dict:
         source = {"kind": "git", "url": repo.as_uri(), "rev": commit}

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from aiter_host import in_e8m0_shuffle
 from cards import cards_of
 from conftest import DEFAULT_SOURCE
 from workflow_run import REPO, snakemake
@@ -44,8 +45,6 @@ EDIT_FROM = "v_cvt_pk_bf16_f32 v16, v8, v9\n"
 EDIT_TO = "v_cvt_pk_bf16_f32 v16, v9, v8\n"
 RETUNED = (128, 800, 5120)  # safe on 256x128, a write-write race on 256x256 (N % 256 != 0)
 TABLE = "a4w4_blockscale_tuned_gemm.csv"
-#: e8m0_shuffle's allocation of the padded scales in the wheel's fp4_utils.py
-ALLOCATION = "    scale_padded = torch.empty(\n        (m + 255)"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -128,9 +127,7 @@ def history(f4gemm_dir: Path, toolchain, tmp_path_factory) -> tuple[str, str, st
     other = rows.iloc[[0]].copy().assign(gfx="gfx942")
     pd.concat([rows, other], ignore_index=True).to_csv(configs / TABLE, index=False)
     # the host code: e8m0_shuffle zero-fills its padding (issue 53)
-    text = fp4_utils.read_text()
-    assert text.count(ALLOCATION) == 1
-    fp4_utils.write_text(text.replace(ALLOCATION, ALLOCATION.replace("empty", "zeros")))
+    fp4_utils.write_text(in_e8m0_shuffle(fp4_utils.read_text(), "torch.empty(", "torch.zeros("))
     git(repo, "commit", "-q", "-am", "retuned, splitK flipped, one kernel changed, zero-filled")
     asm_rows = int(rows["kernelName"].str.startswith("_ZN").sum())
     return repo.as_uri(), first, git(repo, "rev-parse", "HEAD"), asm_rows
