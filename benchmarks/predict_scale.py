@@ -9,7 +9,7 @@ included), 10,000 in all. Three figures, CPU seconds of this process (user + sys
 1. first: a fresh Predictor on whatever the cache holds (the first run on a machine traces and
    simulates every point the shapes need; they are kept in ~/.cache/f4pipe/perf);
 2. repeated: a fresh Predictor again, every trace and simulated point read from the cache (what
-   a second `tune` or `predict --shapes` pays): the issue-51 target is at most 10 CPU-s on a
+   a second `tune` or `predict --shapes` pays): the target is at most 10 CPU-s on a
    2-core machine, stated with the machine reference of benchmarks/main_job.py;
 3. the per-shape path as it was before the batch path (tests/perf_oracle.py) on a sample of the
    rows: CPU per row and the largest relative difference from the batch path (target at most

@@ -34,8 +34,13 @@ def test_every_job_runs_as_its_own_cluster_job(f4gemm_dir: Path, tmp_path: Path,
     # .test/config-pipeline.yaml on one kernel (its aiter/hsa and edits/nop.s are made here),
     # splitK off: the same rule as verify, and none of KERNELS splits K; a job per kernel, as
     # the slurm profile sets it
+    # tune on one small shape list, so its rule runs as a cluster job too
+    (tmp_path / "tiny.csv").write_text("name,M,N,K\ntiny,32,256,512\n")
     config = use_config(
-        tmp_path, splitk={"activate": False, "matrix": "smoke-splitk"}, jobs_per="kernel"
+        tmp_path,
+        splitk={"activate": False, "matrix": "smoke-splitk"},
+        jobs_per="kernel",
+        tune={"activate": True, "shapes": ["tiny.csv"]},
     )
     (nop,) = config["edits"]
     write_nop_edit(f4gemm_dir, tmp_path / nop["asm"], toolchain)

@@ -1,4 +1,4 @@
-"""The hand-edit loop in the engineer's terms (issue 52): every command that points into a
+"""The hand-edit loop in the engineer's terms : every command that points into a
 kernel names the `.s` line, one static verdict in `try`, its `.diff.txt`, `asmdiff`, `hazards`
 and `waits`, the next step named, what the model cannot see said, shapes and kernel names
 judged alike everywhere. Real kernels, real LLVM, the emulator; edits made here from co2asm."""

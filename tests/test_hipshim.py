@@ -184,7 +184,7 @@ def test_the_supported_releases_are_the_tested_ones():
 def test_tune_times_the_candidates_the_model_cannot_separate_on_the_shim(
     shim_lib, f4gemm_dir, tmp_path
 ):
-    """`tune --device hip` end to end through the HIP path (issue 51's measuring step): the
+    """`tune --device hip` end to end through the HIP path (its measuring step): the
     shape's safe candidates within the model's p90 band of the predicted best, and at least
     its 3 fastest predicted, are timed with the bench protocol; the pick is the fastest timed.
     On the shim the times are the host's clock: the rows say shim-timed and the written `us`

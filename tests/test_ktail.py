@@ -177,7 +177,7 @@ def test_audit_answers_a_tuned_row_at_k_2176(manifest, tmp_path) -> None:
     (audited,) = audit_tuned(small, manifest, KEYS)
     assert audited["status"] == "unsafe" and audited["edge_classes"] == EDGE_K_TAIL
     assert "scale padding zeros, K padding none: safe" in audited["reason"]
-    # first, under the padding the fetched wheel's own e8m0_shuffle writes (issue 53)
+    # first, under the padding the fetched wheel's own e8m0_shuffle writes
     assert (
         "K=2176 (K % 256 = 128): uninitialised scale padding (this release's e8m0_shuffle) "
         "[aiter/utility/fp4_utils.py:72]: wrong; " in audited["reason"]

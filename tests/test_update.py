@@ -126,7 +126,7 @@ def history(f4gemm_dir: Path, toolchain, tmp_path_factory) -> tuple[str, str, st
     rows.loc[last, "kernelName"] = manifest.get(FLIPPED).symbol
     other = rows.iloc[[0]].copy().assign(gfx="gfx942")
     pd.concat([rows, other], ignore_index=True).to_csv(configs / TABLE, index=False)
-    # the host code: e8m0_shuffle zero-fills its padding (issue 53)
+    # the host code: e8m0_shuffle zero-fills its padding
     fp4_utils.write_text(in_e8m0_shuffle(fp4_utils.read_text(), "torch.empty(", "torch.zeros("))
     git(repo, "commit", "-q", "-am", "retuned, splitK flipped, one kernel changed, zero-filled")
     asm_rows = int(rows["kernelName"].str.startswith("_ZN").sum())
@@ -238,7 +238,7 @@ def test_the_new_sets_report_says_what_changed_since_the_old_archive(updated) ->
     card = cards_of((updated["new"] / "report" / "index.html").read_text())[0]
     assert card["title"] == f"Changed since {updated['old'].name}" and card["state"] == "bad"
     total = sum(data["verdict_changes"].values())
-    # the edited kernel and the one whose splitK flipped, named per architecture (issue 53)
+    # the edited kernel and the one whose splitK flipped, named per architecture
     assert record["architectures"] == {"gfx950": "2 kernels changed"}
     assert card["headline"] == (
         f"gfx950: 2 kernels changed; {total} verdict inputs changed, 1 newly unsafe"

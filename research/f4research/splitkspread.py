@@ -40,7 +40,7 @@ CHUNK = 256  # the finest K chunk a split gives here (K / 16), and the kernels' 
 TILE = 256  # the order unit of `tile`: the 256x256 kernel's workgroup tile
 ORDERS = ("launch", "tile", "element")
 SPLITS = tuple(sorted(SEED_SPLITK_ERR_PCT))
-#: The seed driver's max abs errors at the same runs (its README, quoted in issue 54), beside
+#: The seed driver's max abs errors at the same runs (its README), beside
 #: the percentages in f4pipe.core.layout.SEED_SPLITK_ERR_PCT.
 SEED_MAX_ABS_ERR = {0: 103.0, 1: 184.0, 2: 224.0, 3: 293.0, 4: 416.0}
 OUT = Path(__file__).resolve().parents[2] / "f4pipe" / "report" / "splitk_spread.json"
