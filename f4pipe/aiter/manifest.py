@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import functools
 import io
 import os
 from collections.abc import Iterator
@@ -58,9 +59,10 @@ class KernelEntry:
     #: gfx1250's own columns (GFX1250_EXTRA) as (column, value); empty for gfx950's set.
     extra: tuple[tuple[str, str], ...] = ()
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
-        """The .co stem: f4pipe's short, file-system-safe kernel name."""
+        """The .co stem: f4pipe's short, file-system-safe kernel name (kept: the tuner and
+        aiter's lookup ask it hundreds of thousands of times)."""
         return Path(self.co_name).stem
 
     def matches(self, wanted: str) -> bool:
