@@ -76,12 +76,12 @@ h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bo
 #d0d7de;padding-bottom:4px} .sub{color:#57606a;font-size:13px}
 .glance{display:grid;grid-template-columns:repeat(auto-fit,minmax(120px,1fr));gap:8px;
 margin:10px 0}
-.card{border-radius:6px;padding:6px 10px;font-size:13px;border:1px solid #d0d7de}
+.card{border-radius:6px;padding:6px 8px;font-size:13px;border:1px solid #d0d7de}
 a.card{display:block;color:inherit;text-decoration:none}
 a.card:hover{box-shadow:0 0 0 2px #0969da}
 .glance .card b{display:block;font-size:11.5px;font-weight:600;color:#424a53;
 margin-bottom:3px;overflow-wrap:anywhere}
-.glance .card span{display:block;font-size:15px;font-weight:700;line-height:1.25;
+.glance .card span{display:block;font-size:14px;font-weight:700;line-height:1.25;
 overflow-wrap:anywhere}
 .headline{display:grid;grid-template-columns:1fr auto 1fr;gap:10px;align-items:start;
 margin:8px 0} .headline figure{margin:0;min-width:0} .headline img{width:100%;height:auto}
