@@ -22,6 +22,8 @@ from f4pipe.core.verdicts import (
     SAFETY_RANK,
     SAFETY_VERDICTS,
 )
+from f4pipe.pipeline.audit import emulated_verdict
+from f4pipe.pipeline.edgesweep import OrderOutcome, verdict_of
 from f4pipe.report.plots import safety_heatmap_rgba
 from f4pipe.report.safety import safety_section
 
@@ -118,3 +120,44 @@ def test_every_verdict_is_a_cell_of_its_own_colour(verdict, tmp_path):
     assert tuple(safety_heatmap_rgba(cells)[0, 0]) == to_rgba(SAFETY_COLOURS[verdict])
     sec = safety_section(_safety_set(tmp_path, "A", {EDGE_CLASSES[0]: verdict}), None)  # type: ignore[arg-type]
     assert sec.table.iloc[0][EDGE_CLASSES[0]].startswith(verdict)
+
+
+def _outcome(order: str, **seen) -> OrderOutcome:
+    return OrderOutcome(order, **seen)
+
+
+WRONG_ORDER = dict(bad=3, first_bad=(1, 2), expected=1.0, got=2.0)
+
+
+@pytest.mark.parametrize(
+    ("seen", "want"),
+    [
+        ([{}, {}], "safe"),
+        ([{"races": 1}, {}], "race"),
+        ([{"races": 1}, {"hazards": 1}], "hazard"),
+        ([{"hazards": 1}, WRONG_ORDER], "wrong"),
+        ([{"canary_damaged": 1}, {"races": 1}], "wrong"),
+        ([WRONG_ORDER, {"fault": "outside every allocation"}], "fault"),
+    ],
+)
+def test_the_sweep_s_verdict_is_the_worst_any_order_shows(seen, want):
+    """A later, worse order outranks an earlier, milder one, in core.verdicts' order."""
+    outcomes = [_outcome(o, **s) for o, s in zip(("in-order", "reverse"), seen, strict=True)]
+    assert verdict_of(outcomes) == want
+
+
+def test_the_audit_names_the_worst_verdict_and_the_first_order_that_shows_it():
+    """The audit's view: aiter's padding rows damaged is a race (outside D[:M,:N]); the
+    reproducer order is the first that shows the worst verdict, not the first run."""
+    orders = ("in-order", "reverse", "interleaved")
+    race_then_wrong = [
+        _outcome("in-order", canary_damaged=2, race_summary="2 stores raced"),
+        _outcome("reverse", **WRONG_ORDER),
+        _outcome("interleaved", **WRONG_ORDER),
+    ]
+    verdict, detail, order = emulated_verdict(race_then_wrong, orders)
+    assert (verdict, order) == ("wrong", "reverse") and "first D[1,2]" in detail
+    assert emulated_verdict([_outcome("in-order", canary_damaged=2)], orders)[0] == "race"
+    assert emulated_verdict([_outcome(o) for o in orders], orders) == ("safe", "", "in-order")
+    faulted = [_outcome("in-order", **WRONG_ORDER), _outcome("reverse", fault="left A")]
+    assert emulated_verdict(faulted, orders) == ("fault", "left A", "reverse")

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 #: Every safety verdict, best first: a cell's worst verdict is the latest of its rows'.
 SAFETY_VERDICTS: tuple[str, ...] = ("safe", "race", "hazard", "wrong", "fault")
+SAFE, RACE, HAZARD, WRONG, FAULT = SAFETY_VERDICTS
 #: A verdict's place in SAFETY_VERDICTS (0 = safe), to rank rows by.
 SAFETY_RANK: dict[str, int] = {v: i for i, v in enumerate(SAFETY_VERDICTS)}
 #: The heatmap's colour of each verdict (a cell not run is left blank).

@@ -50,6 +50,7 @@ from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import ShapeError
 from f4pipe.core.layout import EMULATOR_DEVICE_ID
 from f4pipe.core.schemas import ArtifactKeys
+from f4pipe.core.verdicts import FAULT, RACE, SAFE, WRONG, worst_verdict
 from f4pipe.host.kernarg import check_shape
 from f4pipe.perf.history import load_history
 from f4pipe.pipeline.edgesweep import (
@@ -146,7 +147,7 @@ def _emulate(
             outcomes.append(run_order(device, entry, co_path, shape, "unsafe", ref))
         finally:
             device.close()
-    verdict, detail, order = _verdict(outcomes, orders)
+    verdict, detail, order = emulated_verdict(outcomes, orders)
     return Emulated(
         verdict, detail, order, "; ".join(map(_order_line, outcomes)), _finding(shape, outcomes)
     )
@@ -185,29 +186,31 @@ def _stored_emulation(
     return emulated, {REUSED_FROM: stored[REUSED_FROM], REUSE_KEY: stored[REUSE_KEY]}
 
 
-def _verdict(outcomes: Sequence[OrderOutcome], orders: Sequence[str]) -> tuple[str, str, str]:
-    """(verdict about the user's view, detail, order to reproduce with)."""
-    for o in outcomes:
+def emulated_verdict(
+    outcomes: Sequence[OrderOutcome], orders: Sequence[str]
+) -> tuple[str, str, str]:
+    """(verdict about the user's view, detail, order to reproduce with): the worst verdict any
+    order shows (core.verdicts ranks them), with the first order that shows it. Damaged
+    padding rows are aiter's, outside D[:M,:N]: a race here, not wrong."""
+    found: dict[str, tuple[str, str]] = {SAFE: ("", orders[0])}
+    for o in reversed(outcomes):  # the first order that shows a verdict is kept
         if o.fault:
-            return "fault", o.fault, o.order
-    for o in outcomes:
+            found[FAULT] = (o.fault, o.order)
         if o.bad:
             i, j = o.first_bad  # type: ignore[misc]
-            return (
-                "wrong",
+            found[WRONG] = (
                 f"{o.bad} bad element(s) of D[:M,:N] ({o.order}); first D[{i},{j}] expected "
                 f"{o.expected:.6g} got {o.got:.6g}; {o.race_summary}",
                 o.order,
             )
-    for o in outcomes:
         if o.races or o.canary_damaged:
-            return (
-                "race",
+            found[RACE] = (
                 f"D[:M,:N] right in every order tried, but {o.race_summary}; "
                 f"{o.canary_damaged} element(s) of aiter's padding rows overwritten",
                 o.order,
             )
-    return "safe", "", orders[0]
+    verdict = worst_verdict(found)
+    return (verdict, *found[verdict])
 
 
 def _recorded(r: pd.Series, column: str) -> float | None:
@@ -452,7 +455,7 @@ def _never_raced(row: dict[str, Any]) -> str:
 def summarize(rows: Sequence[dict[str, Any]]) -> str:
     unsafe = [r for r in rows if r["status"] == "unsafe"]
     emulated = [r for r in unsafe if r["emulated"]]
-    wrong = [r for r in emulated if r["emulated"] == "wrong"]
+    wrong = [r for r in emulated if r["emulated"] == WRONG]
     other = sum(r["status"] == "other-arch" for r in rows)
     how = (
         f"{len(wrong)} of {len(emulated)} emulated compute wrong D[:M,:N]"

@@ -51,7 +51,15 @@ from f4pipe.core.cache import f4pipe_identity
 from f4pipe.core.errors import EmulatorError
 from f4pipe.core.layout import BASE_VARIANTS, EMULATOR_DEVICE_ID, SEED_A, SEED_B, SWEEP_ORDERS
 from f4pipe.core.schemas import ArtifactKeys
-from f4pipe.core.verdicts import SAFETY_RANK
+from f4pipe.core.verdicts import (
+    FAULT,
+    HAZARD,
+    RACE,
+    SAFE,
+    SAFETY_RANK,
+    WRONG,
+    worst_verdict,
+)
 from f4pipe.host.gemm import GemmRequest, GemmResult, run_gemm, run_gemms
 from f4pipe.host.kernarg import KERNARG_FIELDS, BufferLayout
 from f4pipe.host.operands import generate_operand
@@ -210,15 +218,14 @@ def outcome_of(
 
 
 def verdict_of(outcomes: Sequence[OrderOutcome]) -> str:
-    if any(o.fault for o in outcomes):
-        return "fault"
-    if any(o.bad or o.canary_damaged for o in outcomes):
-        return "wrong"
-    if any(o.hazards for o in outcomes):
-        return "hazard"
-    if any(o.races for o in outcomes):
-        return "race"
-    return "safe"
+    """The worst verdict any order shows (core.verdicts ranks them)."""
+    shown = {
+        FAULT: any(o.fault for o in outcomes),
+        WRONG: any(o.bad or o.canary_damaged for o in outcomes),
+        HAZARD: any(o.hazards for o in outcomes),
+        RACE: any(o.races for o in outcomes),
+    }
+    return worst_verdict([SAFE, *(v for v, seen in shown.items() if seen)])
 
 
 def reference_for(shape: EdgeShape) -> np.ndarray:
@@ -283,7 +290,7 @@ def sweep_kernel(
             expect_safe = predicted_safe or policy == "pad"
             rows.append(
                 _row(keys, entry, rule.store, shape, policy, outcomes, verdict, evidence)
-                | {"rule_safe": expect_safe, "agrees": (verdict == "safe") == expect_safe}
+                | {"rule_safe": expect_safe, "agrees": (verdict == SAFE) == expect_safe}
             )
     finally:
         for device in devices.values():
@@ -363,7 +370,7 @@ def _row(
                 scale_pad=shape.scale_pad,
                 k_pad=shape.k_pad,
             )
-            if verdict != "safe" and policy == "unsafe"
+            if verdict != SAFE and policy == "unsafe"
             else ""
         ),
     }

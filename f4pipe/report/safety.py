@@ -13,7 +13,14 @@ from f4pipe.aiter.aiterdir import AiterDir
 from f4pipe.aiter.hostfacts import MISSTRIDED, SCALE_SHUFFLE, UNKNOWN, HostFact
 from f4pipe.aiter.shaperules import EDGE_CLASSES, EDGE_K_TAIL, EDGE_K_TAIL_ROW
 from f4pipe.core.layout import BASE_VARIANTS, K_PADDINGS
-from f4pipe.core.verdicts import SAFETY_MEANINGS, SAFETY_RANK, worst_verdict
+from f4pipe.core.verdicts import (
+    RACE,
+    SAFE,
+    SAFETY_MEANINGS,
+    SAFETY_RANK,
+    WRONG,
+    worst_verdict,
+)
 from f4pipe.pipeline.audit import format_finding
 from f4pipe.pipeline.resultset import ResultSet, find_aiter_provenance
 from f4pipe.report.plots import HEATMAP_PNG, plot_predicted_vs_recorded, plot_safety_heatmap
@@ -32,7 +39,7 @@ K_TAIL_CLASSES = (EDGE_K_TAIL, EDGE_K_TAIL_ROW)
 def _padding_cell(rows: pd.DataFrame) -> str:
     """A K-tail cell: the paddings (scale padding, +0K = A and B rows zero-padded in K) under
     which the kernel is not safe, each with its verdict."""
-    unsafe = rows[rows["verdict"] != "safe"]
+    unsafe = rows[rows["verdict"] != SAFE]
     if not len(unsafe):
         return "safe under every padding"
     pads = [
@@ -50,14 +57,14 @@ def _safety_cell(rows: pd.DataFrame) -> str:
         return _padding_cell(rows)
     worst = rows.loc[rows["verdict"].map(SAFETY_RANK).idxmax()]
     v = str(worst["verdict"])
-    if v == "wrong" and worst["bad"]:
+    if v == WRONG and worst["bad"]:
         return (
             f"wrong D[{int(worst['first_bad_row'])},{int(worst['first_bad_col'])}] "
             f"exp {fmt_value(worst['expected'])} got {fmt_value(worst['got'])}"
         )
-    if v == "wrong":
+    if v == WRONG:
         return f"wrong ({int(worst['canary_damaged'])} canaries)"
-    if v == "race":
+    if v == RACE:
         return f"race ({int(worst['races'])} dwords)"
     return v
 
@@ -78,7 +85,7 @@ def _kernel_line(label: str, rows: pd.DataFrame, padded: pd.DataFrame) -> dict[s
     for edge in EDGE_CLASSES:
         line[edge] = _safety_cell(rows[rows["edge_class"] == edge])
     line["padded"] = (
-        "-" if not len(padded) else "safe" if (padded["verdict"] == "safe").all() else "NOT safe"
+        "-" if not len(padded) else "safe" if (padded["verdict"] == SAFE).all() else "NOT safe"
     )
     line["static D bound"] = first["static_d_bound"]
     line["static N guards"] = first["static_n_guards"]
@@ -92,7 +99,7 @@ def broken_edges(original: pd.DataFrame, edit: pd.DataFrame) -> list[tuple[str, 
     for edge in EDGE_CLASSES:
         before = worst_verdict(original.loc[original["edge_class"] == edge, "verdict"])
         after = worst_verdict(edit.loc[edit["edge_class"] == edge, "verdict"])
-        if before == "safe" and after not in ("", "safe"):
+        if before == SAFE and after not in ("", SAFE):
             broken.append((edge, after))
     return broken
 
@@ -143,7 +150,7 @@ def release_k_tail_line(raw: pd.DataFrame, facts: dict[str, HostFact] | None) ->
         return f"K tails: {said}: every padding's verdict below"
     padding = fact.value.removesuffix(MISSTRIDED)
     mine = tails[(tails["scale_pad"] == padding) & (tails["k_pad"] == K_PADDINGS[0])]
-    bad = mine.loc[mine["verdict"] != "safe", "kernel"].nunique()
+    bad = mine.loc[mine["verdict"] != SAFE, "kernel"].nunique()
     return (
         f"K tails under {fact.words} [{fact.where()}]: {bad} of {mine['kernel'].nunique()} "
         "kernels not safe"
@@ -171,7 +178,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         counts.append(f"{edge}: " + ", ".join(f"{n} {v}" for v, n in sorted(tally.items())))
     disagree = df[~df["agrees"]]
     kernels = df["kernel"].nunique()
-    unsafe = raw.loc[raw["verdict"] != "safe", "kernel"].nunique()
+    unsafe = raw.loc[raw["verdict"] != SAFE, "kernel"].nunique()
     sec.verdict = (
         f"{kernels} kernels, {unsafe} unsafe at some edge; worst verdict per kernel: "
         + "; ".join(counts)
@@ -227,7 +234,7 @@ def safety_section(rs: ResultSet, out_dir: Path | None) -> Section:
         cells = pd.DataFrame.from_dict(worst, orient="index")
         sec.plot = plot_safety_heatmap(cells, out_dir / HEATMAP_PNG)
     repro = []
-    for (kernel, edge), rows in raw[raw["verdict"] != "safe"].groupby(["kernel", "edge_class"]):
+    for (kernel, edge), rows in raw[raw["verdict"] != SAFE].groupby(["kernel", "edge_class"]):
         worst = rows.loc[rows["verdict"].map(SAFETY_RANK).idxmax()]
         repro.append(f"# {short_kernel(str(kernel))} {edge}: {worst['verdict']}")
         repro.append(str(worst["reproducer"]))
